@@ -1,0 +1,25 @@
+//! The Armada domain: Runs and their state machine, the tool-call ledger,
+//! sessions, agent definitions, context assembly, the scripted model and the
+//! API's request and error vocabulary. No AWS type appears here; adapters in
+//! `armada-core` map these to DynamoDB items and queue messages.
+//!
+//! - [`run`]: the Run record, states, transitions, claim classification
+//! - [`ledger`]: tool calls `PLANNED → DISPATCHED → DONE | FAILED | INDETERMINATE`
+//! - [`session`]: AgentSession ordering
+//! - [`context`]: prompt assembly and compaction
+//! - [`messages`]: queue message contracts
+//! - [`agent`], [`skills`]: registry data
+//! - [`api`], [`fields`]: request validation, errors, API keys
+//! - [`chat`], [`scripted`]: the model port's vocabulary and the scripted model
+
+pub mod agent;
+pub mod api;
+pub mod chat;
+pub mod context;
+pub mod fields;
+pub mod ledger;
+pub mod messages;
+pub mod run;
+pub mod scripted;
+pub mod session;
+pub mod skills;
