@@ -1,0 +1,73 @@
+//! Armada's adapters and shared services: typed configuration, AWS clients,
+//! the DynamoDB stores, the SQS and S3 adapters, the model adapters and the
+//! inline skills. Function crates build one [`Services`] at start-up and hand
+//! it to their handlers; the local stack builds the very same.
+
+pub mod aws;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod models;
+pub mod payloads;
+pub mod queues;
+pub mod sqs;
+pub mod store;
+pub mod telemetry;
+pub mod tools;
+
+use std::sync::Arc;
+
+use crate::aws::AwsClients;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::error::StoreError;
+use crate::models::Models;
+use crate::payloads::Payloads;
+use crate::queues::Queues;
+use crate::store::idempotency::IdempotencyStore;
+use crate::store::registry::Registry;
+use crate::store::runs::RunStore;
+use crate::store::sessions::SessionStore;
+use crate::tools::InlineTools;
+
+/// Everything a handler needs, built once per process.
+#[derive(Debug, Clone)]
+pub struct Services {
+    pub cfg: Config,
+    pub aws: AwsClients,
+    pub runs: RunStore,
+    pub sessions: SessionStore,
+    pub registry: Registry,
+    pub idempotency: IdempotencyStore,
+    pub queues: Queues,
+    pub payloads: Payloads,
+    pub models: Models,
+    pub tools: InlineTools,
+    pub clock: Clock,
+}
+
+impl Services {
+    pub async fn init(cfg: Config, aws: AwsClients) -> Result<Arc<Self>, StoreError> {
+        let queues = Queues::resolve(aws.sqs.clone(), &cfg).await?;
+        Ok(Arc::new(Services {
+            runs: RunStore::new(aws.dynamo.clone(), &cfg.runs_table, &cfg.run_events_table),
+            sessions: SessionStore::new(aws.dynamo.clone(), &cfg.sessions_table),
+            registry: Registry::new(aws.dynamo.clone(), &cfg.registry_table),
+            idempotency: IdempotencyStore::new(aws.dynamo.clone(), &cfg.idempotency_table),
+            payloads: Payloads::new(aws.s3.clone(), &cfg.payload_bucket),
+            models: Models::new(&aws.sdk_config, cfg.scripted_model_url.clone()),
+            tools: InlineTools::new(),
+            clock: Clock::default(),
+            queues,
+            cfg,
+            aws,
+        }))
+    }
+
+    /// From the environment, as a Lambda function starts.
+    pub async fn from_env() -> Result<Arc<Self>, anyhow::Error> {
+        let cfg = Config::from_env()?;
+        let aws = AwsClients::load(None).await;
+        Ok(Self::init(cfg, aws).await?)
+    }
+}

@@ -454,3 +454,56 @@ mod tests {
         }
     }
 }
+
+/// One entry of a Run's append-only event log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEventRecord {
+    pub seq: u64,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub at_ms: i64,
+    pub data: serde_json::Value,
+}
+
+impl Run {
+    /// Appends an event to the Run's log (in memory; the caller commits it
+    /// together with the Run, fenced).
+    pub fn push_event(
+        &mut self,
+        kind: &str,
+        data: serde_json::Value,
+        now_ms: i64,
+    ) -> RunEventRecord {
+        self.event_seq += 1;
+        RunEventRecord {
+            seq: self.event_seq,
+            kind: kind.to_string(),
+            at_ms: now_ms,
+            data,
+        }
+    }
+
+    /// Applies an event to the state machine, keeping the record's state in step.
+    pub fn apply(&mut self, event: &RunEvent, now_ms: i64) -> Result<Vec<RunAction>, IllegalTransition> {
+        let t = transition(self.state, event)?;
+        self.state = t.to;
+        self.updated_at_ms = now_ms;
+        Ok(t.actions)
+    }
+}
+
+/// The version of a Run a writer read: its write is conditional on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub epoch: u64,
+    pub event_seq: u64,
+}
+
+impl Run {
+    pub fn stamp(&self) -> Stamp {
+        Stamp {
+            epoch: self.epoch,
+            event_seq: self.event_seq,
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! AWS clients, built once per process from the default credential chain.
+//! `AWS_ENDPOINT_URL` (or an explicit endpoint) points every client at an
+//! emulator; an interceptor counts API calls per service and operation for
+//! `armada bench`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use aws_config::BehaviorVersion;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_types::config_bag::ConfigBag;
+
+/// Counts AWS API calls by `Service.Operation`.
+#[derive(Debug, Clone, Default)]
+pub struct CallCounter(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl CallCounter {
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.0.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+    pub fn total(&self) -> u64 {
+        self.snapshot().values().sum()
+    }
+    pub fn reset(&self) {
+        if let Ok(mut m) = self.0.lock() {
+            m.clear();
+        }
+    }
+}
+
+impl Intercept for CallCounter {
+    fn name(&self) -> &'static str {
+        "CallCounter"
+    }
+
+    fn read_before_execution(
+        &self,
+        _context: &BeforeSerializationInterceptorContextRef<'_>,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(meta) = cfg.load::<Metadata>() {
+            let key = format!("{}.{}", meta.service(), meta.name());
+            if let Ok(mut m) = self.0.lock() {
+                *m.entry(key).or_insert(0) += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct AwsClients {
+    pub dynamo: aws_sdk_dynamodb::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub s3: aws_sdk_s3::Client,
+    pub sdk_config: aws_config::SdkConfig,
+    pub calls: CallCounter,
+}
+
+impl AwsClients {
+    /// Loads the default chain; `endpoint` overrides `AWS_ENDPOINT_URL`.
+    pub async fn load(endpoint: Option<&str>) -> Self {
+        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        if let Some(ep) = endpoint {
+            loader = loader.endpoint_url(ep);
+        }
+        let sdk_config = loader.load().await;
+        Self::from_sdk_config(sdk_config)
+    }
+
+    pub fn from_sdk_config(sdk_config: aws_config::SdkConfig) -> Self {
+        let calls = CallCounter::default();
+        let dynamo = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&sdk_config)
+                .interceptor(calls.clone())
+                .build(),
+        );
+        let sqs = aws_sdk_sqs::Client::from_conf(
+            aws_sdk_sqs::config::Builder::from(&sdk_config)
+                .interceptor(calls.clone())
+                .build(),
+        );
+        // Emulators serve buckets by path, not by virtual host.
+        let path_style = sdk_config.endpoint_url().is_some();
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&sdk_config)
+                .force_path_style(path_style)
+                .interceptor(calls.clone())
+                .build(),
+        );
+        AwsClients {
+            dynamo,
+            sqs,
+            s3,
+            sdk_config,
+            calls,
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! Time is read here and passed into the domain, never read inside it.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+/// Wall-clock milliseconds since the epoch, with an offset that tests may
+/// move forward to expire leases without sleeping.
+#[derive(Debug, Clone, Default)]
+pub struct Clock {
+    offset_ms: Arc<AtomicI64>,
+}
+
+impl Clock {
+    pub fn now_ms(&self) -> i64 {
+        let real = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        real + self.offset_ms.load(Ordering::Relaxed)
+    }
+
+    pub fn advance(&self, ms: i64) {
+        self.offset_ms.fetch_add(ms, Ordering::Relaxed);
+    }
+}
+
+/// RFC 3339 in UTC, milliseconds precision.
+pub fn rfc3339(ms: i64) -> String {
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| ms.to_string())
+}
+
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}

@@ -1,0 +1,111 @@
+//! Typed configuration, read once at start-up from environment variables
+//! (set by `infra/template.yaml` in AWS, by the local stack locally), failing
+//! fast with the name of whatever is missing. No resource name, account or
+//! region is hard-coded anywhere else.
+
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration variable {0} is not set")]
+    Missing(&'static str),
+    #[error("configuration variable {name} is invalid: {reason}")]
+    Invalid { name: &'static str, reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// DynamoDB table of Runs (`ARMADA_RUNS_TABLE`).
+    pub runs_table: String,
+    /// DynamoDB table of Run events (`ARMADA_RUN_EVENTS_TABLE`).
+    pub run_events_table: String,
+    /// DynamoDB table of AgentSessions (`ARMADA_SESSIONS_TABLE`).
+    pub sessions_table: String,
+    /// DynamoDB table of approvals (`ARMADA_APPROVALS_TABLE`).
+    pub approvals_table: String,
+    /// DynamoDB table of sandboxes (`ARMADA_SANDBOXES_TABLE`).
+    pub sandboxes_table: String,
+    /// DynamoDB registry: agents, API keys (`ARMADA_REGISTRY_TABLE`).
+    pub registry_table: String,
+    /// DynamoDB table of Idempotency-Key fingerprints (`ARMADA_IDEMPOTENCY_TABLE`).
+    pub idempotency_table: String,
+    /// Name of the dispatch queue (`ARMADA_DISPATCH_QUEUE`); URLs are resolved at start.
+    pub dispatch_queue: String,
+    /// Name of the dispatch dead-letter queue (`ARMADA_DISPATCH_DLQ`).
+    pub dispatch_dlq: String,
+    /// Name of the harness FIFO queue (`ARMADA_HARNESS_QUEUE`).
+    pub harness_queue: String,
+    /// Name of the harness dead-letter FIFO queue (`ARMADA_HARNESS_DLQ`).
+    pub harness_dlq: String,
+    /// S3 bucket for large payloads (`ARMADA_PAYLOAD_BUCKET`).
+    pub payload_bucket: String,
+    /// SHA-256 hex of the admin API key (`ARMADA_ADMIN_KEY_SHA256`).
+    pub admin_key_sha256: String,
+    /// Base URL of the scripted model's OpenAI-compatible endpoint
+    /// (`ARMADA_SCRIPTED_MODEL_URL`); empty when not deployed.
+    pub scripted_model_url: Option<String>,
+    /// How long a harness step's claim lasts (`ARMADA_STEP_LEASE_SECONDS`).
+    pub step_lease_ms: i64,
+    /// First backoff for a retryable message failure (`ARMADA_RETRY_BASE_SECONDS`).
+    pub retry_base_seconds: u32,
+    /// Bodies above this many bytes go to S3 (`ARMADA_INLINE_LIMIT_BYTES`, default 32 KiB).
+    pub inline_limit_bytes: usize,
+    /// Attempts of a model call before the Run fails (`ARMADA_MODEL_ATTEMPTS`, default 3).
+    pub model_attempts: u32,
+}
+
+impl Config {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let vars: HashMap<String, String> = std::env::vars().collect();
+        Self::from_map(&vars)
+    }
+
+    pub fn from_map(vars: &HashMap<String, String>) -> Result<Self, ConfigError> {
+        let req = |name: &'static str| -> Result<String, ConfigError> {
+            match vars.get(name) {
+                Some(v) if !v.is_empty() => Ok(v.clone()),
+                _ => Err(ConfigError::Missing(name)),
+            }
+        };
+        let num = |name: &'static str, default: u64| -> Result<u64, ConfigError> {
+            match vars.get(name) {
+                None => Ok(default),
+                Some(v) if v.is_empty() => Ok(default),
+                Some(v) => v.parse().map_err(|e: std::num::ParseIntError| ConfigError::Invalid {
+                    name,
+                    reason: e.to_string(),
+                }),
+            }
+        };
+        let admin = req("ARMADA_ADMIN_KEY_SHA256")?;
+        if admin.len() != 64 || !admin.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(ConfigError::Invalid {
+                name: "ARMADA_ADMIN_KEY_SHA256",
+                reason: "must be 64 hex characters".into(),
+            });
+        }
+        Ok(Config {
+            runs_table: req("ARMADA_RUNS_TABLE")?,
+            run_events_table: req("ARMADA_RUN_EVENTS_TABLE")?,
+            sessions_table: req("ARMADA_SESSIONS_TABLE")?,
+            approvals_table: req("ARMADA_APPROVALS_TABLE")?,
+            sandboxes_table: req("ARMADA_SANDBOXES_TABLE")?,
+            registry_table: req("ARMADA_REGISTRY_TABLE")?,
+            idempotency_table: req("ARMADA_IDEMPOTENCY_TABLE")?,
+            dispatch_queue: req("ARMADA_DISPATCH_QUEUE")?,
+            dispatch_dlq: req("ARMADA_DISPATCH_DLQ")?,
+            harness_queue: req("ARMADA_HARNESS_QUEUE")?,
+            harness_dlq: req("ARMADA_HARNESS_DLQ")?,
+            payload_bucket: req("ARMADA_PAYLOAD_BUCKET")?,
+            admin_key_sha256: admin.to_ascii_lowercase(),
+            scripted_model_url: vars
+                .get("ARMADA_SCRIPTED_MODEL_URL")
+                .filter(|v| !v.is_empty())
+                .cloned(),
+            step_lease_ms: num("ARMADA_STEP_LEASE_SECONDS", 120)? as i64 * 1000,
+            retry_base_seconds: num("ARMADA_RETRY_BASE_SECONDS", 2)? as u32,
+            inline_limit_bytes: num("ARMADA_INLINE_LIMIT_BYTES", 32 * 1024)? as usize,
+            model_attempts: num("ARMADA_MODEL_ATTEMPTS", 3)?.max(1) as u32,
+        })
+    }
+}

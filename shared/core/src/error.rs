@@ -1,0 +1,68 @@
+//! Errors at the AWS boundary, classified once where they enter: a typed
+//! conflict for failed conditions, retryable for throttling and transport,
+//! terminal for the rest.
+
+use aws_sdk_dynamodb::error::SdkError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A conditional write's condition did not hold (optimistic concurrency,
+    /// fencing, duplicate creation). `which` names the failed item of a
+    /// transaction, in the order the items were given.
+    #[error("condition failed (item {which:?})")]
+    Conflict { which: Option<usize> },
+    /// Worth retrying: throttling, timeouts, the service or emulator unreachable.
+    #[error("retryable AWS error: {0}")]
+    Retryable(String),
+    /// Not worth retrying: validation, missing resources, bad data.
+    #[error("AWS error: {0}")]
+    Terminal(String),
+    /// An item whose shape we do not recognise.
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Retryable(_))
+    }
+}
+
+const RETRYABLE_CODES: [&str; 8] = [
+    "ThrottlingException",
+    "ProvisionedThroughputExceededException",
+    "RequestLimitExceeded",
+    "InternalServerError",
+    "ServiceUnavailable",
+    "TransactionConflictException",
+    "RequestThrottled",
+    "InternalError",
+];
+
+/// Classifies any SDK error by its code and kind.
+pub fn classify<E, R>(err: SdkError<E, R>) -> StoreError
+where
+    E: aws_smithy_types::error::metadata::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match &err {
+        SdkError::ServiceError(se) => {
+            let code = se.err().code().unwrap_or("Unknown");
+            let msg = se.err().message().unwrap_or("").to_string();
+            if code == "ConditionalCheckFailedException" {
+                StoreError::Conflict { which: None }
+            } else if RETRYABLE_CODES.contains(&code) {
+                StoreError::Retryable(format!("{code}: {msg}"))
+            } else {
+                StoreError::Terminal(format!("{code}: {msg}"))
+            }
+        }
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            StoreError::Retryable(format!("{}", aws_smithy_types::error::display::DisplayErrorContext(&err)))
+        }
+        _ => StoreError::Terminal(format!(
+            "{}",
+            aws_smithy_types::error::display::DisplayErrorContext(&err)
+        )),
+    }
+}

@@ -1,0 +1,112 @@
+//! The SQS adapter: queue URLs resolved from names once at start-up, typed
+//! sends, and backoff for messages whose handling failed for a retryable reason.
+
+use std::collections::HashMap;
+
+use aws_sdk_sqs::Client;
+
+use armada_domain::messages::{DispatchMessage, HarnessMessage};
+
+use crate::config::Config;
+use crate::error::{classify, StoreError};
+
+#[derive(Debug, Clone)]
+pub struct Queues {
+    sqs: Client,
+    pub dispatch_url: String,
+    pub harness_url: String,
+    /// Queue name → URL, for every queue this process consumes or sends to.
+    urls: HashMap<String, String>,
+    pub dispatch_dlq: String,
+    pub harness_dlq: String,
+}
+
+impl Queues {
+    pub async fn resolve(sqs: Client, cfg: &Config) -> Result<Self, StoreError> {
+        let mut urls = HashMap::new();
+        for name in [
+            &cfg.dispatch_queue,
+            &cfg.harness_queue,
+            &cfg.dispatch_dlq,
+            &cfg.harness_dlq,
+        ] {
+            let out = sqs
+                .get_queue_url()
+                .queue_name(name)
+                .send()
+                .await
+                .map_err(classify)?;
+            let url = out
+                .queue_url()
+                .ok_or_else(|| StoreError::Terminal(format!("no URL for queue {name}")))?;
+            urls.insert(name.clone(), url.to_string());
+        }
+        Ok(Queues {
+            dispatch_url: urls[&cfg.dispatch_queue].clone(),
+            harness_url: urls[&cfg.harness_queue].clone(),
+            urls,
+            sqs,
+            dispatch_dlq: cfg.dispatch_dlq.clone(),
+            harness_dlq: cfg.harness_dlq.clone(),
+        })
+    }
+
+    pub async fn send_dispatch(&self, msg: &DispatchMessage) -> Result<(), StoreError> {
+        let body = serde_json::to_string(msg).map_err(|e| StoreError::Terminal(e.to_string()))?;
+        self.sqs
+            .send_message()
+            .queue_url(&self.dispatch_url)
+            .message_body(body)
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    /// Sends to the harness FIFO queue, grouped by run id and deduplicated
+    /// per step, so one Run's steps are delivered in order and once per
+    /// five-minute window even if sent twice.
+    pub async fn send_harness(&self, msg: &HarnessMessage) -> Result<(), StoreError> {
+        let body = serde_json::to_string(msg).map_err(|e| StoreError::Terminal(e.to_string()))?;
+        self.sqs
+            .send_message()
+            .queue_url(&self.harness_url)
+            .message_body(body)
+            .message_group_id(msg.run_id())
+            .message_deduplication_id(msg.dedup_id())
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    /// The URL of a queue from the ARN an SQS event names.
+    pub fn url_for_arn(&self, arn: &str) -> Option<&str> {
+        let name = arn.rsplit(':').next()?;
+        self.urls.get(name).map(String::as_str)
+    }
+
+    pub fn queue_name(arn: &str) -> &str {
+        arn.rsplit(':').next().unwrap_or(arn)
+    }
+
+    /// Delays the next delivery of a failed message: `base * 2^(receives-1)`
+    /// seconds, capped at 15 minutes. Without it a failed message would wait
+    /// the whole visibility timeout.
+    pub async fn back_off(&self, queue_url: &str, receipt_handle: &str, receives: u32, base_s: u32) {
+        let delay = u64::from(base_s)
+            .saturating_mul(1u64 << receives.saturating_sub(1).min(16))
+            .min(900) as i32;
+        if let Err(e) = self
+            .sqs
+            .change_message_visibility()
+            .queue_url(queue_url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(delay)
+            .send()
+            .await
+        {
+            tracing::warn!(error = %classify(e), "could not set the retry backoff; the visibility timeout applies");
+        }
+    }
+}

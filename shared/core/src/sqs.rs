@@ -1,0 +1,108 @@
+//! SQS batch handling as Lambda's event source mapping expects it: one span
+//! per record, per-record outcomes, `batchItemFailures` for the ones to
+//! redeliver (with a backoff), and FIFO order kept by failing every later
+//! record of a group once one fails.
+
+use std::collections::HashSet;
+use std::future::Future;
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use tracing::Instrument;
+
+use crate::queues::Queues;
+
+/// What became of one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Handled (or deliberately dropped, which was logged): delete it.
+    Done,
+    /// Failed for a reason worth retrying: redeliver after a backoff.
+    Retry(String),
+}
+
+pub fn receive_count(msg: &SqsMessage) -> u32 {
+    msg.attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+fn failure(id: &str) -> BatchItemFailure {
+    let mut f = BatchItemFailure::default();
+    f.item_identifier = id.to_string();
+    f
+}
+
+/// Handles every record with `handle`; FIFO records sequentially per group,
+/// standard records concurrently.
+pub async fn process_batch<F, Fut>(
+    event: SqsEvent,
+    queues: &Queues,
+    retry_base_s: u32,
+    handle: F,
+) -> SqsBatchResponse
+where
+    F: Fn(SqsMessage) -> Fut,
+    Fut: Future<Output = Outcome>,
+{
+    let mut failures = Vec::new();
+    let fifo = event
+        .records
+        .first()
+        .and_then(|r| r.event_source_arn.as_deref())
+        .is_some_and(|a| a.ends_with(".fifo"));
+    let run_one = |msg: SqsMessage| {
+        let id = msg.message_id.clone().unwrap_or_default();
+        let queue = msg
+            .event_source_arn
+            .as_deref()
+            .map(Queues::queue_name)
+            .unwrap_or_default()
+            .to_string();
+        let receives = receive_count(&msg);
+        let span = tracing::info_span!("record", message_id = %id, queue = %queue, receives);
+        let receipt = msg.receipt_handle.clone().unwrap_or_default();
+        let arn = msg.event_source_arn.clone().unwrap_or_default();
+        let fut = handle(msg);
+        async move {
+            let outcome = fut.await;
+            (id, outcome, receipt, arn, receives)
+        }
+        .instrument(span)
+    };
+    let mut results = Vec::new();
+    if fifo {
+        let mut failed_groups = HashSet::new();
+        for msg in event.records {
+            let group = msg
+                .attributes
+                .get("MessageGroupId")
+                .cloned()
+                .unwrap_or_default();
+            if failed_groups.contains(&group) {
+                let id = msg.message_id.clone().unwrap_or_default();
+                failures.push(failure(&id));
+                continue;
+            }
+            let r = run_one(msg).await;
+            if matches!(r.1, Outcome::Retry(_)) {
+                failed_groups.insert(group);
+            }
+            results.push(r);
+        }
+    } else {
+        results = futures::future::join_all(event.records.into_iter().map(run_one)).await;
+    }
+    for (id, outcome, receipt, arn, receives) in results {
+        if let Outcome::Retry(reason) = outcome {
+            tracing::warn!(message_id = %id, %reason, "record failed; it will be redelivered");
+            if let Some(url) = queues.url_for_arn(&arn) {
+                queues.back_off(url, &receipt, receives, retry_base_s).await;
+            }
+            failures.push(failure(&id));
+        }
+    }
+    let mut resp = SqsBatchResponse::default();
+    resp.batch_item_failures = failures;
+    resp
+}

@@ -1,0 +1,55 @@
+//! Reading and writing DynamoDB attribute maps.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::error::StoreError;
+
+pub type Item = HashMap<String, AttributeValue>;
+
+pub fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+pub fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+pub fn get_s(item: &Item, key: &str) -> Result<String, StoreError> {
+    match item.get(key) {
+        Some(AttributeValue::S(v)) => Ok(v.clone()),
+        _ => Err(StoreError::Corrupt(format!("attribute {key} missing or not a string"))),
+    }
+}
+
+pub fn opt_s(item: &Item, key: &str) -> Option<String> {
+    match item.get(key) {
+        Some(AttributeValue::S(v)) => Some(v.clone()),
+        _ => None,
+    }
+}
+
+pub fn get_n<T: std::str::FromStr>(item: &Item, key: &str) -> Result<T, StoreError> {
+    match item.get(key) {
+        Some(AttributeValue::N(v)) => v
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("attribute {key} is not a number"))),
+        _ => Err(StoreError::Corrupt(format!("attribute {key} missing or not a number"))),
+    }
+}
+
+pub fn get_json<T: serde::de::DeserializeOwned>(item: &Item, key: &str) -> Result<T, StoreError> {
+    let raw = get_s(item, key)?;
+    serde_json::from_str(&raw).map_err(|e| StoreError::Corrupt(format!("attribute {key}: {e}")))
+}
+
+pub fn json<T: serde::Serialize>(v: &T) -> AttributeValue {
+    // Serialising our own types cannot fail (no non-string map keys).
+    AttributeValue::S(serde_json::to_string(v).unwrap_or_else(|_| "null".into()))
+}
+
+/// Seconds since the epoch, for TTL attributes.
+pub fn ttl_after(now_ms: i64, days: i64) -> AttributeValue {
+    n(now_ms / 1000 + days * 86_400)
+}

@@ -1,0 +1,8 @@
+//! DynamoDB adapters, one per table. They own the attribute mapping and
+//! turn failed conditions into [`StoreError::Conflict`](crate::error::StoreError).
+
+pub mod idempotency;
+pub mod item;
+pub mod registry;
+pub mod runs;
+pub mod sessions;

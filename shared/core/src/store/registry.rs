@@ -1,0 +1,159 @@
+//! The registry table: agent definitions (`agent#<name>`) and API keys
+//! (`apikey#<key_id>`, the secret's hash only). A `kind` attribute and the
+//! `by_kind` index list them.
+
+use aws_sdk_dynamodb::Client;
+
+use armada_domain::agent::AgentDefinition;
+
+use super::item::{get_json, get_s, json, n, opt_s, s, Item};
+use crate::error::{classify, StoreError};
+
+#[derive(Debug, Clone)]
+pub struct Registry {
+    dynamo: Client,
+    table: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredKey {
+    pub key_id: String,
+    pub tenant: String,
+    pub secret_sha256: String,
+    pub revoked: bool,
+}
+
+impl Registry {
+    pub fn new(dynamo: Client, table: &str) -> Self {
+        Registry {
+            dynamo,
+            table: table.to_string(),
+        }
+    }
+
+    async fn get(&self, pk: &str) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .dynamo
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(pk))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(out.item().cloned())
+    }
+
+    pub async fn agent(&self, name: &str) -> Result<Option<AgentDefinition>, StoreError> {
+        self.get(&format!("agent#{name}"))
+            .await?
+            .map(|i| get_json(&i, "doc"))
+            .transpose()
+    }
+
+    /// Creates or replaces an agent; the stored version is incremented
+    /// atomically and returned.
+    pub async fn put_agent(&self, def: &AgentDefinition) -> Result<u64, StoreError> {
+        let out = self
+            .dynamo
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(format!("agent#{}", def.name)))
+            .update_expression("SET kind = :k, #name = :n, doc = :d ADD version :one")
+            .expression_attribute_names("#name", "name")
+            .expression_attribute_values(":k", s("agent"))
+            .expression_attribute_values(":n", s(&def.name))
+            .expression_attribute_values(":d", json(def))
+            .expression_attribute_values(":one", n(1))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .map_err(classify)?;
+        let version = out
+            .attributes()
+            .and_then(|a| a.get("version"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        Ok(version)
+    }
+
+    pub async fn list_agents(&self) -> Result<Vec<(AgentDefinition, u64)>, StoreError> {
+        let mut agents = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .dynamo
+                .query()
+                .table_name(&self.table)
+                .index_name("by_kind")
+                .key_condition_expression("kind = :k")
+                .expression_attribute_values(":k", s("agent"))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(classify)?;
+            for item in out.items() {
+                let def: AgentDefinition = get_json(item, "doc")?;
+                let version = super::item::get_n(item, "version").unwrap_or(1);
+                agents.push((def, version));
+            }
+            match out.last_evaluated_key() {
+                Some(k) => start = Some(k.clone()),
+                None => return Ok(agents),
+            }
+        }
+    }
+
+    pub async fn agent_version(&self, name: &str) -> Result<Option<(AgentDefinition, u64)>, StoreError> {
+        match self.get(&format!("agent#{name}")).await? {
+            None => Ok(None),
+            Some(i) => Ok(Some((get_json(&i, "doc")?, super::item::get_n(&i, "version").unwrap_or(1)))),
+        }
+    }
+
+    pub async fn put_key(&self, key: &StoredKey, now_ms: i64) -> Result<(), StoreError> {
+        let mut item = Item::new();
+        item.insert("pk".into(), s(format!("apikey#{}", key.key_id)));
+        item.insert("kind".into(), s("apikey"));
+        item.insert("name".into(), s(&key.key_id));
+        item.insert("tenant".into(), s(&key.tenant));
+        item.insert("secret_sha256".into(), s(&key.secret_sha256));
+        item.insert("created_at".into(), n(now_ms));
+        self.dynamo
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    pub async fn key(&self, key_id: &str) -> Result<Option<StoredKey>, StoreError> {
+        let Some(item) = self.get(&format!("apikey#{key_id}")).await? else {
+            return Ok(None);
+        };
+        Ok(Some(StoredKey {
+            key_id: key_id.to_string(),
+            tenant: get_s(&item, "tenant")?,
+            secret_sha256: get_s(&item, "secret_sha256")?,
+            revoked: opt_s(&item, "revoked_at").is_some(),
+        }))
+    }
+
+    /// Marks a key revoked; `Conflict` when there is no such key.
+    pub async fn revoke_key(&self, key_id: &str, now_ms: i64) -> Result<(), StoreError> {
+        self.dynamo
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(format!("apikey#{key_id}")))
+            .update_expression("SET revoked_at = :now")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":now", s(now_ms.to_string()))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,292 @@
+//! The runs and run_events tables. The Run record is one item: the fields the
+//! claim and fence conditions test (`state`, `step`, `epoch`, `lease_until`,
+//! `event_seq`) are top-level attributes and authoritative; the rest is a JSON
+//! document. Every write after creation is conditional on the epoch and event
+//! sequence the writer read, so a superseded worker cannot commit.
+
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::Client;
+
+use armada_domain::run::{Run, RunEventRecord, RunState};
+
+use super::item::{get_json, get_n, get_s, json, n, s, ttl_after, Item};
+use crate::error::{classify, StoreError};
+
+/// How long events are kept.
+const EVENT_TTL_DAYS: i64 = 30;
+
+#[derive(Debug, Clone)]
+pub struct RunStore {
+    dynamo: Client,
+    runs_table: String,
+    events_table: String,
+}
+
+pub use armada_domain::run::Stamp;
+
+const ACTIVE: [RunState; 5] = [
+    RunState::Pending,
+    RunState::Executing,
+    RunState::AwaitingTool,
+    RunState::AwaitingHitl,
+    RunState::AwaitingChildren,
+];
+
+impl RunStore {
+    pub fn new(dynamo: Client, runs_table: &str, events_table: &str) -> Self {
+        RunStore {
+            dynamo,
+            runs_table: runs_table.to_string(),
+            events_table: events_table.to_string(),
+        }
+    }
+
+    pub fn run_item(run: &Run) -> Item {
+        let mut item = Item::new();
+        item.insert("run_id".into(), s(&run.run_id));
+        item.insert("tenant".into(), s(&run.tenant));
+        item.insert("agent".into(), s(&run.agent));
+        item.insert("state".into(), s(run.state.as_str()));
+        item.insert("step".into(), n(run.step));
+        item.insert("epoch".into(), n(run.epoch));
+        item.insert("lease_until".into(), n(run.lease_until_ms));
+        item.insert("event_seq".into(), n(run.event_seq));
+        item.insert("created_at".into(), n(run.created_at_ms));
+        item.insert("updated_at".into(), n(run.updated_at_ms));
+        if let Some(p) = &run.parent_run_id {
+            item.insert("parent_run_id".into(), s(p));
+        }
+        item.insert("doc".into(), json(run));
+        item
+    }
+
+    fn from_item(item: &Item) -> Result<Run, StoreError> {
+        let mut run: Run = get_json(item, "doc")?;
+        let state = get_s(item, "state")?;
+        run.state = RunState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown run state {state}")))?;
+        run.step = get_n(item, "step")?;
+        run.epoch = get_n(item, "epoch")?;
+        run.lease_until_ms = get_n(item, "lease_until")?;
+        run.event_seq = get_n(item, "event_seq")?;
+        run.updated_at_ms = get_n(item, "updated_at")?;
+        Ok(run)
+    }
+
+    pub fn event_item(run_id: &str, ev: &RunEventRecord) -> Item {
+        let mut item = Item::new();
+        item.insert("run_id".into(), s(run_id));
+        item.insert("seq".into(), n(ev.seq));
+        item.insert("type".into(), s(&ev.kind));
+        item.insert("at".into(), n(ev.at_ms));
+        item.insert("data".into(), json(&ev.data));
+        item.insert("expires_at".into(), ttl_after(ev.at_ms, EVENT_TTL_DAYS));
+        item
+    }
+
+    fn event_put(&self, run_id: &str, ev: &RunEventRecord) -> TransactWriteItem {
+        put(
+            &self.events_table,
+            Self::event_item(run_id, ev),
+            "attribute_not_exists(seq)",
+        )
+    }
+
+    /// Reads a Run (strongly consistent).
+    pub async fn get(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
+        let out = self
+            .dynamo
+            .get_item()
+            .table_name(&self.runs_table)
+            .key("run_id", s(run_id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        out.item().map(Self::from_item).transpose()
+    }
+
+    /// Creates a Run with its first events, plus any items that must be
+    /// written atomically with it (idempotency record, session slot). The
+    /// Run is item 0 of the transaction; `extra` follow in order.
+    pub async fn create(
+        &self,
+        run: &Run,
+        events: &[RunEventRecord],
+        extra: Vec<TransactWriteItem>,
+    ) -> Result<(), StoreError> {
+        let mut items = vec![put(
+            &self.runs_table,
+            Self::run_item(run),
+            "attribute_not_exists(run_id)",
+        )];
+        items.extend(extra);
+        items.extend(events.iter().map(|e| self.event_put(&run.run_id, e)));
+        self.transact(items).await
+    }
+
+    /// Claims `run.step` for a harness worker: one conditional update that
+    /// checks the state, step, epoch and an expired lease, takes a new lease
+    /// and increments the epoch. Returns the Run as claimed.
+    pub async fn claim(&self, run: &Run, now_ms: i64, lease_ms: i64) -> Result<Run, StoreError> {
+        let lease_until = now_ms + lease_ms;
+        let mut update = self
+            .dynamo
+            .update_item()
+            .table_name(&self.runs_table)
+            .key("run_id", s(&run.run_id))
+            .update_expression(
+                "SET #state = :executing, epoch = epoch + :one, lease_until = :lease, updated_at = :now",
+            )
+            .condition_expression(
+                "#state IN (:a0, :a1, :a2, :a3, :a4) AND step = :step AND epoch = :epoch AND lease_until <= :now",
+            )
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":executing", s(RunState::Executing.as_str()))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":lease", n(lease_until))
+            .expression_attribute_values(":now", n(now_ms))
+            .expression_attribute_values(":step", n(run.step))
+            .expression_attribute_values(":epoch", n(run.epoch));
+        for (i, st) in ACTIVE.iter().enumerate() {
+            update = update.expression_attribute_values(format!(":a{i}"), s(st.as_str()));
+        }
+        update.send().await.map_err(classify)?;
+        let mut claimed = run.clone();
+        claimed.state = RunState::Executing;
+        claimed.epoch += 1;
+        claimed.lease_until_ms = lease_until;
+        claimed.updated_at_ms = now_ms;
+        Ok(claimed)
+    }
+
+    /// Writes the new version of a Run and its new events in one transaction,
+    /// conditional on the version the writer read (`prev`). A worker whose
+    /// epoch was superseded gets `Conflict { which: Some(0) }`.
+    pub async fn save(
+        &self,
+        prev: Stamp,
+        run: &Run,
+        events: &[RunEventRecord],
+        extra: Vec<TransactWriteItem>,
+    ) -> Result<(), StoreError> {
+        let mut item = Self::run_item(run);
+        item.remove("run_id");
+        let mut names = std::collections::HashMap::new();
+        let mut values = std::collections::HashMap::new();
+        let mut sets = Vec::new();
+        for (i, (k, v)) in item.into_iter().enumerate() {
+            names.insert(format!("#f{i}"), k);
+            values.insert(format!(":v{i}"), v);
+            sets.push(format!("#f{i} = :v{i}"));
+        }
+        names.insert("#epoch".into(), "epoch".into());
+        names.insert("#es".into(), "event_seq".into());
+        values.insert(":prev_epoch".into(), n(prev.epoch));
+        values.insert(":prev_es".into(), n(prev.event_seq));
+        let update = Update::builder()
+            .table_name(&self.runs_table)
+            .key("run_id", s(&run.run_id))
+            .update_expression(format!("SET {}", sets.join(", ")))
+            .condition_expression("#epoch = :prev_epoch AND #es = :prev_es")
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .build()
+            .map_err(|e| StoreError::Terminal(e.to_string()))?;
+        let mut items = vec![TransactWriteItem::builder().update(update).build()];
+        items.extend(events.iter().map(|e| self.event_put(&run.run_id, e)));
+        items.extend(extra);
+        self.transact(items).await
+    }
+
+    /// Events with `seq > after`, oldest first, at most `limit`.
+    pub async fn events(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: i32,
+    ) -> Result<Vec<RunEventRecord>, StoreError> {
+        let out = self
+            .dynamo
+            .query()
+            .table_name(&self.events_table)
+            .key_condition_expression("run_id = :r AND seq > :after")
+            .expression_attribute_values(":r", s(run_id))
+            .expression_attribute_values(":after", n(after))
+            .consistent_read(true)
+            .limit(limit)
+            .send()
+            .await
+            .map_err(classify)?;
+        out.items()
+            .iter()
+            .map(|item| {
+                Ok(RunEventRecord {
+                    seq: get_n(item, "seq")?,
+                    kind: get_s(item, "type")?,
+                    at_ms: get_n(item, "at")?,
+                    data: get_json(item, "data")?,
+                })
+            })
+            .collect()
+    }
+
+    /// All events of a Run, paging through the table.
+    pub async fn all_events(&self, run_id: &str) -> Result<Vec<RunEventRecord>, StoreError> {
+        let mut all = Vec::new();
+        loop {
+            let after = all.last().map(|e: &RunEventRecord| e.seq).unwrap_or(0);
+            let page = self.events(run_id, after, 500).await?;
+            let done = page.len() < 500;
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+
+    pub async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<(), StoreError> {
+        match self
+            .dynamo
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(err) => {
+                if let Some(TransactWriteItemsError::TransactionCanceledException(tc)) =
+                    err.as_service_error()
+                {
+                    let which = tc
+                        .cancellation_reasons()
+                        .iter()
+                        .position(|r| r.code() == Some("ConditionalCheckFailed"));
+                    if which.is_some() {
+                        return Err(StoreError::Conflict { which });
+                    }
+                }
+                Err(classify(err))
+            }
+        }
+    }
+}
+
+/// A conditional Put for a transaction.
+pub fn put(table: &str, item: Item, condition: &str) -> TransactWriteItem {
+    let put = Put::builder()
+        .table_name(table)
+        .set_item(Some(item))
+        .condition_expression(condition)
+        .build()
+        .expect("table, item and condition are set");
+    TransactWriteItem::builder().put(put).build()
+}
+
+pub fn attr_map(pairs: &[(&str, AttributeValue)]) -> Item {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}

@@ -1,0 +1,127 @@
+//! Inline skills: run inside the harness, no sandbox. `current_time` and
+//! `http_request` to hosts on the agent's allow-list.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use armada_domain::agent::AgentDefinition;
+use armada_domain::chat::ToolCall;
+use armada_domain::skills::{CURRENT_TIME, HTTP_REQUEST};
+
+use crate::clock::rfc3339;
+
+/// A skill's failure, returned to the model as its result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolFailure {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ToolFailure {
+    fn new(code: &'static str, message: impl Into<String>) -> Self {
+        ToolFailure {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn to_json(&self) -> Value {
+        json!({"error": {"code": self.code, "message": self.message}})
+    }
+}
+
+const MAX_BODY: usize = 16 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct InlineTools {
+    http: reqwest::Client,
+}
+
+impl Default for InlineTools {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl InlineTools {
+    pub fn new() -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            // A redirect could leave the allow-list.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        InlineTools { http }
+    }
+
+    pub async fn execute(
+        &self,
+        agent: &AgentDefinition,
+        call: &ToolCall,
+        now_ms: i64,
+    ) -> Result<Value, ToolFailure> {
+        if !agent.skills.iter().any(|s| s == &call.name) {
+            return Err(ToolFailure::new(
+                "DENIED",
+                format!("agent '{}' has no skill '{}'", agent.name, call.name),
+            ));
+        }
+        match call.name.as_str() {
+            CURRENT_TIME => Ok(json!({"now": rfc3339(now_ms)})),
+            HTTP_REQUEST => self.http_request(agent, &call.args).await,
+            other => Err(ToolFailure::new(
+                "UNKNOWN_SKILL",
+                format!("skill '{other}' is not an inline skill"),
+            )),
+        }
+    }
+
+    async fn http_request(&self, agent: &AgentDefinition, args: &Value) -> Result<Value, ToolFailure> {
+        let url = args
+            .get("url")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ToolFailure::new("INVALID_ARGS", "url is required"))?;
+        let url = reqwest::Url::parse(url)
+            .map_err(|e| ToolFailure::new("INVALID_ARGS", format!("url: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(ToolFailure::new("INVALID_ARGS", "url must be http or https"));
+        }
+        let host = url.host_str().unwrap_or_default();
+        let host_port = url
+            .port()
+            .map(|p| format!("{host}:{p}"))
+            .unwrap_or_else(|| host.to_string());
+        if !agent
+            .http_allow_hosts
+            .iter()
+            .any(|h| h == host || h == &host_port)
+        {
+            return Err(ToolFailure::new(
+                "EGRESS_DENIED",
+                format!("host '{host_port}' is not on the agent's allow-list"),
+            ));
+        }
+        let method = args.get("method").and_then(Value::as_str).unwrap_or("GET");
+        let method = reqwest::Method::from_bytes(method.as_bytes())
+            .map_err(|_| ToolFailure::new("INVALID_ARGS", "method is not valid"))?;
+        let mut req = self.http.request(method, url);
+        if let Some(body) = args.get("body").and_then(Value::as_str) {
+            req = req.body(body.to_string());
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| ToolFailure::new("NETWORK", e.to_string()))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| ToolFailure::new("NETWORK", e.to_string()))?;
+        let truncated = text.len() > MAX_BODY;
+        let mut cut = text.len().min(MAX_BODY);
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        Ok(json!({"status": status, "body": &text[..cut], "truncated": truncated}))
+    }
+}
