@@ -1,0 +1,259 @@
+//! T2 dispatcher: turns accepted requests into running Runs and settles Runs
+//! that reached a terminal state. It keeps no state in memory.
+//!
+//! - `StartRun`: a direct Run gets its first harness step; a session Run
+//!   starts only when every earlier message of its session has ended.
+//! - `RunTerminal`: advances the session (starting the next queued message),
+//!   then closes the Run (`CLOSED_*`).
+//! - Dead letters (from either DLQ): the Run whose message kept failing is
+//!   failed with the reason, so no Run stays non-terminal forever.
+
+use std::sync::Arc;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use serde_json::json;
+use tracing::Instrument;
+
+use armada_core::error::StoreError;
+use armada_core::queues::Queues;
+use armada_core::sqs::{process_batch, receive_count, Outcome};
+use armada_core::Services;
+use armada_domain::messages::{DispatchMessage, HarnessMessage};
+use armada_domain::run::{Run, RunError, RunEvent, RunState};
+
+#[derive(Debug, Clone)]
+pub struct Dispatcher {
+    svc: Arc<Services>,
+}
+
+fn retry(e: StoreError) -> Outcome {
+    Outcome::Retry(e.to_string())
+}
+
+/// Maps `?` on store calls to a retry of the record.
+macro_rules! tryo {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return retry(e),
+        }
+    };
+}
+
+impl Dispatcher {
+    pub fn new(svc: Arc<Services>) -> Self {
+        Dispatcher { svc }
+    }
+
+    pub async fn handle_event(&self, event: SqsEvent) -> SqsBatchResponse {
+        process_batch(event, &self.svc.queues, self.svc.cfg.retry_base_seconds, |msg| {
+            self.handle_record(msg)
+        })
+        .await
+    }
+
+    async fn handle_record(&self, msg: SqsMessage) -> Outcome {
+        let queue = msg
+            .event_source_arn
+            .as_deref()
+            .map(Queues::queue_name)
+            .unwrap_or_default()
+            .to_string();
+        let receives = receive_count(&msg);
+        let body = msg.body.unwrap_or_default();
+        if queue == self.svc.queues.dispatch_dlq || queue == self.svc.queues.harness_dlq {
+            return self.dead_letter(&queue, &body, receives).await;
+        }
+        let parsed: DispatchMessage = match serde_json::from_str(&body) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::error!(error = %e, "malformed dispatch message dropped");
+                return Outcome::Done;
+            }
+        };
+        let span = tracing::info_span!("dispatch", run_id = %parsed.run_id());
+        async {
+            match parsed {
+                DispatchMessage::StartRun { run_id, tenant } => self.start(&run_id, &tenant).await,
+                DispatchMessage::RunTerminal { run_id, tenant } => {
+                    self.settle(&run_id, &tenant).await
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn load(&self, run_id: &str, tenant: &str) -> Result<Option<Run>, StoreError> {
+        match self.svc.runs.get(run_id).await? {
+            Some(r) if r.tenant == tenant => Ok(Some(r)),
+            Some(r) => {
+                tracing::error!(run_id, tenant, owner = %r.tenant, "security: message tenant does not own the run; dropped");
+                Ok(None)
+            }
+            None => {
+                tracing::warn!(run_id, "message for an unknown run dropped");
+                Ok(None)
+            }
+        }
+    }
+
+    async fn start(&self, run_id: &str, tenant: &str) -> Outcome {
+        let Some(run) = tryo!(self.load(run_id, tenant).await) else {
+            return Outcome::Done;
+        };
+        if run.state != RunState::Pending {
+            tracing::info!(run_id, state = %run.state, "already started; duplicate dropped");
+            return Outcome::Done;
+        }
+        match &run.session_id {
+            Some(sid) => self.advance_session(sid).await,
+            None => self.send_first_step(&run).await,
+        }
+    }
+
+    async fn send_first_step(&self, run: &Run) -> Outcome {
+        tryo!(
+            self.svc
+                .queues
+                .send_harness(&HarnessMessage::Step {
+                    run_id: run.run_id.clone(),
+                    tenant: run.tenant.clone(),
+                    step: 0,
+                })
+                .await
+        );
+        tracing::info!(run_id = %run.run_id, "run started");
+        Outcome::Done
+    }
+
+    /// Passes over ended messages at the head of the session and starts the
+    /// first one still PENDING. Safe to repeat: it only moves forward, with
+    /// conditional writes, and a second start of the same Run is dropped by
+    /// the harness.
+    async fn advance_session(&self, session_id: &str) -> Outcome {
+        let Some(mut h) = tryo!(self.svc.sessions.header(session_id).await) else {
+            tracing::error!(session_id, "session of a run is missing");
+            return Outcome::Done;
+        };
+        for _ in 0..1000 {
+            let next = h.done_seq + 1;
+            if next > h.next_seq {
+                return Outcome::Done;
+            }
+            let Some(rid) = tryo!(self.svc.sessions.message_run(session_id, next).await) else {
+                tracing::error!(session_id, seq = next, "session message index missing");
+                return Outcome::Done;
+            };
+            let Some(run) = tryo!(self.svc.runs.get(&rid).await) else {
+                return Outcome::Done;
+            };
+            if run.state.is_terminal() {
+                match self.svc.sessions.mark_done(session_id, next).await {
+                    Ok(()) | Err(StoreError::Conflict { .. }) => {}
+                    Err(e) => return retry(e),
+                }
+                h = match tryo!(self.svc.sessions.header(session_id).await) {
+                    Some(h) => h,
+                    None => return Outcome::Done,
+                };
+                continue;
+            }
+            if run.state == RunState::Pending {
+                return self.send_first_step(&run).await;
+            }
+            // The head is running: it will advance the session when it ends.
+            return Outcome::Done;
+        }
+        Outcome::Retry("session advance did not converge".into())
+    }
+
+    /// Post-terminal duties, then `CLOSED_*`.
+    async fn settle(&self, run_id: &str, tenant: &str) -> Outcome {
+        let Some(run) = tryo!(self.load(run_id, tenant).await) else {
+            return Outcome::Done;
+        };
+        if run.state.is_active() {
+            tracing::warn!(run_id, state = %run.state, "terminal notice for an active run dropped");
+            return Outcome::Done;
+        }
+        if run.state.is_closed() {
+            tracing::info!(run_id, "already closed; duplicate dropped");
+            return Outcome::Done;
+        }
+        if let Some(sid) = &run.session_id {
+            if let Outcome::Retry(r) = self.advance_session(sid).await {
+                return Outcome::Retry(r);
+            }
+        }
+        self.close(run).await
+    }
+
+    async fn close(&self, run: Run) -> Outcome {
+        let now = self.svc.clock.now_ms();
+        let prev = run.stamp();
+        let mut next = run;
+        if next.apply(&RunEvent::Closed, now).is_err() {
+            return Outcome::Done;
+        }
+        let ev = next.push_event("run_closed", json!({"outcome": next.state.outcome()}), now);
+        match self.svc.runs.save(prev, &next, &[ev], vec![]).await {
+            Ok(()) | Err(StoreError::Conflict { .. }) => Outcome::Done,
+            Err(e) => retry(e),
+        }
+    }
+
+    /// A message that kept failing: fail its Run with the reason, then settle it.
+    async fn dead_letter(&self, queue: &str, body: &str, receives: u32) -> Outcome {
+        let (run_id, tenant, what) = if let Ok(m) = serde_json::from_str::<HarnessMessage>(body) {
+            let HarnessMessage::Step { run_id, tenant, step } = m;
+            (run_id, tenant, format!("step {step}"))
+        } else if let Ok(m) = serde_json::from_str::<DispatchMessage>(body) {
+            match m {
+                DispatchMessage::StartRun { run_id, tenant } => (run_id, tenant, "start".to_string()),
+                DispatchMessage::RunTerminal { run_id, tenant } => {
+                    (run_id, tenant, "settlement".to_string())
+                }
+            }
+        } else {
+            tracing::error!(queue, "unreadable dead letter dropped");
+            return Outcome::Done;
+        };
+        tracing::error!(run_id, queue, what, "dead letter received");
+        for _ in 0..5 {
+            let Some(run) = tryo!(self.load(&run_id, &tenant).await) else {
+                return Outcome::Done;
+            };
+            if run.state.is_terminal() {
+                return self.settle(&run_id, &tenant).await;
+            }
+            let now = self.svc.clock.now_ms();
+            let prev = run.stamp();
+            let mut next = run;
+            if next.apply(&RunEvent::Failed, now).is_err() {
+                return Outcome::Done;
+            }
+            next.epoch += 1;
+            next.lease_until_ms = 0;
+            let error = RunError::new(
+                "DEAD_LETTERED",
+                format!(
+                    "the run's {what} message failed on every delivery and was moved to {queue}"
+                ),
+            );
+            let ev = next.push_event(
+                "run_failed",
+                json!({"error": error, "receives": receives}),
+                now,
+            );
+            next.error = Some(error);
+            match self.svc.runs.save(prev, &next, &[ev], vec![]).await {
+                Ok(()) => return self.settle(&run_id, &tenant).await,
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return retry(e),
+            }
+        }
+        Outcome::Retry("the run kept changing".into())
+    }
+}
+

@@ -1,0 +1,504 @@
+//! T3 harness: executes exactly one step of one Run per message.
+//!
+//! claim (lease + epoch) → load agent, history, transcript → assemble context
+//! → call the model → record the requested tool calls (fenced) → run inline
+//! skills → fenced commit → next message. A message for a step that is done,
+//! a Run that is terminal, or a step someone else holds is judged against the
+//! Run record, so at-least-once delivery has exactly one effect.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use futures::future::BoxFuture;
+use serde_json::{json, Value};
+use tracing::Instrument;
+
+use armada_core::error::StoreError;
+use armada_core::sqs::{process_batch, Outcome};
+use armada_core::Services;
+use armada_domain::chat::{ChatMessage, ModelReply, Role, ToolCall};
+use armada_domain::context::{self, HistoryTurn};
+use armada_domain::ledger::{self, Recovery, ToolCallRecord, ToolCallState};
+use armada_domain::messages::{DispatchMessage, HarnessMessage};
+use armada_domain::run::{
+    Delivery, Payload, Run, RunAction, RunError, RunEvent, RunEventRecord, Stamp,
+};
+use armada_domain::session;
+use armada_domain::skills;
+
+/// Messages dropped as duplicates or overtaken.
+pub static STALE_DROPS: AtomicU64 = AtomicU64::new(0);
+/// Commits refused because a newer epoch had claimed the Run.
+pub static FENCED_COMMITS: AtomicU64 = AtomicU64::new(0);
+
+/// The step was aborted the way a Lambda dies: nothing acknowledged,
+/// nothing committed, the lease left to expire.
+#[derive(Debug, thiserror::Error)]
+#[error("harness step aborted: {0}")]
+pub struct Aborted(pub String);
+
+/// Points where tests inject faults into a step (a worker dying, a worker
+/// stalling until it is superseded). Production uses [`NoHooks`].
+pub trait StepHooks: Send + Sync {
+    /// Called after the model answered and before anything is committed.
+    fn after_model_call<'a>(&'a self, run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>>;
+}
+
+#[derive(Debug, Default)]
+pub struct NoHooks;
+
+impl StepHooks for NoHooks {
+    fn after_model_call<'a>(&'a self, _run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+pub struct Harness {
+    svc: Arc<Services>,
+    hooks: Arc<dyn StepHooks>,
+}
+
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness").finish_non_exhaustive()
+    }
+}
+
+/// Why a step could not finish normally.
+#[derive(Debug)]
+enum StepError {
+    /// Worth redelivering (store or queue unavailable).
+    Retry(String),
+    /// A newer epoch owns the Run: this worker's work is void.
+    Fenced,
+    Aborted(Aborted),
+}
+
+impl From<StoreError> for StepError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict { which: Some(0) } | StoreError::Conflict { which: None } => {
+                StepError::Fenced
+            }
+            other => StepError::Retry(other.to_string()),
+        }
+    }
+}
+
+impl Harness {
+    pub fn new(svc: Arc<Services>) -> Self {
+        Self::with_hooks(svc, Arc::new(NoHooks))
+    }
+
+    pub fn with_hooks(svc: Arc<Services>, hooks: Arc<dyn StepHooks>) -> Self {
+        Harness { svc, hooks }
+    }
+
+    /// Handles one SQS batch. An `Err` is a function error: Lambda (and the
+    /// local poller) then leave the whole batch for redelivery.
+    pub async fn handle_event(&self, event: SqsEvent) -> Result<SqsBatchResponse, Aborted> {
+        let aborted = std::sync::Mutex::new(None);
+        let resp = process_batch(
+            event,
+            &self.svc.queues,
+            self.svc.cfg.retry_base_seconds,
+            |msg| async {
+                match self.handle_record(msg).await {
+                    Ok(o) => o,
+                    Err(a) => {
+                        if let Ok(mut slot) = aborted.lock() {
+                            *slot = Some(a);
+                        }
+                        Outcome::Retry("aborted".into())
+                    }
+                }
+            },
+        )
+        .await;
+        match aborted.into_inner().ok().flatten() {
+            Some(a) => Err(a),
+            None => Ok(resp),
+        }
+    }
+
+    async fn handle_record(&self, msg: SqsMessage) -> Result<Outcome, Aborted> {
+        let body = msg.body.unwrap_or_default();
+        let parsed: HarnessMessage = match serde_json::from_str(&body) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::error!(error = %e, "malformed harness message dropped");
+                return Ok(Outcome::Done);
+            }
+        };
+        let HarnessMessage::Step { run_id, tenant, step } = parsed;
+        let span = tracing::info_span!("step", %run_id, %tenant, step);
+        match self.step(&run_id, &tenant, step).instrument(span).await {
+            Ok(()) => Ok(Outcome::Done),
+            Err(StepError::Retry(reason)) => Ok(Outcome::Retry(reason)),
+            Err(StepError::Fenced) => {
+                FENCED_COMMITS.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%run_id, step, "commit rejected: a newer epoch owns the run; work discarded");
+                Ok(Outcome::Done)
+            }
+            Err(StepError::Aborted(a)) => Err(a),
+        }
+    }
+
+    async fn step(&self, run_id: &str, tenant: &str, step: u32) -> Result<(), StepError> {
+        let svc = &self.svc;
+        let Some(run) = svc.runs.get(run_id).await? else {
+            tracing::warn!(run_id, "message for an unknown run dropped");
+            return Ok(());
+        };
+        if run.tenant != tenant {
+            tracing::error!(run_id, tenant, owner = %run.tenant, "security: message tenant does not own the run; dropped");
+            return Ok(());
+        }
+        let now = svc.clock.now_ms();
+        match run.classify_delivery(step, now) {
+            Delivery::Stale { reason } => {
+                STALE_DROPS.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(run_id, step, current = run.step, state = %run.state, reason = reason.as_str(), "stale message dropped");
+                return self.resend_followup(&run, now).await;
+            }
+            Delivery::LeaseHeld { until_ms } => {
+                return Err(StepError::Retry(format!(
+                    "step {step} is held by another worker for {} ms",
+                    until_ms - now
+                )));
+            }
+            Delivery::Claimable => {}
+        }
+        let mut run = match svc.runs.claim(&run, now, svc.cfg.step_lease_ms).await {
+            Ok(r) => r,
+            Err(StoreError::Conflict { .. }) => {
+                STALE_DROPS.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(run_id, step, "claim lost to another worker; dropped");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        tracing::info!(run_id, step, epoch = run.epoch, "claimed");
+        let mut prev = run.stamp();
+        if run.past_deadline(now) {
+            let err = RunError::new("TIMED_OUT", "the run exceeded its wall-clock budget");
+            return self.finish(&mut run, prev, RunEvent::DeadlineExceeded, Some(err), vec![]).await;
+        }
+        let Some(agent) = svc.registry.agent(&run.agent).await? else {
+            let err = RunError::new("AGENT_NOT_FOUND", format!("agent '{}' no longer exists", run.agent));
+            return self.finish(&mut run, prev, RunEvent::Failed, Some(err), vec![]).await;
+        };
+        let input = match &run.input {
+            Payload::Inline { text } => text.clone(),
+            Payload::Stored { key, .. } => svc.payloads.get_text(key).await?,
+        };
+        let history = match &run.session_id {
+            Some(sid) => svc.sessions.history(sid).await?,
+            None => vec![],
+        };
+        let log = svc.runs.all_events(&run.run_id).await?;
+        let transcript = transcript(&input, &log);
+        let mut events = Vec::new();
+
+        // A previous worker may have dispatched this step's tools and died
+        // before committing: never re-send a non-idempotent call silently.
+        let pending: Vec<ToolCallRecord> = run
+            .ledger
+            .values()
+            .filter(|r| r.step == run.step && !r.state.is_settled())
+            .cloned()
+            .collect();
+        let calls: Vec<ToolCall> = if !pending.is_empty() {
+            let mut indeterminate = Vec::new();
+            for rec in &pending {
+                if ledger::recover(rec) == Some(Recovery::Indeterminate) {
+                    indeterminate.push(rec.call_id.clone());
+                    if let Some(r) = run.ledger.get_mut(&rec.call_id) {
+                        r.state = ToolCallState::Indeterminate;
+                    }
+                    events.push(run.push_event(
+                        "tool_indeterminate",
+                        json!({"call_id": rec.call_id, "name": rec.skill}),
+                        now,
+                    ));
+                }
+            }
+            if !indeterminate.is_empty() {
+                let err = RunError::new(
+                    "TOOL_INDETERMINATE",
+                    format!(
+                        "tool calls {} were dispatched but their results were lost; they are not idempotent, so they were not repeated",
+                        indeterminate.join(", ")
+                    ),
+                );
+                return self.finish(&mut run, prev, RunEvent::Failed, Some(err), events).await;
+            }
+            pending
+                .iter()
+                .map(|r| ToolCall {
+                    id: r.call_id.clone(),
+                    name: r.skill.clone(),
+                    args: r.args.clone(),
+                })
+                .collect()
+        } else {
+            if run.usage.model_turns >= run.budgets.max_model_turns {
+                let err = RunError::new(
+                    "BUDGET_EXCEEDED",
+                    format!("the run used its {} model turns", run.budgets.max_model_turns),
+                );
+                return self.finish(&mut run, prev, RunEvent::Failed, Some(err), vec![]).await;
+            }
+            let assembled =
+                context::assemble(&agent.system_prompt, &history, &transcript, agent.model.context_window);
+            if let Some(c) = assembled.compaction {
+                events.push(run.push_event(
+                    "history_compacted",
+                    json!({"dropped_turns": c.dropped_turns, "kept_turns": c.kept_turns}),
+                    now,
+                ));
+            }
+            let specs: Vec<_> = agent.skills.iter().filter_map(|s| skills::tool_spec(s)).collect();
+            let reply = match svc
+                .models
+                .complete_with_retry(&agent.model, &assembled.messages, &specs, svc.cfg.model_attempts)
+                .await
+            {
+                Ok((reply, attempts)) => {
+                    if attempts > 1 {
+                        events.push(run.push_event("model_retried", json!({"attempts": attempts}), now));
+                    }
+                    reply
+                }
+                Err((e, attempts)) => {
+                    let err = RunError::new(
+                        "MODEL_ERROR",
+                        format!("the model failed after {attempts} attempt(s): {e}"),
+                    );
+                    return self.finish(&mut run, prev, RunEvent::Failed, Some(err), events).await;
+                }
+            };
+            self.hooks
+                .after_model_call(&run)
+                .await
+                .map_err(StepError::Aborted)?;
+            let now = svc.clock.now_ms();
+            run.usage.model_turns += 1;
+            run.usage.input_tokens += reply.usage.input_tokens;
+            run.usage.output_tokens += reply.usage.output_tokens;
+            events.push(run.push_event(
+                "model_reply",
+                json!({"content": reply.content, "tool_calls": reply.tool_calls}),
+                now,
+            ));
+            if reply.tool_calls.is_empty() {
+                return self.complete(&mut run, prev, events, &input, reply).await;
+            }
+            let total = run.usage.tool_calls as usize + reply.tool_calls.len();
+            if total > run.budgets.max_tool_calls as usize {
+                let err = RunError::new(
+                    "BUDGET_EXCEEDED",
+                    format!("the run would exceed its {} tool calls", run.budgets.max_tool_calls),
+                );
+                return self.finish(&mut run, prev, RunEvent::Failed, Some(err), events).await;
+            }
+            // Record the calls as dispatched before running any of them.
+            for c in &reply.tool_calls {
+                run.ledger.insert(
+                    c.id.clone(),
+                    ToolCallRecord {
+                        call_id: c.id.clone(),
+                        skill: c.name.clone(),
+                        args: c.args.clone(),
+                        step: run.step,
+                        state: ToolCallState::Dispatched,
+                        idempotent: skills::call_is_idempotent(&c.name, &c.args),
+                        result: None,
+                    },
+                );
+                events.push(run.push_event(
+                    "tool_call",
+                    json!({"call_id": c.id, "name": c.name, "args": c.args}),
+                    now,
+                ));
+            }
+            run.usage.tool_calls += reply.tool_calls.len() as u32;
+            run.updated_at_ms = now;
+            svc.runs.save(prev, &run, &events, vec![]).await?;
+            prev = run.stamp();
+            events.clear();
+            reply.tool_calls
+        };
+
+        for c in &calls {
+            let outcome = svc.tools.execute(&agent, c, svc.clock.now_ms()).await;
+            let (state, result) = match outcome {
+                Ok(v) => (ToolCallState::Done, v),
+                Err(f) => (ToolCallState::Failed, f.to_json()),
+            };
+            if let Some(r) = run.ledger.get_mut(&c.id) {
+                r.state = state;
+                r.result = Some(result.clone());
+            }
+            events.push(run.push_event(
+                "tool_result",
+                json!({"call_id": c.id, "name": c.name, "state": state, "result": result}),
+                svc.clock.now_ms(),
+            ));
+        }
+        let now = svc.clock.now_ms();
+        let actions = run
+            .apply(&RunEvent::StepContinues, now)
+            .map_err(|e| StepError::Retry(e.to_string()))?;
+        run.step += 1;
+        run.lease_until_ms = 0;
+        svc.runs.save(prev, &run, &events, vec![]).await?;
+        self.carry_out(&run, &actions).await
+    }
+
+    async fn complete(
+        &self,
+        run: &mut Run,
+        prev: Stamp,
+        mut events: Vec<RunEventRecord>,
+        input: &str,
+        reply: ModelReply,
+    ) -> Result<(), StepError> {
+        let now = self.svc.clock.now_ms();
+        let actions = run
+            .apply(&RunEvent::Answered, now)
+            .map_err(|e| StepError::Retry(e.to_string()))?;
+        run.output = Some(reply.content.clone());
+        run.lease_until_ms = 0;
+        events.push(run.push_event("run_completed", json!({"output": reply.content}), now));
+        let mut extra = Vec::new();
+        if let (Some(sid), Some(seq)) = (&run.session_id, run.session_seq) {
+            let (user_turn, assistant_turn) = session::turn_numbers(seq);
+            extra.push(self.svc.sessions.turn_put(
+                sid,
+                user_turn,
+                &HistoryTurn {
+                    role: Role::User,
+                    content: input.to_string(),
+                    run_id: run.run_id.clone(),
+                },
+            ));
+            extra.push(self.svc.sessions.turn_put(
+                sid,
+                assistant_turn,
+                &HistoryTurn {
+                    role: Role::Assistant,
+                    content: reply.content,
+                    run_id: run.run_id.clone(),
+                },
+            ));
+        }
+        self.svc.runs.save(prev, run, &events, extra).await?;
+        tracing::info!(run_id = %run.run_id, epoch = run.epoch, "run completed");
+        self.carry_out(run, &actions).await
+    }
+
+    /// Ends the Run in a terminal state other than COMPLETED.
+    async fn finish(
+        &self,
+        run: &mut Run,
+        prev: Stamp,
+        event: RunEvent,
+        error: Option<RunError>,
+        mut events: Vec<RunEventRecord>,
+    ) -> Result<(), StepError> {
+        let now = self.svc.clock.now_ms();
+        let actions = run
+            .apply(&event, now)
+            .map_err(|e| StepError::Retry(e.to_string()))?;
+        run.lease_until_ms = 0;
+        let kind = match run.state {
+            armada_domain::run::RunState::TimedOut => "run_timed_out",
+            _ => "run_failed",
+        };
+        events.push(run.push_event(kind, json!({"error": error}), now));
+        run.error = error;
+        self.svc.runs.save(prev, run, &events, vec![]).await?;
+        tracing::warn!(run_id = %run.run_id, state = %run.state, error = ?run.error, "run ended");
+        self.carry_out(run, &actions).await
+    }
+
+    async fn carry_out(&self, run: &Run, actions: &[RunAction]) -> Result<(), StepError> {
+        for a in actions {
+            match a {
+                RunAction::EnqueueNextStep => self
+                    .svc
+                    .queues
+                    .send_harness(&HarnessMessage::Step {
+                        run_id: run.run_id.clone(),
+                        tenant: run.tenant.clone(),
+                        step: run.step,
+                    })
+                    .await
+                    .map_err(|e| StepError::Retry(format!("next step not queued: {e}")))?,
+                RunAction::AnnounceTerminal => self
+                    .svc
+                    .queues
+                    .send_dispatch(&DispatchMessage::RunTerminal {
+                        run_id: run.run_id.clone(),
+                        tenant: run.tenant.clone(),
+                    })
+                    .await
+                    .map_err(|e| StepError::Retry(format!("terminal state not announced: {e}")))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// A stale message may be the redelivery of a step whose commit landed
+    /// but whose follow-up message was lost: send the follow-up again (the
+    /// FIFO deduplication id and the claim make a second copy harmless).
+    async fn resend_followup(&self, run: &Run, now: i64) -> Result<(), StepError> {
+        if run.state.is_active() && run.lease_until_ms <= now {
+            self.carry_out(run, &[RunAction::EnqueueNextStep]).await
+        } else if run.state.is_terminal() && !run.state.is_closed() {
+            self.carry_out(run, &[RunAction::AnnounceTerminal]).await
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// The Run's own conversation so far: its input, then every tool round.
+pub fn transcript(input: &str, log: &[RunEventRecord]) -> Vec<ChatMessage> {
+    let mut msgs = vec![ChatMessage::text(Role::User, input)];
+    for ev in log {
+        match ev.kind.as_str() {
+            "model_reply" => {
+                let calls: Vec<ToolCall> = ev
+                    .data
+                    .get("tool_calls")
+                    .cloned()
+                    .and_then(|v| serde_json::from_value(v).ok())
+                    .unwrap_or_default();
+                if calls.is_empty() {
+                    continue;
+                }
+                msgs.push(ChatMessage {
+                    role: Role::Assistant,
+                    content: ev.data.get("content").and_then(Value::as_str).unwrap_or("").to_string(),
+                    tool_calls: calls,
+                    tool_call_id: None,
+                    name: None,
+                });
+            }
+            "tool_result" => {
+                let call = ToolCall {
+                    id: ev.data.get("call_id").and_then(Value::as_str).unwrap_or("").to_string(),
+                    name: ev.data.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+                    args: json!({}),
+                };
+                let result = ev.data.get("result").cloned().unwrap_or(Value::Null);
+                msgs.push(ChatMessage::tool_result(&call, result.to_string()));
+            }
+            _ => {}
+        }
+    }
+    msgs
+}

@@ -1,1 +1,16 @@
-fn main() {}
+//! The ingress Lambda: `lambda_http` around [`armada_ingress::handle`].
+
+use std::convert::Infallible;
+
+use lambda_http::{service_fn, Error, Request};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    armada_core::telemetry::init();
+    let svc = armada_core::Services::from_env().await?;
+    lambda_http::run(service_fn(move |req: Request| {
+        let svc = svc.clone();
+        async move { Ok::<_, Infallible>(armada_ingress::handle(svc, req).await) }
+    }))
+    .await
+}
