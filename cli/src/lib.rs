@@ -1,0 +1,9 @@
+//! The `armada` command line: the local stack (`up`, `down`) and a thin
+//! client of the HTTP API (`ask`, `chat`, `runs`, `agents`).
+//!
+//! - [`local`]: emulator, template-driven provisioning, in-process handlers,
+//!   API Gateway-like HTTP server, Lambda-like SQS pollers, scripted model
+//! - [`client`]: the HTTP API client the commands use
+
+pub mod client;
+pub mod local;

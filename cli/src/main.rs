@@ -1,1 +1,400 @@
-fn main() {}
+//! `armada`: bring the local stack up and down, and talk to the HTTP API.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use serde_json::{json, Value};
+
+use armada_cli::client::Client;
+use armada_cli::local::{self, emulator, process, LocalOptions, LocalStack};
+
+#[derive(Parser)]
+#[command(
+    name = "armada",
+    version,
+    about = "Armada: a multi-agent runtime on AWS Lambda, SQS and DynamoDB"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Bring the local stack up: emulator, resources from infra/template.yaml, handlers, scripted model.
+    Up {
+        /// Return once the stack is healthy, leaving it running in the background.
+        #[arg(long)]
+        detach: bool,
+        /// Answer a first question and run a short session through the API.
+        #[arg(long)]
+        demo: bool,
+        /// Port of the HTTP API.
+        #[arg(long, default_value_t = 8787)]
+        port: u16,
+    },
+    /// Stop everything `up` started.
+    Down,
+    /// Ask an agent a one-off question and print the answer.
+    Ask {
+        text: String,
+        #[arg(long, default_value = "assistant")]
+        agent: String,
+        /// Print the run id and return without waiting.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Chat with an agent: every line of stdin is a message of one session.
+    Chat {
+        #[arg(long, default_value = "assistant")]
+        agent: String,
+        /// Continue an existing session.
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Inspect and cancel Runs.
+    Runs {
+        #[command(subcommand)]
+        cmd: RunsCmd,
+    },
+    /// Register and read agent definitions.
+    Agents {
+        #[command(subcommand)]
+        cmd: AgentsCmd,
+    },
+    /// Mint an admin key and print it with its SHA-256 (for `sam deploy`).
+    Keygen,
+}
+
+#[derive(Subcommand)]
+enum RunsCmd {
+    Show {
+        run_id: String,
+    },
+    /// Print a Run's events; with --follow, until it ends.
+    Events {
+        run_id: String,
+        #[arg(long)]
+        follow: bool,
+    },
+    Cancel {
+        run_id: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum AgentsCmd {
+    /// Create or update an agent from a JSON file (admin key).
+    Put {
+        name: String,
+        file: PathBuf,
+    },
+    Get {
+        name: String,
+    },
+    List,
+}
+
+fn print(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+fn root() -> Option<PathBuf> {
+    local::find_root().ok()
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli).await {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Up { detach, demo, port } => {
+            let root = local::find_root()?;
+            if detach {
+                up_detached(&root, demo, port).await
+            } else {
+                up_foreground(&root, demo, port).await
+            }
+        }
+        Cmd::Down => down(&local::find_root()?),
+        Cmd::Ask {
+            text,
+            agent,
+            no_wait,
+        } => {
+            let c = Client::from_env(root().as_deref())?;
+            let run_id = c.create_run(&agent, &text).await?;
+            if no_wait {
+                println!("{run_id}");
+                return Ok(());
+            }
+            let run = c.wait_run(&run_id, Duration::from_secs(600)).await?;
+            print_answer(&run)
+        }
+        Cmd::Chat { agent, session } => chat(&agent, session).await,
+        Cmd::Runs { cmd } => {
+            let c = Client::from_env(root().as_deref())?;
+            match cmd {
+                RunsCmd::Show { run_id } => print(&c.get(&format!("/v1/runs/{run_id}")).await?),
+                RunsCmd::Cancel { run_id } => print(
+                    &c.post(&format!("/v1/runs/{run_id}/cancel"), &json!({}))
+                        .await?,
+                ),
+                RunsCmd::Events { run_id, follow } => {
+                    let mut after = 0;
+                    loop {
+                        let wait = if follow { 10 } else { 0 };
+                        let v = c
+                            .get(&format!(
+                                "/v1/runs/{run_id}/events?after={after}&wait={wait}"
+                            ))
+                            .await?;
+                        let events = v["events"].as_array().cloned().unwrap_or_default();
+                        for e in &events {
+                            println!("{e}");
+                        }
+                        after = v["next"].as_u64().unwrap_or(after);
+                        let ended = events.iter().any(|e| e["type"] == "run_closed");
+                        if !follow || ended {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+        Cmd::Agents { cmd } => {
+            let c = Client::from_env(root().as_deref())?;
+            match cmd {
+                AgentsCmd::Put { name, file } => {
+                    let text = std::fs::read_to_string(&file)
+                        .with_context(|| format!("reading {}", file.display()))?;
+                    let body: Value =
+                        serde_json::from_str(&text).context("the file is not JSON")?;
+                    print(
+                        &c.call(
+                            reqwest::Method::PUT,
+                            &format!("/v1/agents/{name}"),
+                            Some(&body),
+                            true,
+                        )
+                        .await?,
+                    )
+                }
+                AgentsCmd::Get { name } => print(&c.get(&format!("/v1/agents/{name}")).await?),
+                AgentsCmd::List => print(&c.get("/v1/agents").await?),
+            }
+            Ok(())
+        }
+        Cmd::Keygen => {
+            let key = format!("adm_{}", armada_domain::api::ApiKey::mint().secret);
+            println!("ARMADA_ADMIN_KEY={key}");
+            println!(
+                "AdminKeySha256={}",
+                armada_domain::api::sha256_hex(key.as_bytes())
+            );
+            Ok(())
+        }
+    }
+}
+
+fn print_answer(run: &Value) -> Result<()> {
+    match run["state"].as_str() {
+        Some("COMPLETED") | Some("CLOSED_COMPLETED") => {
+            println!("{}", run["output"].as_str().unwrap_or_default());
+            Ok(())
+        }
+        other => bail!(
+            "run {} ended {}: {}",
+            run["run_id"].as_str().unwrap_or("?"),
+            other.unwrap_or("?"),
+            run["error"]
+        ),
+    }
+}
+
+async fn chat(agent: &str, session: Option<String>) -> Result<()> {
+    let c = Client::from_env(root().as_deref())?;
+    let sid = match session {
+        Some(s) => s,
+        None => c.create_session(agent).await?,
+    };
+    eprintln!("session {sid} with {agent}; one message per line, Ctrl-D to end");
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let run_id = c.send_message(&sid, &line).await?;
+        let run = c.wait_run(&run_id, Duration::from_secs(600)).await?;
+        print_answer(&run)?;
+    }
+    Ok(())
+}
+
+async fn up_foreground(root: &Path, demo: bool, port: u16) -> Result<()> {
+    let state = emulator::state_dir(root);
+    std::fs::create_dir_all(&state)?;
+    let mut opts = LocalOptions::new(root);
+    opts.api_port = port;
+    let stack = LocalStack::start(opts).await?;
+    if let Some(pid) = stack.emulator_pid {
+        process::write_pid(&state.join("moto.pid"), pid)?;
+    }
+    process::write_pid(&state.join("armada.pid"), std::process::id())?;
+    std::fs::write(state.join("local.env"), stack.env_file())?;
+    println!("Armada local stack is up.");
+    println!("  API       {}", stack.api_url);
+    println!("  emulator  {}", stack.endpoint);
+    println!("  model     {} (scripted)", stack.model_url);
+    println!("  env       {}", state.join("local.env").display());
+    if demo {
+        if let Err(e) = run_demo(&stack).await {
+            eprintln!("demo failed: {e:#}");
+        }
+    }
+    println!("Ctrl-C (or `armada down`) stops it.");
+    wait_for_signal().await;
+    let pid = stack.emulator_pid;
+    stack.stop().await;
+    if let Some(pid) = pid {
+        process::terminate(pid);
+        let _ = std::fs::remove_file(state.join("moto.pid"));
+    }
+    let _ = std::fs::remove_file(state.join("armada.pid"));
+    let _ = std::fs::remove_file(state.join("local.env"));
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}
+
+async fn run_demo(stack: &LocalStack) -> Result<()> {
+    let c = Client::new(
+        &stack.api_url,
+        &stack.tenant_key,
+        Some(stack.admin_key.clone()),
+    );
+    println!("\n== Scenario A: a single-agent answer");
+    let q = "What is Armada?";
+    let run_id = c.create_run("assistant", q).await?;
+    let run = c.wait_run(&run_id, Duration::from_secs(60)).await?;
+    println!("  you       {q}");
+    println!(
+        "  assistant {}   [{} {}]",
+        run["output"].as_str().unwrap_or_default(),
+        run_id,
+        run["state"]
+    );
+    let run_id = c.create_run("assistant", "/tool current_time {}").await?;
+    let run = c.wait_run(&run_id, Duration::from_secs(60)).await?;
+    println!("  you       /tool current_time {{}}");
+    println!("  assistant {}", run["output"].as_str().unwrap_or_default());
+    println!("\n== Scenario F: a multi-turn session");
+    let sid = c.create_session("assistant").await?;
+    for msg in ["My name is Ada.", "I work on compilers.", "/recall"] {
+        let run_id = c.send_message(&sid, msg).await?;
+        let run = c.wait_run(&run_id, Duration::from_secs(60)).await?;
+        println!("  you       {msg}");
+        println!("  assistant {}", run["output"].as_str().unwrap_or_default());
+    }
+    let s = c.get(&format!("/v1/sessions/{sid}")).await?;
+    println!(
+        "  session {sid}: {} turns stored",
+        s["turns"].as_array().map(|t| t.len()).unwrap_or(0)
+    );
+    println!();
+    Ok(())
+}
+
+async fn up_detached(root: &Path, demo: bool, port: u16) -> Result<()> {
+    let state = emulator::state_dir(root);
+    std::fs::create_dir_all(&state)?;
+    let env_path = state.join("local.env");
+    let _ = std::fs::remove_file(&env_path);
+    let exe = std::env::current_exe()?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state.join("armada.log"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("up").arg("--port").arg(port.to_string());
+    if demo {
+        cmd.arg("--demo");
+    }
+    cmd.current_dir(root)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    process::detach(&mut cmd, false);
+    let mut child = cmd
+        .spawn()
+        .context("starting the stack in the background")?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!(
+                "the stack exited ({status}); see {}",
+                state.join("armada.log").display()
+            );
+        }
+        if env_path.exists() {
+            let c = Client::from_env(Some(root))?;
+            if c.get("/v1/health").await.is_ok() {
+                println!("Armada local stack is up (pid {}).", child.id());
+                println!("  env  {}", env_path.display());
+                println!("  logs {}", state.join("armada.log").display());
+                return Ok(());
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            bail!(
+                "the stack did not become healthy in time; see {}",
+                state.join("armada.log").display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn down(root: &Path) -> Result<()> {
+    let state = emulator::state_dir(root);
+    let mut stopped = false;
+    for name in ["armada.pid", "moto.pid"] {
+        let path = state.join(name);
+        if let Some(pid) = process::read_pid(&path) {
+            if process::alive(pid) && process::terminate(pid) {
+                println!("stopped {name} (pid {pid})");
+                stopped = true;
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+    let _ = std::fs::remove_file(state.join("local.env"));
+    if !stopped {
+        println!("nothing was running");
+    }
+    Ok(())
+}

@@ -46,9 +46,12 @@ impl Dispatcher {
     }
 
     pub async fn handle_event(&self, event: SqsEvent) -> SqsBatchResponse {
-        process_batch(event, &self.svc.queues, self.svc.cfg.retry_base_seconds, |msg| {
-            self.handle_record(msg)
-        })
+        process_batch(
+            event,
+            &self.svc.queues,
+            self.svc.cfg.retry_base_seconds,
+            |msg| self.handle_record(msg),
+        )
         .await
     }
 
@@ -206,11 +209,17 @@ impl Dispatcher {
     /// A message that kept failing: fail its Run with the reason, then settle it.
     async fn dead_letter(&self, queue: &str, body: &str, receives: u32) -> Outcome {
         let (run_id, tenant, what) = if let Ok(m) = serde_json::from_str::<HarnessMessage>(body) {
-            let HarnessMessage::Step { run_id, tenant, step } = m;
+            let HarnessMessage::Step {
+                run_id,
+                tenant,
+                step,
+            } = m;
             (run_id, tenant, format!("step {step}"))
         } else if let Ok(m) = serde_json::from_str::<DispatchMessage>(body) {
             match m {
-                DispatchMessage::StartRun { run_id, tenant } => (run_id, tenant, "start".to_string()),
+                DispatchMessage::StartRun { run_id, tenant } => {
+                    (run_id, tenant, "start".to_string())
+                }
                 DispatchMessage::RunTerminal { run_id, tenant } => {
                     (run_id, tenant, "settlement".to_string())
                 }
@@ -256,4 +265,3 @@ impl Dispatcher {
         Outcome::Retry("the run kept changing".into())
     }
 }
-

@@ -131,7 +131,11 @@ impl Harness {
                 return Ok(Outcome::Done);
             }
         };
-        let HarnessMessage::Step { run_id, tenant, step } = parsed;
+        let HarnessMessage::Step {
+            run_id,
+            tenant,
+            step,
+        } = parsed;
         let span = tracing::info_span!("step", %run_id, %tenant, step);
         match self.step(&run_id, &tenant, step).instrument(span).await {
             Ok(()) => Ok(Outcome::Done),
@@ -183,11 +187,24 @@ impl Harness {
         let mut prev = run.stamp();
         if run.past_deadline(now) {
             let err = RunError::new("TIMED_OUT", "the run exceeded its wall-clock budget");
-            return self.finish(&mut run, prev, RunEvent::DeadlineExceeded, Some(err), vec![]).await;
+            return self
+                .finish(
+                    &mut run,
+                    prev,
+                    RunEvent::DeadlineExceeded,
+                    Some(err),
+                    vec![],
+                )
+                .await;
         }
         let Some(agent) = svc.registry.agent(&run.agent).await? else {
-            let err = RunError::new("AGENT_NOT_FOUND", format!("agent '{}' no longer exists", run.agent));
-            return self.finish(&mut run, prev, RunEvent::Failed, Some(err), vec![]).await;
+            let err = RunError::new(
+                "AGENT_NOT_FOUND",
+                format!("agent '{}' no longer exists", run.agent),
+            );
+            return self
+                .finish(&mut run, prev, RunEvent::Failed, Some(err), vec![])
+                .await;
         };
         let input = match &run.input {
             Payload::Inline { text } => text.clone(),
@@ -232,7 +249,9 @@ impl Harness {
                         indeterminate.join(", ")
                     ),
                 );
-                return self.finish(&mut run, prev, RunEvent::Failed, Some(err), events).await;
+                return self
+                    .finish(&mut run, prev, RunEvent::Failed, Some(err), events)
+                    .await;
             }
             pending
                 .iter()
@@ -246,12 +265,21 @@ impl Harness {
             if run.usage.model_turns >= run.budgets.max_model_turns {
                 let err = RunError::new(
                     "BUDGET_EXCEEDED",
-                    format!("the run used its {} model turns", run.budgets.max_model_turns),
+                    format!(
+                        "the run used its {} model turns",
+                        run.budgets.max_model_turns
+                    ),
                 );
-                return self.finish(&mut run, prev, RunEvent::Failed, Some(err), vec![]).await;
+                return self
+                    .finish(&mut run, prev, RunEvent::Failed, Some(err), vec![])
+                    .await;
             }
-            let assembled =
-                context::assemble(&agent.system_prompt, &history, &transcript, agent.model.context_window);
+            let assembled = context::assemble(
+                &agent.system_prompt,
+                &history,
+                &transcript,
+                agent.model.context_window,
+            );
             if let Some(c) = assembled.compaction {
                 events.push(run.push_event(
                     "history_compacted",
@@ -259,15 +287,28 @@ impl Harness {
                     now,
                 ));
             }
-            let specs: Vec<_> = agent.skills.iter().filter_map(|s| skills::tool_spec(s)).collect();
+            let specs: Vec<_> = agent
+                .skills
+                .iter()
+                .filter_map(|s| skills::tool_spec(s))
+                .collect();
             let reply = match svc
                 .models
-                .complete_with_retry(&agent.model, &assembled.messages, &specs, svc.cfg.model_attempts)
+                .complete_with_retry(
+                    &agent.model,
+                    &assembled.messages,
+                    &specs,
+                    svc.cfg.model_attempts,
+                )
                 .await
             {
                 Ok((reply, attempts)) => {
                     if attempts > 1 {
-                        events.push(run.push_event("model_retried", json!({"attempts": attempts}), now));
+                        events.push(run.push_event(
+                            "model_retried",
+                            json!({"attempts": attempts}),
+                            now,
+                        ));
                     }
                     reply
                 }
@@ -276,7 +317,9 @@ impl Harness {
                         "MODEL_ERROR",
                         format!("the model failed after {attempts} attempt(s): {e}"),
                     );
-                    return self.finish(&mut run, prev, RunEvent::Failed, Some(err), events).await;
+                    return self
+                        .finish(&mut run, prev, RunEvent::Failed, Some(err), events)
+                        .await;
                 }
             };
             self.hooks
@@ -299,9 +342,14 @@ impl Harness {
             if total > run.budgets.max_tool_calls as usize {
                 let err = RunError::new(
                     "BUDGET_EXCEEDED",
-                    format!("the run would exceed its {} tool calls", run.budgets.max_tool_calls),
+                    format!(
+                        "the run would exceed its {} tool calls",
+                        run.budgets.max_tool_calls
+                    ),
                 );
-                return self.finish(&mut run, prev, RunEvent::Failed, Some(err), events).await;
+                return self
+                    .finish(&mut run, prev, RunEvent::Failed, Some(err), events)
+                    .await;
             }
             // Record the calls as dispatched before running any of them.
             for c in &reply.tool_calls {
@@ -482,7 +530,12 @@ pub fn transcript(input: &str, log: &[RunEventRecord]) -> Vec<ChatMessage> {
                 }
                 msgs.push(ChatMessage {
                     role: Role::Assistant,
-                    content: ev.data.get("content").and_then(Value::as_str).unwrap_or("").to_string(),
+                    content: ev
+                        .data
+                        .get("content")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
                     tool_calls: calls,
                     tool_call_id: None,
                     name: None,
@@ -490,8 +543,18 @@ pub fn transcript(input: &str, log: &[RunEventRecord]) -> Vec<ChatMessage> {
             }
             "tool_result" => {
                 let call = ToolCall {
-                    id: ev.data.get("call_id").and_then(Value::as_str).unwrap_or("").to_string(),
-                    name: ev.data.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+                    id: ev
+                        .data
+                        .get("call_id")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    name: ev
+                        .data
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
                     args: json!({}),
                 };
                 let result = ev.data.get("result").cloned().unwrap_or(Value::Null);

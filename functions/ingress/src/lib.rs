@@ -17,8 +17,7 @@ use armada_core::store::registry::StoredKey;
 use armada_core::Services;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::api::{
-    digest_eq, parse_message, sha256_hex, valid_tenant, ApiError, ApiKey, CreateRun,
-    CreateSession,
+    digest_eq, parse_message, sha256_hex, valid_tenant, ApiError, ApiKey, CreateRun, CreateSession,
 };
 use armada_domain::messages::DispatchMessage;
 use armada_domain::run::{Budgets, Payload, Run, RunEvent, RunState, Usage};
@@ -408,7 +407,11 @@ async fn replay(svc: &Services, tenant: &str, key: &str, fp: &str) -> ApiResult 
     Ok((202, body))
 }
 
-fn idempotency(req: &Request, route: &str, body: &Value) -> Result<Option<(String, String)>, ApiError> {
+fn idempotency(
+    req: &Request,
+    route: &str,
+    body: &Value,
+) -> Result<Option<(String, String)>, ApiError> {
     let Some(v) = req.headers().get("idempotency-key") else {
         return Ok(None);
     };
@@ -417,14 +420,22 @@ fn idempotency(req: &Request, route: &str, body: &Value) -> Result<Option<(Strin
         .ok()
         .filter(|k| !k.is_empty() && k.len() <= 255)
         .ok_or_else(|| {
-            ApiError::new(400, "INVALID_HEADER", "Idempotency-Key must be 1-255 visible characters")
+            ApiError::new(
+                400,
+                "INVALID_HEADER",
+                "Idempotency-Key must be 1-255 visible characters",
+            )
         })?;
     // serde_json's maps are ordered, so this is a canonical fingerprint.
     let fp = sha256_hex(format!("{route}\n{body}").as_bytes());
     Ok(Some((key.to_string(), fp)))
 }
 
-async fn session_for(svc: &Services, tenant: &str, session_id: &str) -> Result<SessionHeader, ApiError> {
+async fn session_for(
+    svc: &Services,
+    tenant: &str,
+    session_id: &str,
+) -> Result<SessionHeader, ApiError> {
     match svc.sessions.header(session_id).await.map_err(store_err)? {
         Some(h) if h.tenant == tenant => Ok(h),
         _ => Err(ApiError::not_found(&format!("session '{session_id}'"))),
@@ -474,9 +485,9 @@ async fn run_events(svc: &Services, req: &Request, tenant: &str, run_id: &str) -
     let q = query(req);
     let after: u64 = match q.get("after") {
         None => 0,
-        Some(v) => v
-            .parse()
-            .map_err(|_| ApiError::new(400, "INVALID_QUERY", "after must be a non-negative integer"))?,
+        Some(v) => v.parse().map_err(|_| {
+            ApiError::new(400, "INVALID_QUERY", "after must be a non-negative integer")
+        })?,
     };
     let wait_s: u64 = match q.get("wait") {
         None => 0,
@@ -488,7 +499,11 @@ async fn run_events(svc: &Services, req: &Request, tenant: &str, run_id: &str) -
     load_run(svc, tenant, run_id).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_s);
     loop {
-        let events = svc.runs.events(run_id, after, 100).await.map_err(store_err)?;
+        let events = svc
+            .runs
+            .events(run_id, after, 100)
+            .await
+            .map_err(store_err)?;
         if !events.is_empty() || tokio::time::Instant::now() >= deadline {
             let next = events.last().map(|e| e.seq).unwrap_or(after);
             let list: Vec<Value> = events
@@ -567,10 +582,19 @@ async fn create_session(svc: &Services, req: &Request, tenant: &str) -> ApiResul
     ))
 }
 
-async fn session_message(svc: &Services, req: &Request, tenant: &str, session_id: &str) -> ApiResult {
+async fn session_message(
+    svc: &Services,
+    req: &Request,
+    tenant: &str,
+    session_id: &str,
+) -> ApiResult {
     let body = body_json(req)?;
     let input = parse_message(&body)?;
-    let idem = idempotency(req, &format!("POST /v1/sessions/{session_id}/messages"), &body)?;
+    let idem = idempotency(
+        req,
+        &format!("POST /v1/sessions/{session_id}/messages"),
+        &body,
+    )?;
     let header = session_for(svc, tenant, session_id).await?;
     let agent = agent_named(svc, &header.agent).await?;
     start_run(

@@ -100,3 +100,23 @@ impl AwsClients {
         }
     }
 }
+
+impl AwsClients {
+    /// Clients for an emulator: explicit endpoint and region, and dummy
+    /// credentials unless real ones are in the environment.
+    pub async fn load_local(endpoint: &str, region: &str) -> Self {
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .region(aws_config::Region::new(region.to_string()));
+        if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+            loader = loader.credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                "test",
+                "test",
+                None,
+                None,
+                "armada-local",
+            ));
+        }
+        Self::from_sdk_config(loader.load().await)
+    }
+}

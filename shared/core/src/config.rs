@@ -71,10 +71,12 @@ impl Config {
             match vars.get(name) {
                 None => Ok(default),
                 Some(v) if v.is_empty() => Ok(default),
-                Some(v) => v.parse().map_err(|e: std::num::ParseIntError| ConfigError::Invalid {
-                    name,
-                    reason: e.to_string(),
-                }),
+                Some(v) => v
+                    .parse()
+                    .map_err(|e: std::num::ParseIntError| ConfigError::Invalid {
+                        name,
+                        reason: e.to_string(),
+                    }),
             }
         };
         let admin = req("ARMADA_ADMIN_KEY_SHA256")?;

@@ -58,7 +58,10 @@ where
             }
         }
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            StoreError::Retryable(format!("{}", aws_smithy_types::error::display::DisplayErrorContext(&err)))
+            StoreError::Retryable(format!(
+                "{}",
+                aws_smithy_types::error::display::DisplayErrorContext(&err)
+            ))
         }
         _ => StoreError::Terminal(format!(
             "{}",

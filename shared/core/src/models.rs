@@ -48,9 +48,12 @@ impl Models {
         match spec.provider {
             ModelProvider::Scripted => {
                 let base = self.scripted_url.as_deref().ok_or_else(|| {
-                    ModelError::Terminal("no scripted model is configured in this deployment".into())
+                    ModelError::Terminal(
+                        "no scripted model is configured in this deployment".into(),
+                    )
                 })?;
-                self.openai(base, None, &spec.model_id, messages, tools).await
+                self.openai(base, None, &spec.model_id, messages, tools)
+                    .await
             }
             ModelProvider::Openai => {
                 let base = spec
@@ -61,7 +64,8 @@ impl Models {
                     .api_key_env
                     .as_deref()
                     .and_then(|name| std::env::var(name).ok());
-                self.openai(base, key.as_deref(), &spec.model_id, messages, tools).await
+                self.openai(base, key.as_deref(), &spec.model_id, messages, tools)
+                    .await
             }
             ModelProvider::Bedrock => self.converse(&spec.model_id, messages, tools).await,
         }
@@ -122,15 +126,20 @@ impl Models {
             .await
             .map_err(|e| ModelError::Retryable(format!("request to {url} failed: {e}")))?;
         let status = resp.status();
-        let text = resp
-            .text()
-            .await
-            .map_err(|e| ModelError::Retryable(format!("reading the model's answer failed: {e}")))?;
+        let text = resp.text().await.map_err(|e| {
+            ModelError::Retryable(format!("reading the model's answer failed: {e}"))
+        })?;
         if status.as_u16() == 429 || status.is_server_error() {
-            return Err(ModelError::Retryable(format!("HTTP {status}: {}", clip(&text))));
+            return Err(ModelError::Retryable(format!(
+                "HTTP {status}: {}",
+                clip(&text)
+            )));
         }
         if !status.is_success() {
-            return Err(ModelError::Terminal(format!("HTTP {status}: {}", clip(&text))));
+            return Err(ModelError::Terminal(format!(
+                "HTTP {status}: {}",
+                clip(&text)
+            )));
         }
         parse_openai_reply(&text)
     }
@@ -163,7 +172,10 @@ impl Models {
                     system.push(br::SystemContentBlock::Text(m.content.clone()));
                     continue;
                 }
-                Role::User => (br::ConversationRole::User, vec![br::ContentBlock::Text(m.content.clone())]),
+                Role::User => (
+                    br::ConversationRole::User,
+                    vec![br::ContentBlock::Text(m.content.clone())],
+                ),
                 Role::Assistant => {
                     let mut blocks = Vec::new();
                     if !m.content.is_empty() {
@@ -186,7 +198,10 @@ impl Models {
                         .content(br::ToolResultContentBlock::Text(m.content.clone()))
                         .build()
                         .map_err(|e| ModelError::Terminal(e.to_string()))?;
-                    (br::ConversationRole::User, vec![br::ContentBlock::ToolResult(tr)])
+                    (
+                        br::ConversationRole::User,
+                        vec![br::ContentBlock::ToolResult(tr)],
+                    )
                 }
             };
             // Converse wants alternating roles: merge consecutive same-role blocks.
@@ -216,7 +231,10 @@ impl Models {
                     .map_err(|e| ModelError::Terminal(e.to_string()))?;
                 tc = tc.tools(br::Tool::ToolSpec(spec));
             }
-            req = req.tool_config(tc.build().map_err(|e| ModelError::Terminal(e.to_string()))?);
+            req = req.tool_config(
+                tc.build()
+                    .map_err(|e| ModelError::Terminal(e.to_string()))?,
+            );
         }
         let out = req.send().await.map_err(|e| {
             let retryable = matches!(
@@ -301,9 +319,9 @@ fn openai_message(m: &ChatMessage) -> Value {
 pub fn parse_openai_reply(text: &str) -> Result<ModelReply, ModelError> {
     let v: Value = serde_json::from_str(text)
         .map_err(|e| ModelError::Terminal(format!("the model's answer is not JSON: {e}")))?;
-    let msg = v
-        .pointer("/choices/0/message")
-        .ok_or_else(|| ModelError::Terminal("the model's answer has no choices[0].message".into()))?;
+    let msg = v.pointer("/choices/0/message").ok_or_else(|| {
+        ModelError::Terminal("the model's answer has no choices[0].message".into())
+    })?;
     let content = msg
         .get("content")
         .and_then(Value::as_str)
@@ -330,7 +348,10 @@ pub fn parse_openai_reply(text: &str) -> Result<ModelReply, ModelError> {
         }
     }
     let usage = TokenUsage {
-        input_tokens: v.pointer("/usage/prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
+        input_tokens: v
+            .pointer("/usage/prompt_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
         output_tokens: v
             .pointer("/usage/completion_tokens")
             .and_then(Value::as_u64)
@@ -357,7 +378,11 @@ pub fn openai_reply_body(model: &str, reply: &ModelReply) -> Value {
             })
             .collect();
     }
-    let finish = if reply.tool_calls.is_empty() { "stop" } else { "tool_calls" };
+    let finish = if reply.tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
     json!({
         "id": "chatcmpl-scripted",
         "object": "chat.completion",
@@ -402,7 +427,11 @@ pub fn parse_openai_request(body: &Value) -> Result<Vec<ChatMessage>, String> {
                     calls
                         .iter()
                         .map(|c| ToolCall {
-                            id: c.get("id").and_then(Value::as_str).unwrap_or_default().into(),
+                            id: c
+                                .get("id")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .into(),
                             name: c
                                 .pointer("/function/name")
                                 .and_then(Value::as_str)
@@ -421,7 +450,10 @@ pub fn parse_openai_request(body: &Value) -> Result<Vec<ChatMessage>, String> {
                 role,
                 content,
                 tool_calls,
-                tool_call_id: m.get("tool_call_id").and_then(Value::as_str).map(str::to_string),
+                tool_call_id: m
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
                 name: m.get("name").and_then(Value::as_str).map(str::to_string),
             })
         })
@@ -444,7 +476,9 @@ fn to_document(v: &Value) -> aws_smithy_types::Document {
         }
         Value::String(s) => Document::String(s.clone()),
         Value::Array(a) => Document::Array(a.iter().map(to_document).collect()),
-        Value::Object(o) => Document::Object(o.iter().map(|(k, v)| (k.clone(), to_document(v))).collect()),
+        Value::Object(o) => {
+            Document::Object(o.iter().map(|(k, v)| (k.clone(), to_document(v))).collect())
+        }
     }
 }
 
@@ -458,7 +492,11 @@ fn from_document(d: &aws_smithy_types::Document) -> Value {
         Document::Number(Number::Float(f)) => json!(f),
         Document::String(s) => json!(s),
         Document::Array(a) => Value::Array(a.iter().map(from_document).collect()),
-        Document::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), from_document(v))).collect()),
+        Document::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (k.clone(), from_document(v)))
+                .collect(),
+        ),
     }
 }
 

@@ -93,7 +93,13 @@ impl Queues {
     /// Delays the next delivery of a failed message: `base * 2^(receives-1)`
     /// seconds, capped at 15 minutes. Without it a failed message would wait
     /// the whole visibility timeout.
-    pub async fn back_off(&self, queue_url: &str, receipt_handle: &str, receives: u32, base_s: u32) {
+    pub async fn back_off(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+        receives: u32,
+        base_s: u32,
+    ) {
         let delay = u64::from(base_s)
             .saturating_mul(1u64 << receives.saturating_sub(1).min(16))
             .min(900) as i32;

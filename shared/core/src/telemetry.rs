@@ -4,9 +4,15 @@ pub fn init() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let json = std::env::var("ARMADA_LOG_FORMAT").is_ok_and(|v| v == "json");
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
     let _ = if json {
-        builder.json().with_current_span(true).without_time().try_init()
+        builder
+            .json()
+            .with_current_span(true)
+            .without_time()
+            .try_init()
     } else {
         builder.try_init()
     };

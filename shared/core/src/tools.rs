@@ -76,7 +76,11 @@ impl InlineTools {
         }
     }
 
-    async fn http_request(&self, agent: &AgentDefinition, args: &Value) -> Result<Value, ToolFailure> {
+    async fn http_request(
+        &self,
+        agent: &AgentDefinition,
+        args: &Value,
+    ) -> Result<Value, ToolFailure> {
         let url = args
             .get("url")
             .and_then(Value::as_str)
@@ -84,7 +88,10 @@ impl InlineTools {
         let url = reqwest::Url::parse(url)
             .map_err(|e| ToolFailure::new("INVALID_ARGS", format!("url: {e}")))?;
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(ToolFailure::new("INVALID_ARGS", "url must be http or https"));
+            return Err(ToolFailure::new(
+                "INVALID_ARGS",
+                "url must be http or https",
+            ));
         }
         let host = url.host_str().unwrap_or_default();
         let host_port = url

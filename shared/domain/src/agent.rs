@@ -90,7 +90,10 @@ pub fn valid_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
 }
 
 impl AgentDefinition {
@@ -175,7 +178,10 @@ impl AgentDefinition {
 
 fn capped(v: u64, cap: u32, field: &str) -> Result<u32, FieldError> {
     if v == 0 || v > u64::from(cap) {
-        return Err(FieldError::new(field, &format!("must be between 1 and {cap}")));
+        return Err(FieldError::new(
+            field,
+            &format!("must be between 1 and {cap}"),
+        ));
     }
     Ok(v as u32)
 }
@@ -204,11 +210,22 @@ mod tests {
     fn names_the_bad_field() {
         let mut b = body();
         b["model"]["context_window"] = json!("big");
-        assert_eq!(AgentDefinition::from_json("a", &b).unwrap_err().field, "model.context_window");
+        assert_eq!(
+            AgentDefinition::from_json("a", &b).unwrap_err().field,
+            "model.context_window"
+        );
         let mut b = body();
         b["skills"] = json!(["rm_rf"]);
-        assert_eq!(AgentDefinition::from_json("a", &b).unwrap_err().field, "skills[0]");
-        assert_eq!(AgentDefinition::from_json("Bad Name", &body()).unwrap_err().field, "name");
+        assert_eq!(
+            AgentDefinition::from_json("a", &b).unwrap_err().field,
+            "skills[0]"
+        );
+        assert_eq!(
+            AgentDefinition::from_json("Bad Name", &body())
+                .unwrap_err()
+                .field,
+            "name"
+        );
         let mut b = body();
         b["limits"] = json!({"max_model_turns": 100000});
         assert_eq!(

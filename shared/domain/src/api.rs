@@ -26,10 +26,18 @@ impl ApiError {
         }
     }
     pub fn invalid_json(detail: impl std::fmt::Display) -> Self {
-        Self::new(400, "INVALID_JSON", format!("the body is not valid JSON: {detail}"))
+        Self::new(
+            400,
+            "INVALID_JSON",
+            format!("the body is not valid JSON: {detail}"),
+        )
     }
     pub fn unauthorized() -> Self {
-        Self::new(401, "UNAUTHORIZED", "a valid API key is required (Authorization: Bearer <key>)")
+        Self::new(
+            401,
+            "UNAUTHORIZED",
+            "a valid API key is required (Authorization: Bearer <key>)",
+        )
     }
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "FORBIDDEN", message)
@@ -41,7 +49,11 @@ impl ApiError {
         Self::new(409, code, message)
     }
     pub fn too_large(limit: usize) -> Self {
-        Self::new(413, "PAYLOAD_TOO_LARGE", format!("the body exceeds {limit} bytes"))
+        Self::new(
+            413,
+            "PAYLOAD_TOO_LARGE",
+            format!("the body exceeds {limit} bytes"),
+        )
     }
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(503, "UNAVAILABLE", message)
@@ -104,7 +116,10 @@ impl CreateRun {
             None => serde_json::json!({}),
         };
         if metadata.to_string().len() > 8192 {
-            return Err(FieldError::new("metadata", "must be at most 8192 bytes of JSON"));
+            return Err(FieldError::new(
+                "metadata",
+                "must be at most 8192 bytes of JSON",
+            ));
         }
         Ok(CreateRun {
             agent,
@@ -191,13 +206,18 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Compares two hex digests without an early exit.
 pub fn digest_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 pub fn valid_tenant(t: &str) -> bool {
     !t.is_empty()
         && t.len() <= 64
-        && t.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && t.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 #[cfg(test)]
@@ -207,9 +227,14 @@ mod tests {
 
     #[test]
     fn create_run_names_bad_fields() {
-        assert_eq!(CreateRun::parse(&json!({"input": "x"})).unwrap_err().field, "agent");
         assert_eq!(
-            CreateRun::parse(&json!({"agent": 5, "input": "x"})).unwrap_err().field,
+            CreateRun::parse(&json!({"input": "x"})).unwrap_err().field,
+            "agent"
+        );
+        assert_eq!(
+            CreateRun::parse(&json!({"agent": 5, "input": "x"}))
+                .unwrap_err()
+                .field,
             "agent"
         );
         assert_eq!(
@@ -219,7 +244,9 @@ mod tests {
             "callback_url"
         );
         assert_eq!(
-            CreateRun::parse(&json!({"agent": "a", "input": "x", "extra": 1})).unwrap_err().field,
+            CreateRun::parse(&json!({"agent": "a", "input": "x", "extra": 1}))
+                .unwrap_err()
+                .field,
             "extra"
         );
         assert_eq!(CreateRun::parse(&json!([1])).unwrap_err().field, "body");

@@ -43,7 +43,10 @@ pub fn assemble(
             .iter()
             .map(|m| estimate_tokens(&m.content) + 8 * m.tool_calls.len() as u64)
             .sum::<u64>();
-    let costs: Vec<u64> = history.iter().map(|t| estimate_tokens(&t.content)).collect();
+    let costs: Vec<u64> = history
+        .iter()
+        .map(|t| estimate_tokens(&t.content))
+        .collect();
     // Keep the newest turns that fit; drop from the oldest.
     let mut used = fixed;
     let mut keep_from = history.len();
@@ -90,7 +93,11 @@ mod tests {
     fn turns(n: usize, size: usize) -> Vec<HistoryTurn> {
         (0..n)
             .map(|i| HistoryTurn {
-                role: if i % 2 == 0 { Role::User } else { Role::Assistant },
+                role: if i % 2 == 0 {
+                    Role::User
+                } else {
+                    Role::Assistant
+                },
                 content: format!("{i}:{}", "x".repeat(size)),
                 run_id: format!("r{}", i / 2),
             })
@@ -99,14 +106,24 @@ mod tests {
 
     #[test]
     fn small_history_is_kept_whole() {
-        let a = assemble("sys", &turns(4, 10), &[ChatMessage::text(Role::User, "q")], 4096);
+        let a = assemble(
+            "sys",
+            &turns(4, 10),
+            &[ChatMessage::text(Role::User, "q")],
+            4096,
+        );
         assert!(a.compaction.is_none());
         assert_eq!(a.messages.len(), 6);
     }
 
     #[test]
     fn overflowing_history_drops_oldest_turns_and_says_so() {
-        let a = assemble("sys", &turns(40, 400), &[ChatMessage::text(Role::User, "q")], 1024);
+        let a = assemble(
+            "sys",
+            &turns(40, 400),
+            &[ChatMessage::text(Role::User, "q")],
+            1024,
+        );
         let c = a.compaction.expect("compacted");
         assert!(c.dropped_turns > 0 && c.kept_turns > 0);
         assert_eq!(c.dropped_turns + c.kept_turns, 40);

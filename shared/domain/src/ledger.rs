@@ -106,9 +106,18 @@ mod tests {
 
     #[test]
     fn dispatched_non_idempotent_call_is_never_replayed() {
-        assert_eq!(recover(&rec(ToolCallState::Dispatched, false)), Some(Recovery::Indeterminate));
-        assert_eq!(recover(&rec(ToolCallState::Dispatched, true)), Some(Recovery::Redo));
-        assert_eq!(recover(&rec(ToolCallState::Planned, false)), Some(Recovery::Redo));
+        assert_eq!(
+            recover(&rec(ToolCallState::Dispatched, false)),
+            Some(Recovery::Indeterminate)
+        );
+        assert_eq!(
+            recover(&rec(ToolCallState::Dispatched, true)),
+            Some(Recovery::Redo)
+        );
+        assert_eq!(
+            recover(&rec(ToolCallState::Planned, false)),
+            Some(Recovery::Redo)
+        );
         assert_eq!(recover(&rec(ToolCallState::Done, false)), None);
     }
 }

@@ -17,9 +17,8 @@ pub enum DispatchMessage {
 impl DispatchMessage {
     pub fn run_id(&self) -> &str {
         match self {
-            DispatchMessage::StartRun { run_id, .. } | DispatchMessage::RunTerminal { run_id, .. } => {
-                run_id
-            }
+            DispatchMessage::StartRun { run_id, .. }
+            | DispatchMessage::RunTerminal { run_id, .. } => run_id,
         }
     }
 }

@@ -484,7 +484,11 @@ impl Run {
     }
 
     /// Applies an event to the state machine, keeping the record's state in step.
-    pub fn apply(&mut self, event: &RunEvent, now_ms: i64) -> Result<Vec<RunAction>, IllegalTransition> {
+    pub fn apply(
+        &mut self,
+        event: &RunEvent,
+        now_ms: i64,
+    ) -> Result<Vec<RunAction>, IllegalTransition> {
         let t = transition(self.state, event)?;
         self.state = t.to;
         self.updated_at_ms = now_ms;

@@ -147,7 +147,10 @@ mod tests {
 
     #[test]
     fn echoes_plain_input() {
-        let r = reply(respond(&[ChatMessage::text(Role::System, "sys"), user("hello")]));
+        let r = reply(respond(&[
+            ChatMessage::text(Role::System, "sys"),
+            user("hello"),
+        ]));
         assert_eq!(r.content, "echo: hello");
     }
 
@@ -181,7 +184,10 @@ mod tests {
             tool_call_id: None,
             name: None,
         });
-        convo.push(ChatMessage::tool_result(&r.tool_calls[0], "{\"now\":\"x\"}"));
+        convo.push(ChatMessage::tool_result(
+            &r.tool_calls[0],
+            "{\"now\":\"x\"}",
+        ));
         assert_eq!(
             reply(respond(&convo)).content,
             "tool current_time returned: {\"now\":\"x\"}"
@@ -190,11 +196,17 @@ mod tests {
 
     #[test]
     fn fail_and_sleep() {
-        assert_eq!(respond(&[user("/fail boom")]), Scripted::Fail("boom".into()));
+        assert_eq!(
+            respond(&[user("/fail boom")]),
+            Scripted::Fail("boom".into())
+        );
         match respond(&[user("/sleep 20 hi")]) {
             Scripted::Sleep(20, then) => assert_eq!(reply(*then).content, "echo: hi"),
             other => panic!("{other:?}"),
         }
-        assert_eq!(reply(respond(&[user("/failure")])).content, "echo: /failure");
+        assert_eq!(
+            reply(respond(&[user("/failure")])).content,
+            "echo: /failure"
+        );
     }
 }

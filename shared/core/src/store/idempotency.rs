@@ -34,7 +34,13 @@ impl IdempotencyStore {
         format!("{tenant}#{key}")
     }
 
-    pub fn claim_item(&self, tenant: &str, key: &str, rec: &IdemRecord, now_ms: i64) -> TransactWriteItem {
+    pub fn claim_item(
+        &self,
+        tenant: &str,
+        key: &str,
+        rec: &IdemRecord,
+        now_ms: i64,
+    ) -> TransactWriteItem {
         let mut item = Item::new();
         item.insert("idem_key".into(), s(Self::key(tenant, key)));
         item.insert("fingerprint".into(), s(&rec.fingerprint));

@@ -19,7 +19,9 @@ pub fn n(v: impl ToString) -> AttributeValue {
 pub fn get_s(item: &Item, key: &str) -> Result<String, StoreError> {
     match item.get(key) {
         Some(AttributeValue::S(v)) => Ok(v.clone()),
-        _ => Err(StoreError::Corrupt(format!("attribute {key} missing or not a string"))),
+        _ => Err(StoreError::Corrupt(format!(
+            "attribute {key} missing or not a string"
+        ))),
     }
 }
 
@@ -35,7 +37,9 @@ pub fn get_n<T: std::str::FromStr>(item: &Item, key: &str) -> Result<T, StoreErr
         Some(AttributeValue::N(v)) => v
             .parse()
             .map_err(|_| StoreError::Corrupt(format!("attribute {key} is not a number"))),
-        _ => Err(StoreError::Corrupt(format!("attribute {key} missing or not a number"))),
+        _ => Err(StoreError::Corrupt(format!(
+            "attribute {key} missing or not a number"
+        ))),
     }
 }
 

@@ -104,10 +104,16 @@ impl Registry {
         }
     }
 
-    pub async fn agent_version(&self, name: &str) -> Result<Option<(AgentDefinition, u64)>, StoreError> {
+    pub async fn agent_version(
+        &self,
+        name: &str,
+    ) -> Result<Option<(AgentDefinition, u64)>, StoreError> {
         match self.get(&format!("agent#{name}")).await? {
             None => Ok(None),
-            Some(i) => Ok(Some((get_json(&i, "doc")?, super::item::get_n(&i, "version").unwrap_or(1)))),
+            Some(i) => Ok(Some((
+                get_json(&i, "doc")?,
+                super::item::get_n(&i, "version").unwrap_or(1),
+            ))),
         }
     }
 

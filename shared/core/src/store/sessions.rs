@@ -125,7 +125,11 @@ impl SessionStore {
     }
 
     /// The Run that carries message `seq`.
-    pub async fn message_run(&self, session_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
+    pub async fn message_run(
+        &self,
+        session_id: &str,
+        seq: u64,
+    ) -> Result<Option<String>, StoreError> {
         let out = self
             .dynamo
             .get_item()

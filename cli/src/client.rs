@@ -1,0 +1,194 @@
+//! A thin client of the HTTP API, used by the CLI commands, the demo and the
+//! benchmark. It reads `ARMADA_API_URL` / `ARMADA_API_KEY` /
+//! `ARMADA_ADMIN_KEY` from the environment or from `.armada/local.env`.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    pub base: String,
+    pub key: String,
+    pub admin_key: Option<String>,
+}
+
+/// An error answer of the API.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("HTTP {status}: {code}: {message}")]
+pub struct ApiFailure {
+    pub status: u16,
+    pub code: String,
+    pub message: String,
+}
+
+pub const TERMINAL_EVENTS: [&str; 4] = [
+    "run_completed",
+    "run_failed",
+    "run_cancelled",
+    "run_timed_out",
+];
+
+pub fn read_env_file(path: &Path) -> HashMap<String, String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+impl Client {
+    pub fn new(base: &str, key: &str, admin_key: Option<String>) -> Self {
+        Client {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap_or_default(),
+            base: base.trim_end_matches('/').to_string(),
+            key: key.to_string(),
+            admin_key,
+        }
+    }
+
+    /// From the environment, else from `<root>/.armada/local.env`.
+    pub fn from_env(root: Option<&Path>) -> Result<Self> {
+        let file = root
+            .map(|r| read_env_file(&r.join(".armada/local.env")))
+            .unwrap_or_default();
+        let get = |k: &str| std::env::var(k).ok().or_else(|| file.get(k).cloned());
+        let base = get("ARMADA_API_URL").ok_or_else(|| {
+            anyhow!(
+                "ARMADA_API_URL is not set and .armada/local.env is missing: run `armada up` first"
+            )
+        })?;
+        let key = get("ARMADA_API_KEY").unwrap_or_default();
+        Ok(Client::new(&base, &key, get("ARMADA_ADMIN_KEY")))
+    }
+
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        admin: bool,
+    ) -> Result<Value> {
+        let key = if admin {
+            self.admin_key
+                .clone()
+                .ok_or_else(|| anyhow!("this command needs ARMADA_ADMIN_KEY"))?
+        } else {
+            self.key.clone()
+        };
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(key);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req
+            .send()
+            .await
+            .with_context(|| format!("calling {}{path}", self.base))?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await?;
+        let v: Value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(json!({"raw": text}))
+        };
+        if status >= 400 {
+            return Err(ApiFailure {
+                status,
+                code: v
+                    .pointer("/error/code")
+                    .and_then(Value::as_str)
+                    .unwrap_or("HTTP_ERROR")
+                    .to_string(),
+                message: v
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or(&text)
+                    .to_string(),
+            }
+            .into());
+        }
+        Ok(v)
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Value> {
+        self.call(reqwest::Method::GET, path, None, false).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        self.call(reqwest::Method::POST, path, Some(body), false)
+            .await
+    }
+
+    pub async fn create_run(&self, agent: &str, input: &str) -> Result<String> {
+        let v = self
+            .post("/v1/runs", &json!({"agent": agent, "input": input}))
+            .await?;
+        run_id(&v)
+    }
+
+    pub async fn create_session(&self, agent: &str) -> Result<String> {
+        let v = self.post("/v1/sessions", &json!({"agent": agent})).await?;
+        v.get("session_id")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| anyhow!("no session_id in {v}"))
+    }
+
+    pub async fn send_message(&self, session_id: &str, input: &str) -> Result<String> {
+        let v = self
+            .post(
+                &format!("/v1/sessions/{session_id}/messages"),
+                &json!({"input": input}),
+            )
+            .await?;
+        run_id(&v)
+    }
+
+    /// Follows a Run's events until it reaches a terminal state; returns the Run.
+    pub async fn wait_run(&self, run_id: &str, timeout: Duration) -> Result<Value> {
+        let start = Instant::now();
+        let mut after = 0u64;
+        loop {
+            let left = timeout.saturating_sub(start.elapsed()).as_secs().min(10);
+            let v = self
+                .get(&format!(
+                    "/v1/runs/{run_id}/events?after={after}&wait={left}"
+                ))
+                .await?;
+            let events = v
+                .get("events")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            after = v.get("next").and_then(Value::as_u64).unwrap_or(after);
+            if events.iter().any(|e| {
+                e.get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| TERMINAL_EVENTS.contains(&t))
+            }) {
+                return self.get(&format!("/v1/runs/{run_id}")).await;
+            }
+            if start.elapsed() >= timeout {
+                bail!("run {run_id} did not finish within {timeout:?}");
+            }
+        }
+    }
+}
+
+pub fn run_id(v: &Value) -> Result<String> {
+    v.get("run_id")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("no run_id in {v}"))
+}

@@ -1,0 +1,104 @@
+//! The AWS API emulator: the moto server, installed on first use into a
+//! project-local venv (`.armada/venv`, pinned version) and started on
+//! loopback. An `AWS_ENDPOINT_URL` that points elsewhere (a LocalStack, say)
+//! is used as it is instead.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// The emulator version the project is tested with.
+pub const MOTO_VERSION: &str = "5.2.5";
+
+pub fn state_dir(root: &Path) -> PathBuf {
+    root.join(".armada")
+}
+
+fn moto_bin(root: &Path) -> PathBuf {
+    state_dir(root).join("venv/bin/moto_server")
+}
+
+/// Installs moto into `.armada/venv` unless the pinned version is there.
+/// A lock file keeps concurrent installers (parallel test binaries) apart.
+pub fn install(root: &Path) -> Result<PathBuf> {
+    let dir = state_dir(root);
+    std::fs::create_dir_all(&dir)?;
+    let marker = dir.join(format!("venv/.moto-{MOTO_VERSION}"));
+    let bin = moto_bin(root);
+    if marker.exists() && bin.exists() {
+        return Ok(bin);
+    }
+    let lock = dir.join("install.lock");
+    let _guard = crate::local::process::FileLock::acquire(&lock)?;
+    if marker.exists() && bin.exists() {
+        return Ok(bin);
+    }
+    eprintln!(
+        "armada: installing the AWS emulator (moto[server]=={MOTO_VERSION}) into .armada/venv ..."
+    );
+    let venv = dir.join("venv");
+    let python = std::env::var("ARMADA_PYTHON").unwrap_or_else(|_| "python3".into());
+    let status = Command::new(&python)
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .with_context(|| format!("running {python} -m venv"))?;
+    if !status.success() {
+        bail!("{python} -m venv failed; install python3-venv");
+    }
+    let status = Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .arg(format!("moto[server]=={MOTO_VERSION}"))
+        .status()
+        .context("running pip")?;
+    if !status.success() {
+        bail!("pip install moto[server]=={MOTO_VERSION} failed");
+    }
+    std::fs::write(&marker, MOTO_VERSION)?;
+    Ok(bin)
+}
+
+/// Whether something answers HTTP at `endpoint`.
+pub async fn answers(endpoint: &str) -> bool {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(800))
+        .build()
+        .unwrap_or_default();
+    client
+        .get(format!("{endpoint}/moto-api/"))
+        .send()
+        .await
+        .is_ok()
+        || client.get(endpoint).send().await.is_ok()
+}
+
+pub async fn wait_until_up(endpoint: &str, timeout: Duration) -> Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if answers(endpoint).await {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("the emulator at {endpoint} did not answer within {timeout:?}")
+}
+
+/// Starts moto on 127.0.0.1:`port` as a process of its own (it outlives
+/// this one under `up --detach`); returns its pid.
+pub fn spawn(root: &Path, port: u16, die_with_parent: bool) -> Result<u32> {
+    let bin = install(root)?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state_dir(root).join(format!("moto-{port}.log")))?;
+    let mut cmd = Command::new(bin);
+    cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    crate::local::process::detach(&mut cmd, die_with_parent);
+    let child = cmd.spawn().context("starting moto_server")?;
+    Ok(child.id())
+}

@@ -1,0 +1,244 @@
+//! A loopback HTTP server that does what API Gateway (HTTP API, payload
+//! v2) does for the functions: it matches the template's routes, turns each
+//! request into the v2 event JSON, and hands it, as `lambda_http` would, to
+//! the function's handler.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use lambda_http::aws_lambda_events::apigw::ApiGatewayV2httpRequest;
+use lambda_http::request::LambdaRequest;
+use lambda_http::{Body, Request, Response};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::template::Route;
+
+/// API Gateway's own payload limit.
+const GATEWAY_MAX_BODY: usize = 10 * 1024 * 1024;
+
+pub type HttpHandler = Arc<dyn Fn(Request) -> BoxFuture<'static, Response<Body>> + Send + Sync>;
+
+#[derive(Clone)]
+struct Router {
+    routes: Vec<(Route, Vec<String>)>,
+    handlers: HashMap<String, HttpHandler>,
+}
+
+impl Router {
+    fn new(routes: Vec<Route>, handlers: HashMap<String, HttpHandler>) -> Self {
+        let routes = routes
+            .into_iter()
+            .map(|r| {
+                let segs = r
+                    .path
+                    .trim_matches('/')
+                    .split('/')
+                    .map(str::to_string)
+                    .collect();
+                (r, segs)
+            })
+            .collect();
+        Router { routes, handlers }
+    }
+
+    /// The route, its path parameters, for a method and path.
+    fn find(&self, method: &str, path: &str) -> Option<(&Route, HashMap<String, String>)> {
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        'routes: for (route, pattern) in &self.routes {
+            if route.method != method && route.method != "ANY" {
+                continue;
+            }
+            let mut params = HashMap::new();
+            for (i, p) in pattern.iter().enumerate() {
+                if let Some(name) = p.strip_prefix('{').and_then(|p| p.strip_suffix("+}")) {
+                    params.insert(name.to_string(), segs[i.min(segs.len())..].join("/"));
+                    return Some((route, params));
+                }
+                let Some(seg) = segs.get(i) else {
+                    continue 'routes;
+                };
+                if let Some(name) = p.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+                    if seg.is_empty() {
+                        continue 'routes;
+                    }
+                    params.insert(name.to_string(), seg.to_string());
+                } else if p != seg {
+                    continue 'routes;
+                }
+            }
+            if segs.len() == pattern.len() {
+                return Some((route, params));
+            }
+        }
+        None
+    }
+}
+
+fn plain(status: u16, body: serde_json::Value) -> hyper::Response<Full<Bytes>> {
+    hyper::Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap_or_default()
+}
+
+async fn serve_one(
+    router: Arc<Router>,
+    peer: SocketAddr,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> hyper::Response<Full<Bytes>> {
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    let raw_query = req.uri().query().unwrap_or_default().to_string();
+    let Some((route, params)) = router.find(&method, &path) else {
+        return plain(404, json!({"message": "Not Found"}));
+    };
+    let Some(handler) = router.handlers.get(&route.function).cloned() else {
+        return plain(500, json!({"message": "Internal Server Error"}));
+    };
+    let mut headers = serde_json::Map::new();
+    for (k, v) in req.headers() {
+        let v = v.to_str().unwrap_or_default();
+        let entry = headers.entry(k.as_str().to_string()).or_insert(json!(""));
+        *entry = match entry.as_str() {
+            Some("") | None => json!(v),
+            Some(prev) => json!(format!("{prev},{v}")),
+        };
+    }
+    let body = match Limited::new(req.into_body(), GATEWAY_MAX_BODY)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return plain(413, json!({"message": "Request Entity Too Large"})),
+    };
+    let (body_text, b64) = match std::str::from_utf8(&body) {
+        Ok(s) => (s.to_string(), false),
+        Err(_) => {
+            use base64::Engine;
+            (
+                base64::engine::general_purpose::STANDARD.encode(&body),
+                true,
+            )
+        }
+    };
+    let mut qs = serde_json::Map::new();
+    for kv in raw_query.split('&').filter(|s| !s.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        qs.insert(k.to_string(), json!(v));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let route_key = format!("{} {}", route.method, route.path);
+    let event = json!({
+        "version": "2.0",
+        "routeKey": route_key,
+        "rawPath": path,
+        "rawQueryString": raw_query,
+        "headers": headers,
+        "queryStringParameters": if qs.is_empty() { serde_json::Value::Null } else { serde_json::Value::Object(qs) },
+        "pathParameters": if params.is_empty() { serde_json::Value::Null } else { json!(params) },
+        "requestContext": {
+            "accountId": "local",
+            "apiId": "local",
+            "domainName": "127.0.0.1",
+            "domainPrefix": "local",
+            "http": {"method": method, "path": path, "protocol": "HTTP/1.1",
+                     "sourceIp": peer.ip().to_string(),
+                     "userAgent": headers.get("user-agent").cloned().unwrap_or(json!(""))},
+            "requestId": uuid::Uuid::new_v4().to_string(),
+            "routeKey": route_key,
+            "stage": "$default",
+            "time": "",
+            "timeEpoch": now
+        },
+        "body": if body.is_empty() { serde_json::Value::Null } else { json!(body_text) },
+        "isBase64Encoded": b64
+    });
+    let v2: ApiGatewayV2httpRequest = match serde_json::from_value(event) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::error!(error = %e, "could not build the API Gateway event");
+            return plain(500, json!({"message": "Internal Server Error"}));
+        }
+    };
+    let request: Request = LambdaRequest::ApiGatewayV2(v2).into();
+    let resp = handler(request).await;
+    let (parts, body) = resp.into_parts();
+    let bytes = match body {
+        Body::Empty => Bytes::new(),
+        Body::Text(t) => Bytes::from(t),
+        Body::Binary(b) => Bytes::from(b),
+        _ => Bytes::new(),
+    };
+    hyper::Response::from_parts(parts, Full::new(bytes))
+}
+
+/// Serves until `shutdown` turns true.
+pub async fn serve(
+    listener: TcpListener,
+    routes: Vec<Route>,
+    handlers: HashMap<String, HttpHandler>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let router = Arc::new(Router::new(routes, handlers));
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => { tracing::warn!(error = %e, "accept failed"); continue; }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let router = router.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let router = router.clone();
+                async move { Ok::<_, Infallible>(serve_one(router, peer, req).await) }
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_match_with_parameters() {
+        let r = |m: &str, p: &str| Route {
+            method: m.into(),
+            path: p.into(),
+            function: "f".into(),
+        };
+        let router = Router::new(
+            vec![
+                r("GET", "/v1/runs/{run_id}"),
+                r("GET", "/v1/runs/{run_id}/events"),
+                r("POST", "/v1/runs"),
+            ],
+            HashMap::new(),
+        );
+        let (route, params) = router.find("GET", "/v1/runs/abc/events").unwrap();
+        assert_eq!(route.path, "/v1/runs/{run_id}/events");
+        assert_eq!(params["run_id"], "abc");
+        assert!(router.find("GET", "/v1/runs").is_none());
+        assert!(router.find("DELETE", "/v1/runs/abc").is_none());
+        assert!(router.find("POST", "/v1/runs").is_some());
+    }
+}

@@ -1,0 +1,319 @@
+//! The local stack: the emulator, the template's resources in it, the four
+//! handlers in-process behind an API-Gateway-like HTTP server and
+//! Lambda-like SQS pollers, and the scripted model on loopback.
+
+pub mod emulator;
+pub mod http;
+pub mod model_server;
+pub mod pollers;
+pub mod process;
+pub mod provision;
+pub mod template;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use armada_core::aws::AwsClients;
+use armada_core::config::Config;
+use armada_core::store::registry::StoredKey;
+use armada_core::Services;
+use armada_domain::api::{sha256_hex, ApiKey};
+use armada_harness::{Harness, NoHooks, StepHooks};
+
+use self::http::HttpHandler;
+use self::model_server::ModelStats;
+use self::pollers::{PollerSpec, SqsHandler};
+use self::template::Template;
+
+#[derive(Clone)]
+pub struct LocalOptions {
+    /// The repository root (template, config/, .armada/).
+    pub root: PathBuf,
+    /// The stack name: the prefix of every resource name.
+    pub stack: String,
+    pub region: String,
+    /// An emulator to use as it is; `None` starts moto on `emulator_port`.
+    pub endpoint: Option<String>,
+    pub emulator_port: u16,
+    /// Port of the HTTP API (0 picks one).
+    pub api_port: u16,
+    /// Template parameter overrides (`sam deploy --parameter-overrides`).
+    pub parameters: HashMap<String, String>,
+    /// Concurrent pollers per queue for the harness and the dispatcher
+    /// (Lambda's concurrency).
+    pub harness_concurrency: usize,
+    pub dispatcher_concurrency: usize,
+    /// Long-poll wait of each receive.
+    pub poll_wait_seconds: i32,
+    /// Kill a moto we start when this process ends (tests).
+    pub emulator_dies_with_us: bool,
+    /// Fault injection for the harness (tests).
+    pub hooks: Arc<dyn StepHooks>,
+}
+
+impl std::fmt::Debug for LocalOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalOptions")
+            .field("stack", &self.stack)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalOptions {
+    pub fn new(root: &Path) -> Self {
+        LocalOptions {
+            root: root.to_path_buf(),
+            stack: "armada-local".into(),
+            region: std::env::var("AWS_REGION")
+                .or_else(|_| std::env::var("AWS_DEFAULT_REGION"))
+                .unwrap_or_else(|_| "us-east-1".into()),
+            endpoint: std::env::var("AWS_ENDPOINT_URL")
+                .ok()
+                .filter(|s| !s.is_empty()),
+            emulator_port: 4566,
+            api_port: 8787,
+            parameters: HashMap::new(),
+            harness_concurrency: 4,
+            dispatcher_concurrency: 2,
+            poll_wait_seconds: 5,
+            emulator_dies_with_us: false,
+            hooks: Arc::new(NoHooks),
+        }
+    }
+}
+
+pub struct LocalStack {
+    pub api_url: String,
+    pub endpoint: String,
+    pub admin_key: String,
+    pub tenant_key: String,
+    pub tenant: String,
+    pub model_url: String,
+    pub model_stats: ModelStats,
+    /// The services the handlers run on (one AWS client set, shared, so
+    /// the call counter sees every call).
+    pub svc: Arc<Services>,
+    pub aws: AwsClients,
+    pub template: Template,
+    pub provisioned: provision::Provisioned,
+    /// The emulator we started, if we started one.
+    pub emulator_pid: Option<u32>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for LocalStack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalStack")
+            .field("api_url", &self.api_url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Finds the repository root from the current directory upwards.
+pub fn find_root() -> Result<PathBuf> {
+    let mut dir = std::env::current_dir()?;
+    loop {
+        if dir.join("infra/template.yaml").exists() {
+            return Ok(dir);
+        }
+        if !dir.pop() {
+            return Err(anyhow!(
+                "infra/template.yaml not found here or above: run armada from the repository"
+            ));
+        }
+    }
+}
+
+impl LocalStack {
+    pub async fn start(opts: LocalOptions) -> Result<Self> {
+        let (endpoint, emulator_pid) = match &opts.endpoint {
+            Some(ep) => (ep.trim_end_matches('/').to_string(), None),
+            None => {
+                let ep = format!("http://127.0.0.1:{}", opts.emulator_port);
+                if emulator::answers(&ep).await {
+                    (ep, None)
+                } else {
+                    let pid = emulator::spawn(
+                        &opts.root,
+                        opts.emulator_port,
+                        opts.emulator_dies_with_us,
+                    )?;
+                    emulator::wait_until_up(&ep, Duration::from_secs(60)).await?;
+                    (ep, Some(pid))
+                }
+            }
+        };
+        let aws = AwsClients::load_local(&endpoint, &opts.region).await;
+
+        // The scripted model and the API listener come first: their URLs
+        // are template parameters.
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let model_listener = TcpListener::bind("127.0.0.1:0").await?;
+        let model_url = format!("http://{}/v1", model_listener.local_addr()?);
+        let model_stats = ModelStats::default();
+        tasks.push(tokio::spawn(model_server::serve(
+            model_listener,
+            model_stats.clone(),
+            shutdown_rx.clone(),
+        )));
+        let api_listener = TcpListener::bind(("127.0.0.1", opts.api_port))
+            .await
+            .with_context(|| format!("binding the API port {}", opts.api_port))?;
+        let api_url = format!("http://{}", api_listener.local_addr()?);
+
+        let admin_key = format!("adm_{}", ApiKey::mint().secret);
+        let mut params = opts.parameters.clone();
+        params.insert("AdminKeySha256".into(), sha256_hex(admin_key.as_bytes()));
+        params
+            .entry("ScriptedModelUrl".into())
+            .or_insert(model_url.clone());
+        let text = std::fs::read_to_string(opts.root.join("infra/template.yaml"))?;
+        let template = Template::parse(&text, &opts.stack, &opts.region, &params)?;
+        let provisioned = provision::provision(&aws, &template).await?;
+
+        // Each function gets the environment the template gives it.
+        let services = |binary: &'static str| {
+            let aws = aws.clone();
+            let template = template.clone();
+            async move {
+                let env = template.environment(binary)?;
+                let cfg = Config::from_map(&env)?;
+                Ok::<_, anyhow::Error>(Services::init(cfg, aws).await?)
+            }
+        };
+        let ingress_svc = services("ingress").await?;
+        let dispatcher_svc = services("dispatcher").await?;
+        let harness_svc = services("harness").await?;
+
+        provision::load_agents(&ingress_svc.registry, &opts.root).await?;
+        let tenant = "local".to_string();
+        let key = ApiKey::mint();
+        ingress_svc
+            .registry
+            .put_key(
+                &StoredKey {
+                    key_id: key.key_id.clone(),
+                    tenant: tenant.clone(),
+                    secret_sha256: key.secret_hash(),
+                    revoked: false,
+                },
+                ingress_svc.clock.now_ms(),
+            )
+            .await?;
+
+        let mut http_handlers: HashMap<String, HttpHandler> = HashMap::new();
+        let isvc = ingress_svc.clone();
+        http_handlers.insert(
+            "ingress".into(),
+            Arc::new(move |req| {
+                let svc = isvc.clone();
+                Box::pin(async move { armada_ingress::handle(svc, req).await })
+            }),
+        );
+        http_handlers.insert(
+            "hitl".into(),
+            Arc::new(|req| Box::pin(async move { armada_hitl::handle(req).await })),
+        );
+        tasks.push(tokio::spawn(http::serve(
+            api_listener,
+            template.routes(),
+            http_handlers,
+            shutdown_rx.clone(),
+        )));
+
+        let dispatcher = armada_dispatcher::Dispatcher::new(dispatcher_svc.clone());
+        let harness = Arc::new(Harness::with_hooks(harness_svc.clone(), opts.hooks.clone()));
+        let mut sqs_handlers: HashMap<&str, (SqsHandler, usize)> = HashMap::new();
+        sqs_handlers.insert(
+            "dispatcher",
+            (
+                Arc::new(move |ev| {
+                    let d = dispatcher.clone();
+                    Box::pin(async move { Ok(d.handle_event(ev).await) })
+                }),
+                opts.dispatcher_concurrency,
+            ),
+        );
+        sqs_handlers.insert(
+            "harness",
+            (
+                Arc::new(move |ev| {
+                    let h = harness.clone();
+                    Box::pin(async move { h.handle_event(ev).await.map_err(|e| e.to_string()) })
+                }),
+                opts.harness_concurrency,
+            ),
+        );
+        for esm in template.event_source_mappings() {
+            let (handler, concurrency) = sqs_handlers
+                .get(esm.function.as_str())
+                .cloned()
+                .ok_or_else(|| anyhow!("no local handler for function {}", esm.function))?;
+            let spec = PollerSpec {
+                queue_url: provisioned.queue_urls[&esm.queue_logical_id].clone(),
+                queue_arn: provisioned.queue_arns[&esm.queue_logical_id].clone(),
+                batch_size: esm.batch_size as i32,
+                wait_seconds: opts.poll_wait_seconds,
+                region: opts.region.clone(),
+            };
+            // Dead-letter queues are drained by one poller; work queues by
+            // as many as the function's concurrency.
+            let n = if esm.queue_logical_id.contains("DeadLetter") {
+                1
+            } else {
+                concurrency.max(1)
+            };
+            for _ in 0..n {
+                tasks.push(tokio::spawn(pollers::run(
+                    aws.sqs.clone(),
+                    spec.clone(),
+                    handler.clone(),
+                    shutdown_rx.clone(),
+                )));
+            }
+        }
+
+        Ok(LocalStack {
+            api_url,
+            endpoint,
+            admin_key,
+            tenant_key: key.token(),
+            tenant,
+            model_url,
+            model_stats,
+            svc: harness_svc,
+            aws,
+            template,
+            provisioned,
+            emulator_pid,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// Stops every task this stack started (not the emulator: see [`Self::emulator_pid`]).
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+        }
+    }
+
+    /// The contents of `.armada/local.env`.
+    pub fn env_file(&self) -> String {
+        format!(
+            "ARMADA_API_URL={}\nARMADA_API_KEY={}\nARMADA_ADMIN_KEY={}\nAWS_ENDPOINT_URL={}\nARMADA_TENANT={}\n",
+            self.api_url, self.tenant_key, self.admin_key, self.endpoint, self.tenant
+        )
+    }
+}

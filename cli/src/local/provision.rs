@@ -1,0 +1,207 @@
+//! Creates, in the emulator, the tables, queues and buckets that the template
+//! declares (idempotently), and loads the default agents from `config/agents`.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+
+use armada_core::aws::AwsClients;
+use armada_core::store::registry::Registry;
+use armada_domain::agent::AgentDefinition;
+
+use super::template::{TableSpec, Template};
+
+#[derive(Debug, Clone, Default)]
+pub struct Provisioned {
+    /// Queue logical id → URL.
+    pub queue_urls: HashMap<String, String>,
+    /// Queue logical id → ARN.
+    pub queue_arns: HashMap<String, String>,
+}
+
+fn key_elements(key: &[(String, String)]) -> Result<Vec<KeySchemaElement>> {
+    key.iter()
+        .map(|(a, t)| {
+            Ok(KeySchemaElement::builder()
+                .attribute_name(a)
+                .key_type(KeyType::from(t.as_str()))
+                .build()?)
+        })
+        .collect()
+}
+
+async fn create_table(aws: &AwsClients, t: &TableSpec) -> Result<()> {
+    let mut req = aws
+        .dynamo
+        .create_table()
+        .table_name(&t.name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .set_key_schema(Some(key_elements(&t.key)?));
+    for (name, ty) in &t.attributes {
+        req = req.attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(name)
+                .attribute_type(ScalarAttributeType::from(ty.as_str()))
+                .build()?,
+        );
+    }
+    for ix in &t.indexes {
+        req = req.global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(&ix.name)
+                .set_key_schema(Some(key_elements(&ix.key)?))
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::from(ix.projection.as_str()))
+                        .build(),
+                )
+                .build()?,
+        );
+    }
+    match req.send().await {
+        Ok(_) => {}
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|se| se.is_resource_in_use_exception()) => {}
+        Err(e) => {
+            return Err(anyhow::Error::new(e)).with_context(|| format!("creating table {}", t.name))
+        }
+    }
+    if let Some(attr) = &t.ttl_attribute {
+        let _ = aws
+            .dynamo
+            .update_time_to_live()
+            .table_name(&t.name)
+            .time_to_live_specification(
+                TimeToLiveSpecification::builder()
+                    .attribute_name(attr)
+                    .enabled(true)
+                    .build()?,
+            )
+            .send()
+            .await;
+    }
+    Ok(())
+}
+
+pub async fn provision(aws: &AwsClients, t: &Template) -> Result<Provisioned> {
+    for table in t.tables()? {
+        create_table(aws, &table).await?;
+    }
+    let mut out = Provisioned::default();
+    let queues = t.queues()?;
+    for q in &queues {
+        let mut req = aws.sqs.create_queue().queue_name(&q.name);
+        if q.fifo {
+            req = req.attributes(QueueAttributeName::FifoQueue, "true");
+            if q.content_dedup {
+                req = req.attributes(QueueAttributeName::ContentBasedDeduplication, "true");
+            }
+        }
+        if let Some(v) = q.visibility_timeout {
+            req = req.attributes(QueueAttributeName::VisibilityTimeout, v.to_string());
+        }
+        if let Some(r) = q.retention {
+            req = req.attributes(QueueAttributeName::MessageRetentionPeriod, r.to_string());
+        }
+        let url = req
+            .send()
+            .await
+            .with_context(|| format!("creating queue {}", q.name))?
+            .queue_url()
+            .unwrap_or_default()
+            .to_string();
+        let arn = aws
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await?
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+            .unwrap_or_default();
+        out.queue_urls.insert(q.logical_id.clone(), url);
+        out.queue_arns.insert(q.logical_id.clone(), arn);
+    }
+    // Redrive policies name their DLQ by ARN, known only now.
+    for q in &queues {
+        if let Some((dlq, max)) = &q.redrive {
+            let policy = serde_json::json!({
+                "deadLetterTargetArn": out.queue_arns.get(dlq).cloned().unwrap_or_default(),
+                "maxReceiveCount": max,
+            });
+            aws.sqs
+                .set_queue_attributes()
+                .queue_url(&out.queue_urls[&q.logical_id])
+                .attributes(QueueAttributeName::RedrivePolicy, policy.to_string())
+                .send()
+                .await
+                .with_context(|| format!("setting the redrive policy of {}", q.name))?;
+        }
+    }
+    for bucket in t.buckets()? {
+        let mut req = aws.s3.create_bucket().bucket(&bucket);
+        let region = aws
+            .sdk_config
+            .region()
+            .map(|r| r.to_string())
+            .unwrap_or_default();
+        if !region.is_empty() && region != "us-east-1" {
+            req = req.create_bucket_configuration(
+                aws_sdk_s3::types::CreateBucketConfiguration::builder()
+                    .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::from(
+                        region.as_str(),
+                    ))
+                    .build(),
+            );
+        }
+        match req.send().await {
+            Ok(_) => {}
+            Err(e)
+                if e.as_service_error().is_some_and(|se| {
+                    se.is_bucket_already_owned_by_you() || se.is_bucket_already_exists()
+                }) => {}
+            Err(e) => {
+                return Err(anyhow::Error::new(e))
+                    .with_context(|| format!("creating bucket {bucket}"))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Loads every `config/agents/*.json` into the registry. The scripted
+/// provider needs no URL in the file: the deployment supplies it.
+pub async fn load_agents(registry: &Registry, root: &Path) -> Result<Vec<String>> {
+    let dir = root.join("config/agents");
+    let mut names = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    entries.sort();
+    for path in entries {
+        let text = std::fs::read_to_string(&path)?;
+        let body: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let def = AgentDefinition::from_json(&name, &body)
+            .with_context(|| format!("validating {}", path.display()))?;
+        registry.put_agent(&def).await?;
+        names.push(name);
+    }
+    Ok(names)
+}
