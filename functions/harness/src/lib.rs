@@ -22,10 +22,13 @@ use armada_domain::context::{self, HistoryTurn};
 use armada_domain::ledger::{self, Recovery, ToolCallRecord, ToolCallState};
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
 use armada_domain::run::{
-    Delivery, Payload, Run, RunAction, RunError, RunEvent, RunEventRecord, Stamp,
+    clip, Delivery, Payload, Run, RunAction, RunError, RunEvent, RunEventRecord, Stamp,
 };
 use armada_domain::session;
 use armada_domain::skills;
+
+/// Event payloads are previews: the full text is on the Run (or in S3).
+const EVENT_PREVIEW_BYTES: usize = 8 * 1024;
 
 /// Messages dropped as duplicates or overtaken.
 pub static STALE_DROPS: AtomicU64 = AtomicU64::new(0);
@@ -330,9 +333,10 @@ impl Harness {
             run.usage.model_turns += 1;
             run.usage.input_tokens += reply.usage.input_tokens;
             run.usage.output_tokens += reply.usage.output_tokens;
+            let (preview, truncated) = clip(&reply.content, EVENT_PREVIEW_BYTES);
             events.push(run.push_event(
                 "model_reply",
-                json!({"content": reply.content, "tool_calls": reply.tool_calls}),
+                json!({"content": preview, "truncated": truncated, "tool_calls": reply.tool_calls}),
                 now,
             ));
             if reply.tool_calls.is_empty() {
@@ -417,30 +421,38 @@ impl Harness {
         let actions = run
             .apply(&RunEvent::Answered, now)
             .map_err(|e| StepError::Retry(e.to_string()))?;
-        run.output = Some(reply.content.clone());
+        let svc = &self.svc;
+        let key = format!("outputs/{}/{}", run.tenant, run.run_id);
+        run.output = Some(
+            svc.payloads
+                .spill(&key, &reply.content, svc.cfg.inline_limit_bytes)
+                .await?,
+        );
         run.lease_until_ms = 0;
-        events.push(run.push_event("run_completed", json!({"output": reply.content}), now));
+        let (preview, truncated) = clip(&reply.content, EVENT_PREVIEW_BYTES);
+        events.push(run.push_event(
+            "run_completed",
+            json!({"output": preview, "truncated": truncated}),
+            now,
+        ));
         let mut extra = Vec::new();
         if let (Some(sid), Some(seq)) = (&run.session_id, run.session_seq) {
             let (user_turn, assistant_turn) = session::turn_numbers(seq);
-            extra.push(self.svc.sessions.turn_put(
-                sid,
-                user_turn,
-                &HistoryTurn {
-                    role: Role::User,
-                    content: input.to_string(),
-                    run_id: run.run_id.clone(),
-                },
-            ));
-            extra.push(self.svc.sessions.turn_put(
-                sid,
-                assistant_turn,
-                &HistoryTurn {
-                    role: Role::Assistant,
-                    content: reply.content,
-                    run_id: run.run_id.clone(),
-                },
-            ));
+            let turn = |role, content: &str| HistoryTurn {
+                role,
+                content: content.to_string(),
+                run_id: run.run_id.clone(),
+            };
+            extra.push(
+                svc.sessions
+                    .turn_put(sid, user_turn, &turn(Role::User, input))
+                    .await?,
+            );
+            extra.push(
+                svc.sessions
+                    .turn_put(sid, assistant_turn, &turn(Role::Assistant, &reply.content))
+                    .await?,
+            );
         }
         self.svc.runs.save(prev, run, &events, extra).await?;
         tracing::info!(run_id = %run.run_id, epoch = run.epoch, "run completed");

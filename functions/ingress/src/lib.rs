@@ -196,18 +196,19 @@ async fn agent_named(svc: &Services, name: &str) -> Result<AgentDefinition, ApiE
         .ok_or_else(|| ApiError::not_found(&format!("agent '{name}'")))
 }
 
+async fn payload_json(svc: &Services, p: &Payload) -> Value {
+    match svc.payloads.read(p).await {
+        Ok(t) => json!(t),
+        Err(e) => {
+            tracing::warn!(error = %e, "stored payload unreadable");
+            Value::Null
+        }
+    }
+}
+
 /// A Run's public view.
 pub async fn run_view(svc: &Services, run: &Run) -> Value {
-    let input = match &run.input {
-        Payload::Inline { text } => json!(text),
-        Payload::Stored { key, .. } => match svc.payloads.get_text(key).await {
-            Ok(t) => json!(t),
-            Err(e) => {
-                tracing::warn!(error = %e, "stored input unreadable");
-                json!(null)
-            }
-        },
-    };
+    let input = payload_json(svc, &run.input).await;
     let mut v = json!({
         "run_id": run.run_id,
         "agent": run.agent,
@@ -221,7 +222,7 @@ pub async fn run_view(svc: &Services, run: &Run) -> Value {
         "metadata": run.metadata,
     });
     if let Some(o) = &run.output {
-        v["output"] = json!(o);
+        v["output"] = payload_json(svc, o).await;
     }
     if let Some(e) = &run.error {
         v["error"] = json!(e);

@@ -49,12 +49,18 @@ pub struct Services {
 impl Services {
     pub async fn init(cfg: Config, aws: AwsClients) -> Result<Arc<Self>, StoreError> {
         let queues = Queues::resolve(aws.sqs.clone(), &cfg).await?;
+        let payloads = Payloads::new(aws.s3.clone(), &cfg.payload_bucket);
         Ok(Arc::new(Services {
             runs: RunStore::new(aws.dynamo.clone(), &cfg.runs_table, &cfg.run_events_table),
-            sessions: SessionStore::new(aws.dynamo.clone(), &cfg.sessions_table),
+            sessions: SessionStore::new(
+                aws.dynamo.clone(),
+                &cfg.sessions_table,
+                payloads.clone(),
+                cfg.inline_limit_bytes,
+            ),
             registry: Registry::new(aws.dynamo.clone(), &cfg.registry_table),
             idempotency: IdempotencyStore::new(aws.dynamo.clone(), &cfg.idempotency_table),
-            payloads: Payloads::new(aws.s3.clone(), &cfg.payload_bucket),
+            payloads,
             models: Models::new(&aws.sdk_config, cfg.scripted_model_url.clone()),
             tools: InlineTools::new(),
             clock: Clock::default(),

@@ -4,6 +4,8 @@
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
 
+use armada_domain::run::Payload;
+
 use crate::error::{classify, StoreError};
 
 #[derive(Debug, Clone)]
@@ -31,6 +33,28 @@ impl Payloads {
             .await
             .map_err(classify)?;
         Ok(())
+    }
+
+    /// Keeps `text` inline when it is at most `limit` bytes, else stores it
+    /// under `key` and returns the reference.
+    pub async fn spill(&self, key: &str, text: &str, limit: usize) -> Result<Payload, StoreError> {
+        if text.len() <= limit {
+            return Ok(Payload::Inline {
+                text: text.to_string(),
+            });
+        }
+        self.put_text(key, text).await?;
+        Ok(Payload::Stored {
+            key: key.to_string(),
+            bytes: text.len(),
+        })
+    }
+
+    pub async fn read(&self, p: &Payload) -> Result<String, StoreError> {
+        match p {
+            Payload::Inline { text } => Ok(text.clone()),
+            Payload::Stored { key, .. } => self.get_text(key).await,
+        }
     }
 
     pub async fn get_text(&self, key: &str) -> Result<String, StoreError> {

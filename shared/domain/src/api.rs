@@ -82,7 +82,9 @@ pub struct CreateRun {
     pub metadata: serde_json::Value,
 }
 
-pub const MAX_INPUT_CHARS: usize = 200_000;
+/// Inputs are bounded by the body limit; above the inline limit they are
+/// stored in S3 and referenced.
+pub const MAX_INPUT_CHARS: usize = 1_000_000;
 
 fn check_input(input: &str) -> Result<(), FieldError> {
     if input.trim().is_empty() {

@@ -292,6 +292,19 @@ pub struct Usage {
     pub output_tokens: u64,
 }
 
+/// Cuts `text` to at most `max` bytes (on a character boundary) for event
+/// previews; says whether it cut.
+pub fn clip(text: &str, max: usize) -> (&str, bool) {
+    if text.len() <= max {
+        return (text, false);
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    (&text[..cut], true)
+}
+
 /// Where a large body lives: inline, or in the payload bucket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -317,7 +330,7 @@ pub struct Run {
     /// Number of events appended so far (the next event's seq).
     pub event_seq: u64,
     pub input: Payload,
-    pub output: Option<String>,
+    pub output: Option<Payload>,
     pub error: Option<RunError>,
     pub session_id: Option<String>,
     /// This Run's position among its session's messages (1-based).

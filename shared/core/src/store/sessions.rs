@@ -10,14 +10,20 @@ use armada_domain::chat::Role;
 use armada_domain::context::HistoryTurn;
 use armada_domain::session::{OnBusy, SessionHeader};
 
-use super::item::{get_n, get_s, n, s, Item};
+use armada_domain::run::Payload;
+
+use super::item::{get_n, get_s, n, opt_s, s, Item};
 use super::runs::put;
 use crate::error::{classify, StoreError};
+use crate::payloads::Payloads;
 
 #[derive(Debug, Clone)]
 pub struct SessionStore {
     dynamo: Client,
     table: String,
+    /// Turns too large for an item live in S3.
+    payloads: Payloads,
+    inline_limit: usize,
 }
 
 fn role_str(r: Role) -> &'static str {
@@ -40,10 +46,12 @@ fn parse_role(s: &str) -> Option<Role> {
 }
 
 impl SessionStore {
-    pub fn new(dynamo: Client, table: &str) -> Self {
+    pub fn new(dynamo: Client, table: &str, payloads: Payloads, inline_limit: usize) -> Self {
         SessionStore {
             dynamo,
             table: table.to_string(),
+            payloads,
+            inline_limit,
         }
     }
 
@@ -143,15 +151,30 @@ impl SessionStore {
         out.item().map(|i| get_s(i, "run_id")).transpose()
     }
 
-    /// A history turn, for writing in the same transaction as the Run's commit.
-    pub fn turn_put(&self, session_id: &str, turn: u64, t: &HistoryTurn) -> TransactWriteItem {
+    /// A history turn, for writing in the same transaction as the Run's
+    /// commit. A turn above the inline limit is stored in S3 first (under a
+    /// key fixed by session and turn, so a retry overwrites the same object).
+    pub async fn turn_put(
+        &self,
+        session_id: &str,
+        turn: u64,
+        t: &HistoryTurn,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let key = format!("turns/{session_id}/{turn}");
+        let content = self
+            .payloads
+            .spill(&key, &t.content, self.inline_limit)
+            .await?;
         let mut item = Item::new();
         item.insert("session_id".into(), s(session_id));
         item.insert("turn".into(), n(turn));
         item.insert("role".into(), s(role_str(t.role)));
-        item.insert("content".into(), s(&t.content));
+        match content {
+            Payload::Inline { text } => item.insert("content".into(), s(text)),
+            Payload::Stored { key, .. } => item.insert("content_ref".into(), s(key)),
+        };
         item.insert("run_id".into(), s(&t.run_id));
-        put(&self.table, item, "attribute_not_exists(turn)")
+        Ok(put(&self.table, item, "attribute_not_exists(turn)"))
     }
 
     /// The whole history, oldest first, paging through the table.
@@ -176,7 +199,10 @@ impl SessionStore {
                 turns.push(HistoryTurn {
                     role: parse_role(&role)
                         .ok_or_else(|| StoreError::Corrupt(format!("role {role}")))?,
-                    content: get_s(item, "content")?,
+                    content: match opt_s(item, "content_ref") {
+                        Some(key) => self.payloads.get_text(&key).await?,
+                        None => get_s(item, "content")?,
+                    },
                     run_id: get_s(item, "run_id")?,
                 });
             }

@@ -1,0 +1,511 @@
+//! The HTTP API against the real emulator: scenario A, validation, auth,
+//! tenancy, idempotency, cancel, large inputs, the registry and keys.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::json;
+
+use armada_tests::{outcome, TestStack};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scenario_a_single_answer_and_an_inline_tool() {
+    let t = TestStack::start().await;
+    let (status, body) = t
+        .raw(
+            Method::POST,
+            "/v1/runs",
+            Some(&t.stack.tenant_key),
+            Some(r#"{"agent":"assistant","input":"What is Armada?"}"#),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["state"], "PENDING");
+    let run_id = body["run_id"].as_str().unwrap().to_string();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(run["output"], "echo: What is Armada?");
+    assert_eq!(run["agent"], "assistant");
+    assert_eq!(run["input"], "What is Armada?");
+    assert_eq!(run["usage"]["model_turns"], 1);
+    let closed = t.wait_closed(&run_id).await;
+    assert_eq!(closed["state"], "CLOSED_COMPLETED");
+    assert_eq!(
+        t.event_types(&run_id).await,
+        ["run_created", "model_reply", "run_completed", "run_closed"]
+    );
+
+    let run_id = t
+        .client
+        .create_run("assistant", "/tool current_time {}")
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let out = run["output"].as_str().unwrap();
+    assert!(
+        out.starts_with("tool current_time returned: {\"now\":\"20"),
+        "{out}"
+    );
+    assert_eq!(run["usage"]["tool_calls"], 1);
+    assert_eq!(run["usage"]["model_turns"], 2);
+    let types = t.event_types(&run_id).await;
+    assert!(types.contains(&"tool_call".to_string()) && types.contains(&"tool_result".to_string()));
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_input_gets_clear_errors() {
+    let t = TestStack::start().await;
+    let key = t.stack.tenant_key.clone();
+    let k = Some(key.as_str());
+    let cases: Vec<(&str, Option<&str>, Option<String>, u16, &str, &str)> = vec![
+        (
+            "/v1/runs",
+            k,
+            Some("{not json".into()),
+            400,
+            "INVALID_JSON",
+            "",
+        ),
+        (
+            "/v1/runs",
+            k,
+            Some(r#"{"agent": 5, "input": "x"}"#.into()),
+            400,
+            "INVALID_FIELD",
+            "agent",
+        ),
+        (
+            "/v1/runs",
+            k,
+            Some(r#"{"agent": "assistant"}"#.into()),
+            400,
+            "INVALID_FIELD",
+            "input",
+        ),
+        (
+            "/v1/runs",
+            k,
+            Some(r#"{"agent": "assistant", "input": "x", "bogus": 1}"#.into()),
+            400,
+            "INVALID_FIELD",
+            "bogus",
+        ),
+        (
+            "/v1/runs",
+            k,
+            Some(r#"{"agent": "nobody", "input": "x"}"#.into()),
+            404,
+            "NOT_FOUND",
+            "nobody",
+        ),
+        (
+            "/v1/runs",
+            None,
+            Some(r#"{"agent": "assistant", "input": "x"}"#.into()),
+            401,
+            "UNAUTHORIZED",
+            "",
+        ),
+        (
+            "/v1/runs",
+            Some("ak_0011223344556677_00112233445566778899aabbccddeeff0011223344556677"),
+            Some(r#"{"agent": "assistant", "input": "x"}"#.into()),
+            401,
+            "UNAUTHORIZED",
+            "",
+        ),
+        (
+            "/v1/runs",
+            Some("garbage"),
+            Some(r#"{"agent": "assistant", "input": "x"}"#.into()),
+            401,
+            "UNAUTHORIZED",
+            "",
+        ),
+        (
+            "/v1/sessions",
+            k,
+            Some(r#"{"agent": "assistant", "on_busy": "panic"}"#.into()),
+            400,
+            "INVALID_FIELD",
+            "on_busy",
+        ),
+    ];
+    for (path, key, body, status, code, field) in cases {
+        let (s, v) = t.raw(Method::POST, path, key, body.as_deref(), &[]).await;
+        assert_eq!(s, status, "{path} {body:?} -> {v}");
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(field),
+            "{v}"
+        );
+    }
+    // Over the body limit.
+    let big = format!(
+        r#"{{"agent":"assistant","input":"{}"}}"#,
+        "x".repeat(1024 * 1024 + 10)
+    );
+    let (s, v) = t.raw(Method::POST, "/v1/runs", k, Some(&big), &[]).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (413, Some("PAYLOAD_TOO_LARGE"))
+    );
+    // Unknown run, unknown route, admin-only route with a tenant key.
+    let (s, _) = t.raw(Method::GET, "/v1/runs/run_nope", k, None, &[]).await;
+    assert_eq!(s, 404);
+    let (s, _) = t.raw(Method::GET, "/v1/nothing-here", k, None, &[]).await;
+    assert_eq!(s, 404);
+    let (s, v) = t.raw(Method::PUT, "/v1/agents/x", k, Some("{}"), &[]).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (403, Some("FORBIDDEN")));
+    let (s, v) = t.raw(Method::GET, "/v1/health", None, None, &[]).await;
+    assert_eq!((s, v["status"].as_str()), (200, Some("ok")));
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tenants_are_isolated_and_keys_can_be_revoked() {
+    let t = TestStack::start().await;
+    let run_id = t.client.create_run("assistant", "mine").await.unwrap();
+    let sid = t.client.create_session("assistant").await.unwrap();
+    let minted = t
+        .admin
+        .call(
+            Method::POST,
+            "/v1/tenants/acme/keys",
+            Some(&json!({})),
+            true,
+        )
+        .await
+        .unwrap();
+    let acme_key = minted["key"].as_str().unwrap().to_string();
+    assert_eq!(minted["tenant"], "acme");
+    for path in [
+        format!("/v1/runs/{run_id}"),
+        format!("/v1/runs/{run_id}/events"),
+        format!("/v1/sessions/{sid}"),
+    ] {
+        let (s, v) = t.raw(Method::GET, &path, Some(&acme_key), None, &[]).await;
+        assert_eq!(s, 404, "{path}: {v}");
+    }
+    let (s, _) = t
+        .raw(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/cancel"),
+            Some(&acme_key),
+            Some("{}"),
+            &[],
+        )
+        .await;
+    assert_eq!(s, 404);
+    let (s, _) = t
+        .raw(
+            Method::POST,
+            &format!("/v1/sessions/{sid}/messages"),
+            Some(&acme_key),
+            Some(r#"{"input":"x"}"#),
+            &[],
+        )
+        .await;
+    assert_eq!(s, 404);
+    // acme's own work is fine.
+    let (s, v) = t
+        .raw(
+            Method::POST,
+            "/v1/runs",
+            Some(&acme_key),
+            Some(r#"{"agent":"assistant","input":"acme"}"#),
+            &[],
+        )
+        .await;
+    assert_eq!(s, 202, "{v}");
+    let key_id = minted["key_id"].as_str().unwrap();
+    let (s, _) = t
+        .raw(
+            Method::DELETE,
+            &format!("/v1/keys/{key_id}"),
+            Some(&t.stack.admin_key),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (s, _) = t
+        .raw(
+            Method::GET,
+            &format!("/v1/runs/{run_id}"),
+            Some(&acme_key),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(s, 401);
+    let (s, _) = t
+        .raw(
+            Method::DELETE,
+            "/v1/keys/0000000000000000",
+            Some(&t.stack.admin_key),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(s, 404);
+    let (s, _) = t
+        .raw(
+            Method::POST,
+            "/v1/tenants/Bad_Tenant/keys",
+            Some(&t.stack.admin_key),
+            Some("{}"),
+            &[],
+        )
+        .await;
+    assert_eq!(s, 400);
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idempotency_key_gives_one_run() {
+    let t = TestStack::start().await;
+    let key = t.stack.tenant_key.clone();
+    let body = r#"{"agent":"assistant","input":"once"}"#;
+    let h = [("Idempotency-Key", "order-42")];
+    let (s1, v1) = t
+        .raw(Method::POST, "/v1/runs", Some(&key), Some(body), &h)
+        .await;
+    let (s2, v2) = t
+        .raw(Method::POST, "/v1/runs", Some(&key), Some(body), &h)
+        .await;
+    assert_eq!((s1, s2), (202, 202), "{v1} {v2}");
+    assert_eq!(v1["run_id"], v2["run_id"]);
+    let (s3, v3) = t
+        .raw(
+            Method::POST,
+            "/v1/runs",
+            Some(&key),
+            Some(r#"{"agent":"assistant","input":"twice"}"#),
+            &h,
+        )
+        .await;
+    assert_eq!(s3, 409);
+    assert_eq!(v3["error"]["code"], "IDEMPOTENCY_KEY_REUSED");
+    let run_id = v1["run_id"].as_str().unwrap();
+    t.wait_closed(run_id).await;
+    // One Run, answered once.
+    let types = t.event_types(run_id).await;
+    assert_eq!(types.iter().filter(|t| *t == "run_completed").count(), 1);
+    assert_eq!(
+        t.stack
+            .model_stats
+            .requests
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_ends_a_run_and_fences_its_worker() {
+    let t = TestStack::start().await;
+    let run_id = t
+        .client
+        .create_run("assistant", "/sleep 2500 slow")
+        .await
+        .unwrap();
+    // Wait until a worker is inside the model call.
+    for _ in 0..100 {
+        if t.stack
+            .model_stats
+            .requests
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let v = t
+        .client
+        .post(&format!("/v1/runs/{run_id}/cancel"), &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(v["state"], "CANCELLED");
+    let closed = t.wait_closed(&run_id).await;
+    assert_eq!(closed["state"], "CLOSED_CANCELLED");
+    let (s, v) = t
+        .raw(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/cancel"),
+            Some(&t.stack.tenant_key),
+            Some("{}"),
+            &[],
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (409, Some("RUN_TERMINAL"))
+    );
+    // The worker's late answer does not land.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let run = t.client.get(&format!("/v1/runs/{run_id}")).await.unwrap();
+    assert_eq!(run["state"], "CLOSED_CANCELLED");
+    assert!(run.get("output").is_none(), "{run}");
+    assert!(!t
+        .event_types(&run_id)
+        .await
+        .contains(&"run_completed".to_string()));
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn input_larger_than_a_queue_message_is_stored_and_answered() {
+    let t = TestStack::start().await;
+    let input = "a".repeat(300 * 1024);
+    let run_id = t.client.create_run("assistant", &input).await.unwrap();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        run["output"].as_str().map(str::len),
+        Some(input.len() + "echo: ".len()),
+        "{}",
+        run["error"]
+    );
+    assert_eq!(run["input"].as_str().unwrap().len(), input.len());
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agents_are_registered_updated_and_listed() {
+    let t = TestStack::start().await;
+    let def = json!({
+        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 2048},
+        "system_prompt": "Be terse.",
+        "skills": ["current_time"],
+        "limits": {"max_model_turns": 1}
+    });
+    let v = t
+        .admin
+        .call(Method::PUT, "/v1/agents/terse", Some(&def), true)
+        .await
+        .unwrap();
+    assert_eq!(v["version"], 1);
+    let v = t
+        .admin
+        .call(Method::PUT, "/v1/agents/terse", Some(&def), true)
+        .await
+        .unwrap();
+    assert_eq!(v["version"], 2);
+    let got = t.client.get("/v1/agents/terse").await.unwrap();
+    assert_eq!(got["system_prompt"], "Be terse.");
+    let list = t.client.get("/v1/agents").await.unwrap();
+    let names: Vec<&str> = list["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"terse") && names.contains(&"assistant"),
+        "{names:?}"
+    );
+    let (s, v) = t
+        .raw(
+            Method::PUT,
+            "/v1/agents/terse",
+            Some(&t.stack.admin_key),
+            Some(r#"{"model": {"provider": "gpt"}, "system_prompt": "x"}"#),
+            &[],
+        )
+        .await;
+    assert_eq!(s, 400);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("model.provider"),
+        "{v}"
+    );
+    // The budget of one model turn stops a tool round.
+    let run_id = t
+        .client
+        .create_run("terse", "/tool current_time {}")
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "BUDGET_EXCEEDED");
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn model_errors_are_retried_then_fail_the_run() {
+    let t = TestStack::start().await;
+    let run_id = t
+        .client
+        .create_run("assistant", "/fail upstream exploded")
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "MODEL_ERROR");
+    assert!(run["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("upstream exploded"));
+    // Three attempts (the configured default), then the failure is recorded.
+    assert_eq!(
+        t.stack
+            .model_stats
+            .requests
+            .load(std::sync::atomic::Ordering::Relaxed),
+        3
+    );
+    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_FAILED");
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wall_clock_budget_times_the_run_out() {
+    let t = TestStack::start().await;
+    let def = json!({
+        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 2048},
+        "system_prompt": "Quick.",
+        "skills": ["current_time"],
+        "limits": {"timeout_s": 1}
+    });
+    t.admin
+        .call(Method::PUT, "/v1/agents/quick", Some(&def), true)
+        .await
+        .unwrap();
+    let run_id = t
+        .client
+        .create_run("quick", "/sleep 1500 /tool current_time {}")
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "TIMED_OUT", "{run}");
+    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_TIMED_OUT");
+    t.stack.stop().await;
+}

@@ -1,0 +1,185 @@
+//! Test support: one moto server per test process (started on a free port,
+//! killed when the process ends), and a local stack per test with its own
+//! stack name, so tests share the emulator but no resources.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use armada_cli::client::Client;
+use armada_cli::local::{emulator, LocalOptions, LocalStack};
+use armada_harness::StepHooks;
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the repository")
+        .to_path_buf()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The emulator endpoint: `ARMADA_TEST_ENDPOINT` if set, else a moto server
+/// of this process's own.
+pub fn emulator_endpoint() -> String {
+    static EP: OnceLock<String> = OnceLock::new();
+    EP.get_or_init(|| {
+        if let Ok(ep) = std::env::var("ARMADA_TEST_ENDPOINT") {
+            return ep;
+        }
+        let port = free_port();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The spawning thread never ends, so the child's parent-death signal
+        // fires only when the whole test process exits.
+        std::thread::spawn(move || {
+            let r = emulator::spawn(&root(), port, true).map_err(|e| format!("{e:#}"));
+            let _ = tx.send(r);
+            loop {
+                std::thread::park();
+            }
+        });
+        rx.recv().expect("spawner thread").expect("moto starts");
+        format!("http://127.0.0.1:{port}")
+    })
+    .clone()
+}
+
+pub struct TestStack {
+    pub stack: LocalStack,
+    pub client: Client,
+    pub admin: Client,
+}
+
+impl TestStack {
+    pub fn stack_name() -> String {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = armada_core::clock::new_id("s");
+        format!("t{}-{n}-{}", std::process::id(), &id[id.len() - 6..])
+    }
+
+    pub async fn start() -> Self {
+        Self::start_with(HashMap::new(), None).await
+    }
+
+    pub async fn start_with(
+        parameters: HashMap<String, String>,
+        hooks: Option<Arc<dyn StepHooks>>,
+    ) -> Self {
+        let ep = emulator_endpoint();
+        emulator::wait_until_up(&ep, Duration::from_secs(60))
+            .await
+            .expect("emulator up");
+        let mut opts = LocalOptions::new(&root());
+        opts.endpoint = Some(ep);
+        opts.stack = Self::stack_name();
+        opts.api_port = 0;
+        opts.poll_wait_seconds = 1;
+        opts.harness_concurrency = 2;
+        opts.dispatcher_concurrency = 1;
+        opts.parameters = parameters;
+        if let Some(h) = hooks {
+            opts.hooks = h;
+        }
+        let stack = LocalStack::start(opts).await.expect("local stack starts");
+        let client = Client::new(
+            &stack.api_url,
+            &stack.tenant_key,
+            Some(stack.admin_key.clone()),
+        );
+        let admin = Client::new(
+            &stack.api_url,
+            &stack.admin_key,
+            Some(stack.admin_key.clone()),
+        );
+        TestStack {
+            stack,
+            client,
+            admin,
+        }
+    }
+
+    /// A raw request: status and JSON body.
+    pub async fn raw(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> (u16, serde_json::Value) {
+        let mut req =
+            reqwest::Client::new().request(method, format!("{}{path}", self.stack.api_url));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// The events of a Run, by type.
+    pub async fn event_types(&self, run_id: &str) -> Vec<String> {
+        let v = self
+            .client
+            .get(&format!("/v1/runs/{run_id}/events?after=0"))
+            .await
+            .expect("events");
+        v["events"]
+            .as_array()
+            .expect("events array")
+            .iter()
+            .map(|e| e["type"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// Waits until the Run is closed (post-terminal duties done).
+    pub async fn wait_closed(&self, run_id: &str) -> serde_json::Value {
+        for _ in 0..300 {
+            let v = self
+                .client
+                .get(&format!("/v1/runs/{run_id}"))
+                .await
+                .expect("run");
+            if v["state"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("CLOSED_"))
+            {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("run {run_id} did not close");
+    }
+}
+
+pub fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// A Run's outcome, whether or not it is closed yet.
+pub fn outcome(run: &serde_json::Value) -> String {
+    let s = run["state"].as_str().unwrap_or_default();
+    s.strip_prefix("CLOSED_").unwrap_or(s).to_string()
+}
