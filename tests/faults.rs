@@ -1,1 +1,276 @@
-//! placeholder
+//! Delivery faults against the real emulator: duplicates, a worker that dies
+//! between the model call and the commit, a stale worker's late commit, and
+//! a message that keeps failing.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use armada_core::Services;
+use armada_domain::messages::{DispatchMessage, HarnessMessage};
+use armada_domain::run::Run;
+use armada_harness::{Aborted, StepHooks, FENCED_COMMITS};
+use armada_tests::{outcome, params, TestStack};
+
+/// Short leases and visibility timeouts so redelivery happens in seconds.
+fn fast_redelivery(max_receives: &str) -> HashMap<String, String> {
+    params(&[
+        ("HarnessTimeoutSeconds", "1"),
+        ("HarnessQueueVisibilitySeconds", "3"),
+        ("MaxReceiveCount", max_receives),
+        ("RetryBaseSeconds", "0"),
+    ])
+}
+
+fn input_of(run: &Run) -> String {
+    run.input_text().unwrap_or_default().to_string()
+}
+
+async fn drained(t: &TestStack) {
+    for _ in 0..200 {
+        let mut busy = 0;
+        for url in t.stack.provisioned.queue_urls.values() {
+            let a = t
+                .stack
+                .aws
+                .sqs
+                .get_queue_attributes()
+                .queue_url(url)
+                .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+                .send()
+                .await
+                .unwrap();
+            let attrs = a.attributes().cloned().unwrap_or_default();
+            for k in [
+                aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages,
+                aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+            ] {
+                busy += attrs
+                    .get(&k)
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        if busy == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("queues did not drain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn duplicate_deliveries_have_exactly_one_effect() {
+    let t = TestStack::start().await;
+    let run_id = t
+        .client
+        .create_run("assistant", "/tool current_time {}")
+        .await
+        .unwrap();
+    let q = &t.stack.svc.queues;
+    let start = DispatchMessage::StartRun {
+        run_id: run_id.clone(),
+        tenant: "local".into(),
+    };
+    // A duplicate start while the Run is queued or running.
+    q.send_dispatch(&start).await.unwrap();
+    t.wait_closed(&run_id).await;
+    let before = t.event_types(&run_id).await;
+    let model_calls = t.stack.model_stats.requests.load(Ordering::Relaxed);
+    assert_eq!(model_calls, 2);
+    // Every kind of message delivered again, after the fact. Step messages
+    // get fresh deduplication ids so the FIFO queue really delivers them.
+    q.send_dispatch(&start).await.unwrap();
+    q.send_dispatch(&DispatchMessage::RunTerminal {
+        run_id: run_id.clone(),
+        tenant: "local".into(),
+    })
+    .await
+    .unwrap();
+    for step in 0..3 {
+        let body = serde_json::to_string(&HarnessMessage::Step {
+            run_id: run_id.clone(),
+            tenant: "local".into(),
+            step,
+        })
+        .unwrap();
+        t.stack
+            .aws
+            .sqs
+            .send_message()
+            .queue_url(&q.harness_url)
+            .message_body(body)
+            .message_group_id(&run_id)
+            .message_deduplication_id(format!("dup-{step}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    // A message naming the Run under another tenant is refused.
+    q.send_harness(&HarnessMessage::Step {
+        run_id: run_id.clone(),
+        tenant: "mallory".into(),
+        step: 2,
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drained(&t).await;
+    assert_eq!(t.event_types(&run_id).await, before);
+    assert_eq!(
+        t.stack.model_stats.requests.load(Ordering::Relaxed),
+        model_calls
+    );
+    let run = t.client.get(&format!("/v1/runs/{run_id}")).await.unwrap();
+    assert_eq!(run["state"], "CLOSED_COMPLETED");
+    t.stack.stop().await;
+}
+
+/// Dies (as a Lambda would) after the model call of the first attempt at a
+/// Run whose input says `crash-once`; on every attempt for `always-crash`.
+struct Crash;
+
+impl StepHooks for Crash {
+    fn after_model_call<'a>(&'a self, run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
+        Box::pin(async move {
+            let input = input_of(run);
+            if (input.contains("crash-once") && run.epoch == 1) || input.contains("always-crash") {
+                return Err(Aborted(format!("injected crash at epoch {}", run.epoch)));
+            }
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_before_its_commit_is_recovered_once() {
+    let t = TestStack::start_with(fast_redelivery("5"), Some(Arc::new(Crash))).await;
+    let run_id = t
+        .client
+        .create_run("assistant", "crash-once please")
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(run["output"], "echo: crash-once please", "{run}");
+    assert_eq!(
+        run["epoch"], 2,
+        "redelivery claimed with a higher epoch: {run}"
+    );
+    assert_eq!(t.stack.model_stats.requests.load(Ordering::Relaxed), 2);
+    t.wait_closed(&run_id).await;
+    let types = t.event_types(&run_id).await;
+    assert_eq!(
+        types.iter().filter(|t| *t == "run_completed").count(),
+        1,
+        "{types:?}"
+    );
+    assert_eq!(
+        types.iter().filter(|t| *t == "model_reply").count(),
+        1,
+        "{types:?}"
+    );
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_message_that_keeps_failing_is_dead_lettered_and_its_run_fails() {
+    let t = TestStack::start_with(fast_redelivery("2"), Some(Arc::new(Crash))).await;
+    let run_id = t
+        .client
+        .create_run("assistant", "always-crash")
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "DEAD_LETTERED");
+    assert!(
+        run["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("harness-dlq"),
+        "{run}"
+    );
+    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_FAILED");
+    t.stack.stop().await;
+}
+
+/// Stalls the first attempt of a `stall-once` Run until a second worker has
+/// completed it, then lets the stale worker try to commit.
+struct Stall {
+    svc: Arc<OnceLock<Arc<Services>>>,
+}
+
+impl StepHooks for Stall {
+    fn after_model_call<'a>(&'a self, run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
+        Box::pin(async move {
+            if !input_of(run).contains("stall-once") || run.epoch != 1 {
+                return Ok(());
+            }
+            for _ in 0..300 {
+                if let Some(svc) = self.svc.get() {
+                    if let Ok(Some(now)) = svc.runs.get(&run.run_id).await {
+                        if now.state.is_terminal() {
+                            return Ok(());
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_workers_commit_is_rejected() {
+    let slot = Arc::new(OnceLock::new());
+    let t = TestStack::start_with(
+        fast_redelivery("5"),
+        Some(Arc::new(Stall { svc: slot.clone() })),
+    )
+    .await;
+    let _ = slot.set(t.stack.svc.clone());
+    let fenced_before = FENCED_COMMITS.load(Ordering::Relaxed);
+    let run_id = t
+        .client
+        .create_run("assistant", "stall-once")
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(run["output"], "echo: stall-once");
+    assert_eq!(run["epoch"], 2);
+    // The stalled worker wakes, tries to commit epoch 1, and is refused.
+    for _ in 0..100 {
+        if FENCED_COMMITS.load(Ordering::Relaxed) > fenced_before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        FENCED_COMMITS.load(Ordering::Relaxed) > fenced_before,
+        "the stale commit was not rejected"
+    );
+    t.wait_closed(&run_id).await;
+    let types = t.event_types(&run_id).await;
+    assert_eq!(
+        types.iter().filter(|t| *t == "run_completed").count(),
+        1,
+        "{types:?}"
+    );
+    t.stack.stop().await;
+}

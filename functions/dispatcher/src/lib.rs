@@ -27,7 +27,7 @@ pub struct Dispatcher {
 }
 
 fn retry(e: StoreError) -> Outcome {
-    Outcome::Retry(e.to_string())
+    Outcome::retry(e.to_string())
 }
 
 /// Maps `?` on store calls to a retry of the record.
@@ -168,7 +168,7 @@ impl Dispatcher {
             // The head is running: it will advance the session when it ends.
             return Outcome::Done;
         }
-        Outcome::Retry("session advance did not converge".into())
+        Outcome::retry("session advance did not converge")
     }
 
     /// Post-terminal duties, then `CLOSED_*`.
@@ -185,8 +185,9 @@ impl Dispatcher {
             return Outcome::Done;
         }
         if let Some(sid) = &run.session_id {
-            if let Outcome::Retry(r) = self.advance_session(sid).await {
-                return Outcome::Retry(r);
+            let advanced = self.advance_session(sid).await;
+            if advanced != Outcome::Done {
+                return advanced;
             }
         }
         self.close(run).await
@@ -262,6 +263,6 @@ impl Dispatcher {
                 Err(e) => return retry(e),
             }
         }
-        Outcome::Retry("the run kept changing".into())
+        Outcome::retry("the run kept changing")
     }
 }

@@ -73,6 +73,11 @@ impl std::fmt::Debug for Harness {
 enum StepError {
     /// Worth redelivering (store or queue unavailable).
     Retry(String),
+    /// Another worker holds the step: redeliver after its lease.
+    Busy {
+        reason: String,
+        until_s: u32,
+    },
     /// A newer epoch owns the Run: this worker's work is void.
     Fenced,
     Aborted(Aborted),
@@ -107,13 +112,17 @@ impl Harness {
             &self.svc.queues,
             self.svc.cfg.retry_base_seconds,
             |msg| async {
+                // Once the invocation has died, it handles nothing more.
+                if aborted.lock().map(|a| a.is_some()).unwrap_or(true) {
+                    return Outcome::Abandoned;
+                }
                 match self.handle_record(msg).await {
                     Ok(o) => o,
                     Err(a) => {
                         if let Ok(mut slot) = aborted.lock() {
                             *slot = Some(a);
                         }
-                        Outcome::Retry("aborted".into())
+                        Outcome::Abandoned
                     }
                 }
             },
@@ -142,7 +151,11 @@ impl Harness {
         let span = tracing::info_span!("step", %run_id, %tenant, step);
         match self.step(&run_id, &tenant, step).instrument(span).await {
             Ok(()) => Ok(Outcome::Done),
-            Err(StepError::Retry(reason)) => Ok(Outcome::Retry(reason)),
+            Err(StepError::Retry(reason)) => Ok(Outcome::retry(reason)),
+            Err(StepError::Busy { reason, until_s }) => Ok(Outcome::Retry {
+                reason,
+                min_delay_s: until_s,
+            }),
             Err(StepError::Fenced) => {
                 FENCED_COMMITS.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%run_id, step, "commit rejected: a newer epoch owns the run; work discarded");
@@ -170,10 +183,11 @@ impl Harness {
                 return self.resend_followup(&run, now).await;
             }
             Delivery::LeaseHeld { until_ms } => {
-                return Err(StepError::Retry(format!(
-                    "step {step} is held by another worker for {} ms",
-                    until_ms - now
-                )));
+                let left_ms = until_ms - now;
+                return Err(StepError::Busy {
+                    reason: format!("step {step} is held by another worker for {left_ms} ms"),
+                    until_s: ((left_ms + 999) / 1000) as u32,
+                });
             }
             Delivery::Claimable => {}
         }

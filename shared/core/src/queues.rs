@@ -91,7 +91,7 @@ impl Queues {
     }
 
     /// Delays the next delivery of a failed message: `base * 2^(receives-1)`
-    /// seconds, capped at 15 minutes. Without it a failed message would wait
+    /// seconds (at least `min_delay_s`), capped at 15 minutes. Without it a failed message would wait
     /// the whole visibility timeout.
     pub async fn back_off(
         &self,
@@ -99,9 +99,11 @@ impl Queues {
         receipt_handle: &str,
         receives: u32,
         base_s: u32,
+        min_delay_s: u32,
     ) {
         let delay = u64::from(base_s)
             .saturating_mul(1u64 << receives.saturating_sub(1).min(16))
+            .max(u64::from(min_delay_s))
             .min(900) as i32;
         if let Err(e) = self
             .sqs

@@ -16,8 +16,26 @@ use crate::queues::Queues;
 pub enum Outcome {
     /// Handled (or deliberately dropped, which was logged): delete it.
     Done,
-    /// Failed for a reason worth retrying: redeliver after a backoff.
-    Retry(String),
+    /// Failed for a reason worth retrying: redeliver after a backoff of at
+    /// least `min_delay_s` (e.g. until another worker's lease expires).
+    Retry { reason: String, min_delay_s: u32 },
+    /// The invocation died (as a Lambda that crashes or times out): the
+    /// record is reported failed and left alone, so it comes back only after
+    /// its visibility timeout.
+    Abandoned,
+}
+
+impl Outcome {
+    pub fn retry(reason: impl Into<String>) -> Self {
+        Outcome::Retry {
+            reason: reason.into(),
+            min_delay_s: 0,
+        }
+    }
+
+    fn failed(&self) -> bool {
+        !matches!(self, Outcome::Done)
+    }
 }
 
 pub fn receive_count(msg: &SqsMessage) -> u32 {
@@ -85,7 +103,7 @@ where
                 continue;
             }
             let r = run_one(msg).await;
-            if matches!(r.1, Outcome::Retry(_)) {
+            if r.1.failed() {
                 failed_groups.insert(group);
             }
             results.push(r);
@@ -94,12 +112,21 @@ where
         results = futures::future::join_all(event.records.into_iter().map(run_one)).await;
     }
     for (id, outcome, receipt, arn, receives) in results {
-        if let Outcome::Retry(reason) = outcome {
-            tracing::warn!(message_id = %id, %reason, "record failed; it will be redelivered");
-            if let Some(url) = queues.url_for_arn(&arn) {
-                queues.back_off(url, &receipt, receives, retry_base_s).await;
+        match outcome {
+            Outcome::Done => {}
+            Outcome::Retry {
+                reason,
+                min_delay_s,
+            } => {
+                tracing::warn!(message_id = %id, %reason, "record failed; it will be redelivered");
+                if let Some(url) = queues.url_for_arn(&arn) {
+                    queues
+                        .back_off(url, &receipt, receives, retry_base_s, min_delay_s)
+                        .await;
+                }
+                failures.push(failure(&id));
             }
-            failures.push(failure(&id));
+            Outcome::Abandoned => failures.push(failure(&id)),
         }
     }
     let mut resp = SqsBatchResponse::default();
