@@ -1,1 +1,284 @@
-//! placeholder
+//! `infra/template.yaml` is the one list of resources: the local stack
+//! creates exactly what it declares, it passes cfn-lint, and its queues give
+//! each consumer at least six function timeouts of visibility.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use aws_sdk_sqs::types::QueueAttributeName;
+use serde_yaml::Value;
+
+use armada_cli::local::emulator;
+use armada_cli::local::template::Template;
+use armada_tests::{root, TestStack};
+
+fn raw_template() -> Value {
+    serde_yaml::from_str(&std::fs::read_to_string(root().join("infra/template.yaml")).unwrap())
+        .unwrap()
+}
+
+/// Resources of a type, read straight from the YAML (not through the local
+/// stack's own parser), with `${AWS::StackName}` substituted.
+fn declared(doc: &Value, ty: &str, name_prop: &str, stack: &str) -> BTreeMap<String, Value> {
+    doc["Resources"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["Type"].as_str() == Some(ty))
+        .map(|(id, r)| {
+            let name = r["Properties"][name_prop]["Fn::Sub"]
+                .as_str()
+                .map(|s| s.replace("${AWS::StackName}", stack))
+                .unwrap_or_else(|| {
+                    format!("{stack}-{}", id.as_str().unwrap().to_ascii_lowercase())
+                });
+            (name, r["Properties"].clone())
+        })
+        .collect()
+}
+
+fn pairs(v: &Value, a: &str, b: &str) -> BTreeSet<(String, String)> {
+    v.as_sequence()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            (
+                e[a].as_str().unwrap().to_string(),
+                e[b].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn local_resources_are_exactly_the_templates() {
+    let t = TestStack::start().await;
+    let stack = t.stack.template.stack().to_string();
+    let doc = raw_template();
+    let aws = &t.stack.aws;
+
+    let tables = declared(&doc, "AWS::DynamoDB::Table", "TableName", &stack);
+    assert_eq!(tables.len(), 7, "seven tables are declared");
+    let listed: BTreeSet<String> = aws
+        .dynamo
+        .list_tables()
+        .send()
+        .await
+        .unwrap()
+        .table_names()
+        .iter()
+        .filter(|n| n.starts_with(&format!("{stack}-")))
+        .cloned()
+        .collect();
+    assert_eq!(listed, tables.keys().cloned().collect::<BTreeSet<_>>());
+    for (name, props) in &tables {
+        let d = aws
+            .dynamo
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+            .unwrap();
+        let d = d.table().unwrap();
+        let key: BTreeSet<(String, String)> = d
+            .key_schema()
+            .iter()
+            .map(|k| {
+                (
+                    k.attribute_name().to_string(),
+                    k.key_type().as_str().to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            key,
+            pairs(&props["KeySchema"], "AttributeName", "KeyType"),
+            "{name}"
+        );
+        let attrs: BTreeSet<(String, String)> = d
+            .attribute_definitions()
+            .iter()
+            .map(|a| {
+                (
+                    a.attribute_name().to_string(),
+                    a.attribute_type().as_str().to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            attrs,
+            pairs(
+                &props["AttributeDefinitions"],
+                "AttributeName",
+                "AttributeType"
+            ),
+            "{name}"
+        );
+        let gsis: BTreeMap<String, BTreeSet<(String, String)>> = d
+            .global_secondary_indexes()
+            .iter()
+            .map(|g| {
+                (
+                    g.index_name().unwrap().to_string(),
+                    g.key_schema()
+                        .iter()
+                        .map(|k| {
+                            (
+                                k.attribute_name().to_string(),
+                                k.key_type().as_str().to_string(),
+                            )
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        let want: BTreeMap<String, BTreeSet<(String, String)>> = props["GlobalSecondaryIndexes"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .map(|g| {
+                (
+                    g["IndexName"].as_str().unwrap().to_string(),
+                    pairs(&g["KeySchema"], "AttributeName", "KeyType"),
+                )
+            })
+            .collect();
+        assert_eq!(gsis, want, "{name}");
+    }
+
+    let queues = declared(&doc, "AWS::SQS::Queue", "QueueName", &stack);
+    let listed: BTreeSet<String> = aws
+        .sqs
+        .list_queues()
+        .queue_name_prefix(format!("{stack}-"))
+        .send()
+        .await
+        .unwrap()
+        .queue_urls()
+        .iter()
+        .map(|u| u.rsplit('/').next().unwrap().to_string())
+        .collect();
+    assert_eq!(listed, queues.keys().cloned().collect::<BTreeSet<_>>());
+    let template = &t.stack.template;
+    for (name, props) in &queues {
+        let url = aws
+            .sqs
+            .get_queue_url()
+            .queue_name(name)
+            .send()
+            .await
+            .unwrap()
+            .queue_url()
+            .unwrap()
+            .to_string();
+        let attrs: HashMap<QueueAttributeName, String> = aws
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(QueueAttributeName::All)
+            .send()
+            .await
+            .unwrap()
+            .attributes()
+            .cloned()
+            .unwrap_or_default();
+        let fifo = props["FifoQueue"].as_bool().unwrap_or(false);
+        assert_eq!(
+            attrs
+                .get(&QueueAttributeName::FifoQueue)
+                .map(String::as_str)
+                == Some("true"),
+            fifo,
+            "{name}"
+        );
+        if let Some(v) = props.get("VisibilityTimeout") {
+            let want = template.resolve_str(v).unwrap();
+            assert_eq!(
+                attrs[&QueueAttributeName::VisibilityTimeout],
+                want,
+                "{name}"
+            );
+        }
+        match props.get("RedrivePolicy") {
+            Some(rp) => {
+                let policy: serde_json::Value =
+                    serde_json::from_str(&attrs[&QueueAttributeName::RedrivePolicy]).unwrap();
+                let dlq_id = rp["deadLetterTargetArn"]["Fn::GetAtt"][0].as_str().unwrap();
+                let dlq_name = template.physical_name(dlq_id).unwrap();
+                assert!(
+                    policy["deadLetterTargetArn"]
+                        .as_str()
+                        .unwrap()
+                        .ends_with(&format!(":{dlq_name}")),
+                    "{policy}"
+                );
+                let want: u64 = template
+                    .resolve_str(&rp["maxReceiveCount"])
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert_eq!(
+                    policy["maxReceiveCount"].to_string().trim_matches('"'),
+                    want.to_string()
+                );
+            }
+            None => assert!(
+                !attrs.contains_key(&QueueAttributeName::RedrivePolicy),
+                "{name}"
+            ),
+        }
+    }
+    let buckets = declared(&doc, "AWS::S3::Bucket", "BucketName", &stack);
+    for b in buckets.keys() {
+        aws.s3.head_bucket().bucket(b).send().await.unwrap();
+    }
+    t.stack.stop().await;
+}
+
+#[test]
+fn template_passes_cfn_lint() {
+    let bin = emulator::install_tool(&root(), "cfn-lint", emulator::CFN_LINT_VERSION, "cfn-lint")
+        .unwrap();
+    let out = std::process::Command::new(bin)
+        .arg(root().join("infra/template.yaml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cfn-lint:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn queues_give_six_function_timeouts_of_visibility_and_report_batch_failures() {
+    let text = std::fs::read_to_string(root().join("infra/template.yaml")).unwrap();
+    let t = Template::parse(&text, "s", "us-east-1", &HashMap::new()).unwrap();
+    let queues: HashMap<String, _> = t
+        .queues()
+        .unwrap()
+        .into_iter()
+        .map(|q| (q.logical_id.clone(), q))
+        .collect();
+    let mappings = t.event_source_mappings();
+    assert_eq!(mappings.len(), 4);
+    for m in mappings {
+        let q = &queues[&m.queue_logical_id];
+        let timeout = t.function_timeout(&m.function).unwrap();
+        let vis = q
+            .visibility_timeout
+            .expect("every consumed queue sets its visibility");
+        assert!(
+            vis >= 6 * timeout,
+            "{}: visibility {vis} < 6 x {timeout}",
+            q.name
+        );
+        assert!(
+            m.report_batch_item_failures,
+            "{} must report batch item failures",
+            m.function
+        );
+        assert!(m.batch_size >= 1 && m.batch_size <= 10);
+    }
+    assert!(queues["HarnessQueue"].fifo && queues["HarnessDeadLetterQueue"].fifo);
+}

@@ -60,6 +60,34 @@ pub fn install(root: &Path) -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// The pinned cfn-lint the tests lint the template with.
+pub const CFN_LINT_VERSION: &str = "1.58.0";
+
+/// Installs a pinned PyPI tool into the project venv (created with the
+/// emulator) and returns the path of its executable.
+pub fn install_tool(root: &Path, package: &str, version: &str, exe: &str) -> Result<PathBuf> {
+    install(root)?;
+    let dir = state_dir(root);
+    let marker = dir.join(format!("venv/.{package}-{version}"));
+    let bin = dir.join("venv/bin").join(exe);
+    if marker.exists() && bin.exists() {
+        return Ok(bin);
+    }
+    let _guard = crate::local::process::FileLock::acquire(&dir.join("install.lock"))?;
+    if !(marker.exists() && bin.exists()) {
+        let status = Command::new(dir.join("venv/bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .arg(format!("{package}=={version}"))
+            .status()
+            .context("running pip")?;
+        if !status.success() {
+            bail!("pip install {package}=={version} failed");
+        }
+        std::fs::write(&marker, version)?;
+    }
+    Ok(bin)
+}
+
 /// Whether something answers HTTP at `endpoint`.
 pub async fn answers(endpoint: &str) -> bool {
     let client = reqwest::Client::builder()

@@ -395,6 +395,10 @@ impl Template {
         })
     }
 
+    pub fn stack(&self) -> &str {
+        &self.stack
+    }
+
     /// The function timeout in seconds, for visibility-timeout checks.
     pub fn function_timeout(&self, binary: &str) -> Result<u32> {
         let (_, r) = self
