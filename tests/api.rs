@@ -1,6 +1,8 @@
 //! The HTTP API against the real emulator: scenario A, validation, auth,
 //! tenancy, idempotency, cancel, large inputs, the registry and keys.
 
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use reqwest::Method;
@@ -66,7 +68,9 @@ async fn bad_input_gets_clear_errors() {
     let t = TestStack::start().await;
     let key = t.stack.tenant_key.clone();
     let k = Some(key.as_str());
-    let cases: Vec<(&str, Option<&str>, Option<String>, u16, &str, &str)> = vec![
+    // (path, key, body, status, code, text the message must name)
+    type Case<'a> = (&'a str, Option<&'a str>, Option<String>, u16, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
         (
             "/v1/runs",
             k,

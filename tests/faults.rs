@@ -2,6 +2,8 @@
 //! between the model call and the commit, a stale worker's late commit, and
 //! a message that keeps failing.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};

@@ -1,5 +1,7 @@
 //! Scenario F: AgentSessions over the real emulator.
 
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use reqwest::Method;

@@ -2,6 +2,8 @@
 //! creates exactly what it declares, it passes cfn-lint, and its queues give
 //! each consumer at least six function timeouts of visibility.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use aws_sdk_sqs::types::QueueAttributeName;
