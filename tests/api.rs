@@ -69,7 +69,14 @@ async fn bad_input_gets_clear_errors() {
     let key = t.stack.tenant_key.clone();
     let k = Some(key.as_str());
     // (path, key, body, status, code, text the message must name)
-    type Case<'a> = (&'a str, Option<&'a str>, Option<String>, u16, &'a str, &'a str);
+    type Case<'a> = (
+        &'a str,
+        Option<&'a str>,
+        Option<String>,
+        u16,
+        &'a str,
+        &'a str,
+    );
     let cases: Vec<Case> = vec![
         (
             "/v1/runs",

@@ -110,6 +110,7 @@ fn root() -> Option<PathBuf> {
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
+    armada_core::telemetry::init_with("warn");
     if let Err(e) = run(cli).await {
         eprintln!("error: {e:#}");
         std::process::exit(1);
@@ -248,10 +249,8 @@ async fn up_foreground(root: &Path, demo: bool, port: u16) -> Result<()> {
     std::fs::create_dir_all(&state)?;
     let mut opts = LocalOptions::new(root);
     opts.api_port = port;
+    opts.emulator_pid_file = Some(state.join("moto.pid"));
     let stack = LocalStack::start(opts).await?;
-    if let Some(pid) = stack.emulator_pid {
-        process::write_pid(&state.join("moto.pid"), pid)?;
-    }
     process::write_pid(&state.join("armada.pid"), std::process::id())?;
     std::fs::write(state.join("local.env"), stack.env_file())?;
     println!("Armada local stack is up.");
@@ -266,7 +265,7 @@ async fn up_foreground(root: &Path, demo: bool, port: u16) -> Result<()> {
     }
     println!("Ctrl-C (or `armada down`) stops it.");
     wait_for_signal().await;
-    let pid = stack.emulator_pid;
+    let pid = stack.emulator_pid();
     stack.stop().await;
     if let Some(pid) = pid {
         process::terminate(pid);

@@ -18,7 +18,7 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -72,6 +72,7 @@ impl TestStack {
         parameters: HashMap<String, String>,
         hooks: Option<Arc<dyn StepHooks>>,
     ) -> Self {
+        armada_core::telemetry::init_with("warn");
         let ep = emulator_endpoint();
         emulator::wait_until_up(&ep, Duration::from_secs(60))
             .await

@@ -8,10 +8,12 @@ pub mod model_server;
 pub mod pollers;
 pub mod process;
 pub mod provision;
+pub mod supervisor;
 pub mod template;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,6 +58,8 @@ pub struct LocalOptions {
     pub emulator_dies_with_us: bool,
     /// Fault injection for the harness (tests).
     pub hooks: Arc<dyn StepHooks>,
+    /// Where to record the pid of an emulator this stack (re)starts.
+    pub emulator_pid_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for LocalOptions {
@@ -86,6 +90,7 @@ impl LocalOptions {
             poll_wait_seconds: 5,
             emulator_dies_with_us: false,
             hooks: Arc::new(NoHooks),
+            emulator_pid_file: None,
         }
     }
 }
@@ -104,8 +109,8 @@ pub struct LocalStack {
     pub aws: AwsClients,
     pub template: Template,
     pub provisioned: provision::Provisioned,
-    /// The emulator we started, if we started one.
-    pub emulator_pid: Option<u32>,
+    /// The emulator we started, if we started one (0 while it restarts).
+    emulator_pid: Option<Arc<AtomicU32>>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -152,6 +157,10 @@ impl LocalStack {
                 }
             }
         };
+        if let (Some(pid), Some(f)) = (emulator_pid, &opts.emulator_pid_file) {
+            process::write_pid(f, pid)?;
+        }
+        let emulator_pid = emulator_pid.map(|p| Arc::new(AtomicU32::new(p)));
         let aws = AwsClients::load_local(&endpoint, &opts.region).await;
 
         // The scripted model and the API listener come first: their URLs
@@ -198,18 +207,30 @@ impl LocalStack {
         provision::load_agents(&ingress_svc.registry, &opts.root).await?;
         let tenant = "local".to_string();
         let key = ApiKey::mint();
+        let stored_key = StoredKey {
+            key_id: key.key_id.clone(),
+            tenant: tenant.clone(),
+            secret_sha256: key.secret_hash(),
+            revoked: false,
+        };
         ingress_svc
             .registry
-            .put_key(
-                &StoredKey {
-                    key_id: key.key_id.clone(),
-                    tenant: tenant.clone(),
-                    secret_sha256: key.secret_hash(),
-                    revoked: false,
-                },
-                ingress_svc.clock.now_ms(),
-            )
+            .put_key(&stored_key, ingress_svc.clock.now_ms())
             .await?;
+        let supervisor = supervisor::Supervisor {
+            aws: AwsClients::load_local(&endpoint, &opts.region).await,
+            endpoint: endpoint.clone(),
+            template: template.clone(),
+            root: opts.root.clone(),
+            registry_table: ingress_svc.cfg.registry_table.clone(),
+            runs_table: ingress_svc.cfg.runs_table.clone(),
+            tenant_key: stored_key,
+            owned: emulator_pid
+                .clone()
+                .map(|pid| (opts.emulator_port, pid, opts.emulator_dies_with_us)),
+            pid_file: opts.emulator_pid_file.clone(),
+        };
+        tasks.push(tokio::spawn(supervisor.run(shutdown_rx.clone())));
 
         let mut http_handlers: HashMap<String, HttpHandler> = HashMap::new();
         let isvc = ingress_svc.clone();
@@ -299,6 +320,14 @@ impl LocalStack {
             shutdown,
             tasks,
         })
+    }
+
+    /// The pid of the emulator this stack started, if it started one.
+    pub fn emulator_pid(&self) -> Option<u32> {
+        self.emulator_pid
+            .as_ref()
+            .map(|p| p.load(Ordering::Relaxed))
+            .filter(|p| *p != 0)
     }
 
     /// Stops every task this stack started (not the emulator: see [`Self::emulator_pid`]).

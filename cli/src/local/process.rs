@@ -43,6 +43,13 @@ pub fn detach(cmd: &mut Command, die_with_parent: bool) {
 }
 
 pub fn alive(pid: u32) -> bool {
+    // A child of ours that exited is a zombie until reaped, and a zombie
+    // still "exists" for kill(0): reap it first.
+    let mut status = 0;
+    // SAFETY: non-blocking waitpid on a pid; fails harmlessly for non-children.
+    if unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) } == pid as i32 {
+        return false;
+    }
     // SAFETY: signal 0 only checks for existence.
     unsafe { libc::kill(pid as i32, 0) == 0 }
 }
