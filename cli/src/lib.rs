@@ -4,6 +4,8 @@
 //! - [`local`]: emulator, template-driven provisioning, in-process handlers,
 //!   API Gateway-like HTTP server, Lambda-like SQS pollers, scripted model
 //! - [`client`]: the HTTP API client the commands use
+//! - [`bench`]: `armada bench`
 
+pub mod bench;
 pub mod client;
 pub mod local;

@@ -68,6 +68,18 @@ enum Cmd {
     },
     /// Mint an admin key and print it with its SHA-256 (for `sam deploy`).
     Keygen,
+    /// Measure latency, throughput and AWS calls per Run against the floor.
+    Bench {
+        #[arg(long, default_value_t = 200)]
+        runs: usize,
+        #[arg(long, default_value_t = 100)]
+        session_messages: usize,
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Skip the function binaries' size, init time and RSS.
+        #[arg(long)]
+        no_binaries: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -196,6 +208,23 @@ async fn run(cli: Cli) -> Result<()> {
                 AgentsCmd::List => print(&c.get("/v1/agents").await?),
             }
             Ok(())
+        }
+        Cmd::Bench {
+            runs,
+            session_messages,
+            concurrency,
+            no_binaries,
+        } => {
+            armada_cli::bench::run(
+                &local::find_root()?,
+                armada_cli::bench::BenchOptions {
+                    runs,
+                    session_messages,
+                    concurrency,
+                    binaries: !no_binaries,
+                },
+            )
+            .await
         }
         Cmd::Keygen => {
             let key = format!("adm_{}", armada_domain::api::ApiKey::mint().secret);

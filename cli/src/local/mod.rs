@@ -107,6 +107,9 @@ pub struct LocalStack {
     /// the call counter sees every call).
     pub svc: Arc<Services>,
     pub aws: AwsClients,
+    /// The clients of the SQS pollers, which stand for Lambda's event source
+    /// mapping: in AWS those calls are the platform's, not the functions'.
+    pub esm_aws: AwsClients,
     pub template: Template,
     pub provisioned: provision::Provisioned,
     /// The emulator we started, if we started one (0 while it restarts).
@@ -275,6 +278,7 @@ impl LocalStack {
                 opts.harness_concurrency,
             ),
         );
+        let esm_aws = AwsClients::load_local(&endpoint, &opts.region).await;
         for esm in template.event_source_mappings() {
             let (handler, concurrency) = sqs_handlers
                 .get(esm.function.as_str())
@@ -296,7 +300,7 @@ impl LocalStack {
             };
             for _ in 0..n {
                 tasks.push(tokio::spawn(pollers::run(
-                    aws.sqs.clone(),
+                    esm_aws.sqs.clone(),
                     spec.clone(),
                     handler.clone(),
                     shutdown_rx.clone(),
@@ -314,6 +318,7 @@ impl LocalStack {
             model_stats,
             svc: harness_svc,
             aws,
+            esm_aws,
             template,
             provisioned,
             emulator_pid,

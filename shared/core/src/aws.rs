@@ -11,15 +11,35 @@ use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
 
-/// Counts AWS API calls by `Service.Operation`.
+/// Counts AWS API calls by `Service.Operation`, and can record their order.
 #[derive(Debug, Clone, Default)]
-pub struct CallCounter(Arc<Mutex<BTreeMap<String, u64>>>);
+pub struct CallCounter(
+    Arc<Mutex<BTreeMap<String, u64>>>,
+    Arc<Mutex<Option<Vec<String>>>>,
+);
 
 impl CallCounter {
     pub fn snapshot(&self) -> BTreeMap<String, u64> {
         self.0.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// Starts recording the order of calls (replacing any earlier record).
+    pub fn start_log(&self) {
+        if let Ok(mut l) = self.1.lock() {
+            *l = Some(Vec::new());
+        }
+    }
+
+    /// Stops recording and returns the calls since [`Self::start_log`].
+    pub fn take_log(&self) -> Vec<String> {
+        self.1
+            .lock()
+            .ok()
+            .and_then(|mut l| l.take())
+            .unwrap_or_default()
     }
     pub fn total(&self) -> u64 {
         self.snapshot().values().sum()
@@ -36,13 +56,19 @@ impl Intercept for CallCounter {
         "CallCounter"
     }
 
-    fn read_before_execution(
+    fn read_before_serialization(
         &self,
         _context: &BeforeSerializationInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         if let Some(meta) = cfg.load::<Metadata>() {
             let key = format!("{}.{}", meta.service(), meta.name());
+            if let Ok(mut l) = self.1.lock() {
+                if let Some(log) = l.as_mut() {
+                    log.push(key.clone());
+                }
+            }
             if let Ok(mut m) = self.0.lock() {
                 *m.entry(key).or_insert(0) += 1;
             }
@@ -118,5 +144,24 @@ impl AwsClients {
             ));
         }
         Self::from_sdk_config(loader.load().await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_counter_sees_every_call_even_failed_ones() {
+        // Nothing listens on port 9: the call fails, but it was made.
+        let aws = AwsClients::load_local("http://127.0.0.1:9", "us-east-1").await;
+        aws.calls.start_log();
+        let _ = aws.dynamo.get_item().table_name("t").send().await;
+        let _ = aws.sqs.get_queue_url().queue_name("q").send().await;
+        assert_eq!(aws.calls.snapshot().get("DynamoDB.GetItem"), Some(&1));
+        assert_eq!(
+            aws.calls.take_log(),
+            ["DynamoDB.GetItem", "SQS.GetQueueUrl"]
+        );
     }
 }

@@ -1,0 +1,691 @@
+//! `armada bench`: end-to-end latency, throughput and AWS API calls per Run
+//! through a local stack with the scripted model, against the floor (the
+//! same sequence of raw emulator calls, timed in the same run), plus each
+//! function binary's size, init time and peak RSS under the Lambda Runtime
+//! API. Numbers are reported, never asserted.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+use armada_core::aws::AwsClients;
+use armada_core::store::runs::RunStore;
+
+use crate::client::Client;
+use crate::local::{emulator, LocalOptions, LocalStack};
+
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub runs: usize,
+    pub session_messages: usize,
+    pub concurrency: usize,
+    /// Also measure the release function binaries (size, init, RSS).
+    pub binaries: bool,
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v
+}
+
+/// Waits (on a client of its own, so the counts stay clean) until the Run
+/// is terminal.
+async fn watch_terminal(store: &RunStore, run_id: &str) -> Result<Instant> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(run) = store.get(run_id).await? {
+            if run.state.is_terminal() {
+                return Ok(Instant::now());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(anyhow!("run {run_id} did not finish"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+struct Phase {
+    latencies_ms: Vec<f64>,
+    wall: Duration,
+    calls: BTreeMap<String, u64>,
+    esm_calls: BTreeMap<String, u64>,
+}
+
+async fn phase<F, Fut>(stack: &LocalStack, n: usize, concurrency: usize, work: F) -> Result<Phase>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Vec<f64>>> + Send,
+{
+    stack.aws.calls.reset();
+    stack.esm_aws.calls.reset();
+    let start = Instant::now();
+    let work = Arc::new(work);
+    let mut tasks = Vec::new();
+    for w in 0..concurrency.max(1) {
+        let work = work.clone();
+        let share = n / concurrency.max(1) + usize::from(w < n % concurrency.max(1));
+        tasks.push(tokio::spawn(async move {
+            let mut all = Vec::new();
+            for i in 0..share {
+                all.extend(work(w * 1_000_000 + i).await?);
+            }
+            Ok::<_, anyhow::Error>(all)
+        }));
+    }
+    let mut latencies_ms = Vec::new();
+    for t in tasks {
+        latencies_ms.extend(t.await??);
+    }
+    Ok(Phase {
+        latencies_ms: sorted(latencies_ms),
+        wall: start.elapsed(),
+        calls: stack.aws.calls.snapshot(),
+        esm_calls: stack.esm_aws.calls.snapshot(),
+    })
+}
+
+fn per_run(calls: &BTreeMap<String, u64>, n: usize) -> String {
+    calls
+        .iter()
+        .map(|(k, v)| format!("{k} {:.1}", *v as f64 / n as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Replays a recorded sequence of operations as raw calls on scratch
+/// resources; returns the time of one pass.
+struct Floor {
+    aws: AwsClients,
+    table: String,
+    queue_url: String,
+    bucket: String,
+}
+
+impl Floor {
+    async fn setup(aws: AwsClients, stack: &LocalStack) -> Result<Self> {
+        use aws_sdk_dynamodb::types::*;
+        let table = format!("{}-bench-floor", stack.template.stack());
+        let _ = aws
+            .dynamo
+            .create_table()
+            .table_name(&table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("pk")
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()?,
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name("pk")
+                    .key_type(KeyType::Hash)
+                    .build()?,
+            )
+            .send()
+            .await;
+        let queue_url = aws
+            .sqs
+            .create_queue()
+            .queue_name(format!("{}-bench-floor", stack.template.stack()))
+            .send()
+            .await?
+            .queue_url()
+            .unwrap_or_default()
+            .to_string();
+        let bucket = stack.svc.cfg.payload_bucket.clone();
+        Ok(Floor {
+            aws,
+            table,
+            queue_url,
+            bucket,
+        })
+    }
+
+    async fn replay(&self, ops: &[String]) -> Result<Duration> {
+        use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+        let s = |v: &str| AttributeValue::S(v.to_string());
+        let mut total = Duration::ZERO;
+        for (i, op) in ops.iter().enumerate() {
+            let key = format!("k{}", i % 8);
+            // A receive or a delete needs a message: put one there, untimed.
+            let mut receipt = None;
+            if matches!(
+                op.as_str(),
+                "SQS.ReceiveMessage" | "SQS.DeleteMessageBatch" | "SQS.ChangeMessageVisibility"
+            ) {
+                self.aws
+                    .sqs
+                    .send_message()
+                    .queue_url(&self.queue_url)
+                    .message_body("{}")
+                    .send()
+                    .await?;
+                if op != "SQS.ReceiveMessage" {
+                    let r = self
+                        .aws
+                        .sqs
+                        .receive_message()
+                        .queue_url(&self.queue_url)
+                        .send()
+                        .await?;
+                    receipt = r
+                        .messages()
+                        .first()
+                        .and_then(|m| m.receipt_handle())
+                        .map(str::to_string);
+                }
+            }
+            let t = Instant::now();
+            match op.as_str() {
+                "DynamoDB.PutItem" => {
+                    self.aws
+                        .dynamo
+                        .put_item()
+                        .table_name(&self.table)
+                        .item("pk", s(&key))
+                        .item("v", s("x"))
+                        .send()
+                        .await?;
+                }
+                "DynamoDB.UpdateItem" => {
+                    self.aws
+                        .dynamo
+                        .update_item()
+                        .table_name(&self.table)
+                        .key("pk", s(&key))
+                        .update_expression("SET v = :v")
+                        .expression_attribute_values(":v", s("y"))
+                        .send()
+                        .await?;
+                }
+                "DynamoDB.Query" => {
+                    self.aws
+                        .dynamo
+                        .query()
+                        .table_name(&self.table)
+                        .key_condition_expression("pk = :k")
+                        .expression_attribute_values(":k", s(&key))
+                        .send()
+                        .await?;
+                }
+                "DynamoDB.TransactWriteItems" => {
+                    let put = |k: String| -> Result<TransactWriteItem> {
+                        Ok(TransactWriteItem::builder()
+                            .put(
+                                Put::builder()
+                                    .table_name(&self.table)
+                                    .item("pk", s(&k))
+                                    .item("v", s("t"))
+                                    .build()?,
+                            )
+                            .build())
+                    };
+                    self.aws
+                        .dynamo
+                        .transact_write_items()
+                        .transact_items(put(format!("{key}a"))?)
+                        .transact_items(put(format!("{key}b"))?)
+                        .send()
+                        .await?;
+                }
+                "SQS.SendMessage" => {
+                    self.aws
+                        .sqs
+                        .send_message()
+                        .queue_url(&self.queue_url)
+                        .message_body("{}")
+                        .send()
+                        .await?;
+                }
+                "SQS.ReceiveMessage" => {
+                    self.aws
+                        .sqs
+                        .receive_message()
+                        .queue_url(&self.queue_url)
+                        .max_number_of_messages(10)
+                        .send()
+                        .await?;
+                }
+                "SQS.DeleteMessageBatch" => {
+                    if let Some(r) = receipt {
+                        self.aws
+                            .sqs
+                            .delete_message_batch()
+                            .queue_url(&self.queue_url)
+                            .entries(
+                                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                                    .id("a")
+                                    .receipt_handle(r)
+                                    .build()?,
+                            )
+                            .send()
+                            .await?;
+                    }
+                }
+                "SQS.ChangeMessageVisibility" => {
+                    if let Some(r) = receipt {
+                        self.aws
+                            .sqs
+                            .change_message_visibility()
+                            .queue_url(&self.queue_url)
+                            .receipt_handle(r)
+                            .visibility_timeout(0)
+                            .send()
+                            .await?;
+                    }
+                }
+                op if op.starts_with("S3.") => {
+                    self.aws
+                        .s3
+                        .put_object()
+                        .bucket(&self.bucket)
+                        .key(format!("bench/{key}"))
+                        .body(aws_sdk_s3::primitives::ByteStream::from_static(b"x"))
+                        .send()
+                        .await?;
+                }
+                // GetItem and anything else: one consistent read.
+                _ => {
+                    self.aws
+                        .dynamo
+                        .get_item()
+                        .table_name(&self.table)
+                        .key("pk", s(&key))
+                        .consistent_read(true)
+                        .send()
+                        .await?;
+                }
+            }
+            total += t.elapsed();
+        }
+        // Leave no scratch messages for the next pass.
+        let _ = self
+            .aws
+            .sqs
+            .purge_queue()
+            .queue_url(&self.queue_url)
+            .send()
+            .await;
+        Ok(total)
+    }
+}
+
+pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
+    let mut lo = LocalOptions::new(root);
+    lo.api_port = 0;
+    lo.stack = format!("armada-bench-{}", &armada_core::clock::new_id("b")[28..]);
+    if lo.endpoint.is_none() {
+        let default = "http://127.0.0.1:4566";
+        if emulator::answers(default).await {
+            lo.endpoint = Some(default.into());
+        } else {
+            lo.emulator_port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            lo.emulator_dies_with_us = true;
+        }
+    }
+    let stack = LocalStack::start(lo).await?;
+    let client = Client::new(&stack.api_url, &stack.tenant_key, None);
+    let watcher_aws = AwsClients::load_local(
+        &stack.endpoint,
+        stack
+            .aws
+            .sdk_config
+            .region()
+            .map(|r| r.as_ref())
+            .unwrap_or("us-east-1"),
+    )
+    .await;
+    let store = RunStore::new(
+        watcher_aws.dynamo.clone(),
+        &stack.svc.cfg.runs_table,
+        &stack.svc.cfg.run_events_table,
+    );
+    println!(
+        "armada bench: {} runs, {} session messages, concurrency {}",
+        opts.runs, opts.session_messages, opts.concurrency
+    );
+    println!(
+        "  emulator {}  stack {}",
+        stack.endpoint,
+        stack.template.stack()
+    );
+
+    // Warm up, then record the call sequence of one Run on its own.
+    for _ in 0..3 {
+        let id = client.create_run("assistant", "warm up").await?;
+        watch_terminal(&store, &id).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stack.aws.calls.start_log();
+    stack.esm_aws.calls.start_log();
+    let id = client.create_run("assistant", "one alone").await?;
+    watch_terminal(&store, &id).await?;
+    // Let the dispatcher settle it (RunTerminal → CLOSED_*).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fn_ops = stack.aws.calls.take_log();
+    let esm_ops: Vec<String> = stack.esm_aws.calls.take_log().into_iter().collect();
+    println!(
+        "\nOne Run alone: {} function calls: {}",
+        fn_ops.len(),
+        fn_ops.join(" ")
+    );
+    println!(
+        "  event source mapping calls meanwhile: {} ({} receives)",
+        esm_ops.len(),
+        esm_ops
+            .iter()
+            .filter(|o| o.ends_with("ReceiveMessage"))
+            .count()
+    );
+
+    let c = client.clone();
+    let st = store.clone();
+    let single = phase(&stack, opts.runs, opts.concurrency, move |i| {
+        let c = c.clone();
+        let st = st.clone();
+        async move {
+            let t0 = Instant::now();
+            let id = c.create_run("assistant", &format!("question {i}")).await?;
+            let t1 = watch_terminal(&st, &id).await?;
+            Ok(vec![(t1 - t0).as_secs_f64() * 1000.0])
+        }
+    })
+    .await?;
+
+    let c = client.clone();
+    let st = store.clone();
+    let per_worker = (opts.session_messages / opts.concurrency.max(1)).max(1);
+    let sessions = phase(
+        &stack,
+        opts.concurrency.max(1),
+        opts.concurrency,
+        move |_| {
+            let c = c.clone();
+            let st = st.clone();
+            async move {
+                let sid = c.create_session("assistant").await?;
+                let mut lat = Vec::new();
+                for m in 0..per_worker {
+                    let t0 = Instant::now();
+                    let id = c.send_message(&sid, &format!("message {m}")).await?;
+                    let t1 = watch_terminal(&st, &id).await?;
+                    lat.push((t1 - t0).as_secs_f64() * 1000.0);
+                }
+                Ok(lat)
+            }
+        },
+    )
+    .await?;
+    let session_msgs = per_worker * opts.concurrency.max(1);
+
+    // The floor: the recorded sequence (the functions' calls and the
+    // receives/deletes that carried its messages), as raw calls.
+    let mut carried: Vec<String> = esm_ops
+        .iter()
+        .filter(|o| !o.ends_with("ReceiveMessage"))
+        .cloned()
+        .collect();
+    // Each delete stands for one receive that returned the message.
+    let receives = carried
+        .iter()
+        .filter(|o| o.ends_with("DeleteMessageBatch"))
+        .count();
+    carried.extend(std::iter::repeat_n(
+        "SQS.ReceiveMessage".to_string(),
+        receives,
+    ));
+    let floor_ops: Vec<String> = fn_ops.iter().cloned().chain(carried).collect();
+    let floor = Floor::setup(watcher_aws.clone(), &stack).await?;
+    let mut passes = Vec::new();
+    for _ in 0..15 {
+        passes.push(floor.replay(&floor_ops).await?.as_secs_f64() * 1000.0);
+    }
+    let passes = sorted(passes);
+    let floor_ms = pct(&passes, 0.5);
+
+    let report = |name: &str, p: &Phase, n: usize| {
+        let p50 = pct(&p.latencies_ms, 0.5);
+        println!(
+            "\n{name}: {n} in {:.2} s = {:.1}/s",
+            p.wall.as_secs_f64(),
+            n as f64 / p.wall.as_secs_f64()
+        );
+        println!(
+            "  latency p50 {:.1} ms  p95 {:.1} ms  ({:.2}x the floor)",
+            p50,
+            pct(&p.latencies_ms, 0.95),
+            p50 / floor_ms
+        );
+        println!(
+            "  function AWS calls per run: {:.1}  [{}]",
+            p.calls.values().sum::<u64>() as f64 / n as f64,
+            per_run(&p.calls, n)
+        );
+        println!(
+            "  event source mapping calls per run: {:.1}  [{}]",
+            p.esm_calls.values().sum::<u64>() as f64 / n as f64,
+            per_run(&p.esm_calls, n)
+        );
+    };
+    println!(
+        "\nFloor: {} raw emulator calls in sequence: p50 {:.1} ms (15 passes)",
+        floor_ops.len(),
+        floor_ms
+    );
+    report("Single-answer runs", &single, opts.runs);
+    report("Session messages", &sessions, session_msgs);
+
+    if opts.binaries {
+        let env = stack.template.environment("harness")?;
+        binaries(root, &stack, &env).await?;
+    }
+    let pid = stack.emulator_pid();
+    stack.stop().await;
+    if let Some(pid) = pid {
+        crate::local::process::terminate(pid);
+    }
+    Ok(())
+}
+
+/// Serves the Lambda Runtime API to one function process: `events`
+/// invocations, then holds the next poll open.
+async fn runtime_api(
+    events: Vec<Value>,
+) -> Result<(
+    String,
+    Arc<AtomicU64>,
+    tokio::sync::oneshot::Receiver<Instant>,
+)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?.to_string();
+    let served = Arc::new(AtomicU64::new(0));
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel();
+    let first_tx = Arc::new(std::sync::Mutex::new(Some(first_tx)));
+    let events = Arc::new(events);
+    let counter = served.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let events = events.clone();
+            let counter = counter.clone();
+            let first_tx = first_tx.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let events = events.clone();
+                    let counter = counter.clone();
+                    let first_tx = first_tx.clone();
+                    async move {
+                        let path = req.uri().path().to_string();
+                        if path.ends_with("/invocation/next") {
+                            if let Some(tx) = first_tx.lock().ok().and_then(|mut t| t.take()) {
+                                let _ = tx.send(Instant::now());
+                            }
+                            let n = counter.load(Ordering::Relaxed) as usize;
+                            let Some(ev) = events.get(n).cloned() else {
+                                tokio::time::sleep(Duration::from_secs(3600)).await;
+                                return Ok::<_, Infallible>(hyper::Response::new(Full::new(
+                                    Bytes::new(),
+                                )));
+                            };
+                            let deadline = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map(|d| d.as_millis() + 30_000)
+                                .unwrap_or(0);
+                            let resp = hyper::Response::builder()
+                                .header("Lambda-Runtime-Aws-Request-Id", format!("req-{n}"))
+                                .header("Lambda-Runtime-Deadline-Ms", deadline.to_string())
+                                .header(
+                                    "Lambda-Runtime-Invoked-Function-Arn",
+                                    "arn:aws:lambda:us-east-1:000000000000:function:bench",
+                                )
+                                .header("Lambda-Runtime-Trace-Id", "Root=1-0-0")
+                                .body(Full::new(Bytes::from(ev.to_string())))
+                                .unwrap_or_default();
+                            return Ok(resp);
+                        }
+                        if path.contains("/response") || path.contains("/error") {
+                            counter.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(hyper::Response::builder()
+                            .status(202)
+                            .body(Full::new(Bytes::new()))
+                            .unwrap_or_default())
+                    }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Ok((addr, served, first_rx))
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+async fn binaries(
+    root: &Path,
+    stack: &LocalStack,
+    env: &std::collections::HashMap<String, String>,
+) -> Result<()> {
+    let dir: PathBuf = std::env::current_exe()?
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| root.join("target/release"));
+    println!(
+        "\nFunction binaries ({}), each under the Lambda Runtime API with 200 invocations:",
+        dir.display()
+    );
+    let health = json!({
+        "version": "2.0", "routeKey": "GET /v1/health", "rawPath": "/v1/health", "rawQueryString": "",
+        "headers": {}, "requestContext": {"http": {"method": "GET", "path": "/v1/health", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "bench"},
+        "accountId": "local", "apiId": "local", "domainName": "local", "domainPrefix": "local", "requestId": "r", "routeKey": "GET /v1/health", "stage": "$default", "time": "", "timeEpoch": 0},
+        "isBase64Encoded": false
+    });
+    let sqs = |queue: &str, body: Value| {
+        json!({"Records": [{"messageId": "m1", "receiptHandle": "r1", "body": body.to_string(), "attributes": {"ApproximateReceiveCount": "1", "MessageGroupId": "g"},
+                "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs", "eventSourceARN": format!("arn:aws:sqs:us-east-1:000000000000:{queue}"), "awsRegion": "us-east-1"}]})
+    };
+    let step = json!({"type": "step", "run_id": "run_bench_absent", "tenant": "local", "step": 0});
+    let start = json!({"type": "start_run", "run_id": "run_bench_absent", "tenant": "local"});
+    let cases = [
+        ("ingress", health.clone()),
+        ("hitl", health),
+        ("dispatcher", sqs(&stack.svc.cfg.dispatch_queue, start)),
+        ("harness", sqs(&stack.svc.cfg.harness_queue, step)),
+    ];
+    println!(
+        "  {:<11} {:>10} {:>10} {:>12}",
+        "function", "size", "init", "peak RSS"
+    );
+    for (name, event) in cases {
+        let bin = dir.join(name);
+        let Ok(meta) = std::fs::metadata(&bin) else {
+            println!("  {name:<11} not built (cargo build --release --bins)");
+            continue;
+        };
+        let (addr, served, first) = runtime_api(vec![event; 200]).await?;
+        let mut cmd = tokio::process::Command::new(&bin);
+        cmd.envs(env)
+            .env("AWS_LAMBDA_RUNTIME_API", &addr)
+            .env("AWS_LAMBDA_FUNCTION_NAME", name)
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
+            .env("AWS_LAMBDA_LOG_GROUP_NAME", "bench")
+            .env("AWS_ENDPOINT_URL", &stack.endpoint)
+            .env("AWS_REGION", "us-east-1")
+            .env(
+                "AWS_ACCESS_KEY_ID",
+                std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_else(|_| "test".into()),
+            )
+            .env(
+                "AWS_SECRET_ACCESS_KEY",
+                std::env::var("AWS_SECRET_ACCESS_KEY").unwrap_or_else(|_| "test".into()),
+            )
+            .env("RUST_LOG", "error")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let t0 = Instant::now();
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let init = match tokio::time::timeout(Duration::from_secs(20), first).await {
+            Ok(Ok(t)) => t - t0,
+            _ => {
+                println!("  {name:<11} did not reach the Runtime API");
+                let _ = child.kill().await;
+                continue;
+            }
+        };
+        let until = Instant::now() + Duration::from_secs(60);
+        while served.load(Ordering::Relaxed) < 200 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let rss = child.id().and_then(peak_rss_kib).unwrap_or(0);
+        let _ = child.kill().await;
+        println!(
+            "  {name:<11} {:>8.1} MB {:>7.1} ms {:>9.1} MB",
+            meta.len() as f64 / 1e6,
+            init.as_secs_f64() * 1000.0,
+            rss as f64 / 1024.0
+        );
+    }
+    Ok(())
+}
