@@ -189,6 +189,9 @@ impl LocalStack {
         params
             .entry("ScriptedModelUrl".into())
             .or_insert(model_url.clone());
+        params
+            .entry("CallbackSigningSecret".into())
+            .or_insert_with(|| ApiKey::mint().secret);
         let text = std::fs::read_to_string(opts.root.join("infra/template.yaml"))?;
         let template = Template::parse(&text, &opts.stack, &opts.region, &params)?;
         let provisioned = provision::provision(&aws, &template).await?;

@@ -19,7 +19,7 @@ use armada_core::queues::Queues;
 use armada_core::sqs::{process_batch, receive_count, Outcome};
 use armada_core::Services;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
-use armada_domain::run::{Run, RunError, RunEvent, RunState};
+use armada_domain::run::{Run, RunError, RunEvent, RunEventRecord, RunState, Stamp};
 
 #[derive(Debug, Clone)]
 pub struct Dispatcher {
@@ -190,18 +190,55 @@ impl Dispatcher {
                 return advanced;
             }
         }
-        self.close(run).await
+        let mut next = run;
+        let mut events = Vec::new();
+        if let Some(url) = next.callback_url.clone() {
+            let body = json!({
+                "run_id": next.run_id,
+                "agent": next.agent,
+                "state": next.state.outcome(),
+                "output": match &next.output {
+                    Some(p) => Some(tryo!(self.svc.payloads.read(p).await)),
+                    None => None,
+                },
+                "error": next.error,
+                "session_id": next.session_id,
+                "metadata": next.metadata,
+            });
+            let now = self.svc.clock.now_ms();
+            let report = self
+                .svc
+                .callbacks
+                .deliver(&url, &next.run_id, &body, now / 1000)
+                .await;
+            let kind = if report.delivered {
+                "callback_delivered"
+            } else {
+                "callback_failed"
+            };
+            tracing::info!(run_id = %next.run_id, delivered = report.delivered, attempts = report.attempts, "callback");
+            events.push(next.push_event(
+                kind,
+                json!({"attempts": report.attempts, "status": report.status, "error": report.error}),
+                now,
+            ));
+        }
+        self.close(next, events).await
     }
 
-    async fn close(&self, run: Run) -> Outcome {
+    async fn close(&self, run: Run, mut events: Vec<RunEventRecord>) -> Outcome {
         let now = self.svc.clock.now_ms();
-        let prev = run.stamp();
+        // The version read before any event was added in memory.
+        let prev = Stamp {
+            epoch: run.epoch,
+            event_seq: run.event_seq - events.len() as u64,
+        };
         let mut next = run;
         if next.apply(&RunEvent::Closed, now).is_err() {
             return Outcome::Done;
         }
-        let ev = next.push_event("run_closed", json!({"outcome": next.state.outcome()}), now);
-        match self.svc.runs.save(prev, &next, &[ev], vec![]).await {
+        events.push(next.push_event("run_closed", json!({"outcome": next.state.outcome()}), now));
+        match self.svc.runs.save(prev, &next, &events, vec![]).await {
             Ok(()) | Err(StoreError::Conflict { .. }) => Outcome::Done,
             Err(e) => retry(e),
         }

@@ -52,6 +52,8 @@ pub struct Config {
     pub inline_limit_bytes: usize,
     /// Attempts of a model call before the Run fails (`ARMADA_MODEL_ATTEMPTS`, default 3).
     pub model_attempts: u32,
+    /// Signs result callbacks (`ARMADA_CALLBACK_SIGNING_SECRET`, at least 16 bytes).
+    pub callback_signing_secret: String,
 }
 
 impl Config {
@@ -108,6 +110,16 @@ impl Config {
             retry_base_seconds: num("ARMADA_RETRY_BASE_SECONDS", 2)? as u32,
             inline_limit_bytes: num("ARMADA_INLINE_LIMIT_BYTES", 32 * 1024)? as usize,
             model_attempts: num("ARMADA_MODEL_ATTEMPTS", 3)?.max(1) as u32,
+            callback_signing_secret: {
+                let s = req("ARMADA_CALLBACK_SIGNING_SECRET")?;
+                if s.len() < 16 {
+                    return Err(ConfigError::Invalid {
+                        name: "ARMADA_CALLBACK_SIGNING_SECRET",
+                        reason: "must be at least 16 bytes".into(),
+                    });
+                }
+                s
+            },
         })
     }
 }

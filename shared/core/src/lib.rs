@@ -4,6 +4,7 @@
 //! it to their handlers; the local stack builds the very same.
 
 pub mod aws;
+pub mod callbacks;
 pub mod clock;
 pub mod config;
 pub mod error;
@@ -18,6 +19,7 @@ pub mod tools;
 use std::sync::Arc;
 
 use crate::aws::AwsClients;
+use crate::callbacks::Callbacks;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::StoreError;
@@ -43,6 +45,7 @@ pub struct Services {
     pub payloads: Payloads,
     pub models: Models,
     pub tools: InlineTools,
+    pub callbacks: Callbacks,
     pub clock: Clock,
 }
 
@@ -63,6 +66,7 @@ impl Services {
             payloads,
             models: Models::new(&aws.sdk_config, cfg.scripted_model_url.clone()),
             tools: InlineTools::new(),
+            callbacks: Callbacks::new(&cfg.callback_signing_secret, 3),
             clock: Clock::default(),
             queues,
             cfg,

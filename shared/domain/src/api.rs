@@ -206,6 +206,34 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// HMAC-SHA256 (RFC 2104), hex-encoded.
+pub fn hmac_sha256_hex(key: &[u8], message: &[u8]) -> String {
+    const BLOCK: usize = 64;
+    let mut k = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        k[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let mut inner = Sha256::new();
+    inner.update(k.map(|b| b ^ 0x36));
+    inner.update(message);
+    let mut outer = Sha256::new();
+    outer.update(k.map(|b| b ^ 0x5c));
+    outer.update(inner.finalize());
+    hex::encode(outer.finalize())
+}
+
+/// The `X-Armada-Signature` of a callback: `t=<unix seconds>,v1=<hex>` over
+/// `"<t>.<body>"`, so a receiver can refuse replays of old deliveries.
+pub fn callback_signature(secret: &str, timestamp_s: i64, body: &str) -> String {
+    let mac = hmac_sha256_hex(
+        secret.as_bytes(),
+        format!("{timestamp_s}.{body}").as_bytes(),
+    );
+    format!("t={timestamp_s},v1={mac}")
+}
+
 /// Compares two hex digests without an early exit.
 pub fn digest_eq(a: &str, b: &str) -> bool {
     a.len() == b.len()
@@ -253,6 +281,14 @@ mod tests {
         );
         assert_eq!(CreateRun::parse(&json!([1])).unwrap_err().field, "body");
         assert!(CreateRun::parse(&json!({"agent": "a", "input": "x"})).is_ok());
+    }
+
+    #[test]
+    fn hmac_matches_rfc_4231_case_2() {
+        assert_eq!(
+            hmac_sha256_hex(b"Jefe", b"what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
     }
 
     #[test]
