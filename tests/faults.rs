@@ -276,3 +276,87 @@ async fn a_stale_workers_commit_is_rejected() {
     );
     t.stack.stop().await;
 }
+
+/// Dies after the step's tools ran (their effects happened) and before the
+/// results were committed, on the first attempt.
+struct CrashAfterTools;
+
+impl StepHooks for CrashAfterTools {
+    fn after_tools_ran<'a>(&'a self, run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
+        Box::pin(async move {
+            if run.epoch == 1 {
+                return Err(Aborted("injected crash after the tools ran".into()));
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Counts the requests a loopback HTTP server gets, answering 200.
+async fn counting_server() -> (String, Arc<std::sync::atomic::AtomicU32>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let hits = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let h = hits.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            h.fetch_add(1, Ordering::Relaxed);
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+                .await;
+        }
+    });
+    (url, hits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_result_is_repeated_only_for_idempotent_calls() {
+    let t = TestStack::start_with(fast_redelivery("5"), Some(Arc::new(CrashAfterTools))).await;
+    let (url, hits) = counting_server().await;
+    // POST is not idempotent: after the crash it is not sent again, and the
+    // Run surfaces the uncertainty.
+    let input =
+        format!(r#"/tool http_request {{"url": "{url}/charge", "method": "POST", "body": "42"}}"#);
+    let run_id = t.client.create_run("researcher", &input).await.unwrap();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "TOOL_INDETERMINATE");
+    assert_eq!(
+        hits.load(Ordering::Relaxed),
+        1,
+        "the POST was sent exactly once"
+    );
+    assert!(t
+        .event_types(&run_id)
+        .await
+        .contains(&"tool_indeterminate".to_string()));
+
+    // GET is idempotent: it is repeated and the Run completes.
+    let input = format!(r#"/tool http_request {{"url": "{url}/status"}}"#);
+    let run_id = t.client.create_run("researcher", &input).await.unwrap();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert!(
+        run["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("tool http_request returned: {"),
+        "{run}"
+    );
+    assert_eq!(hits.load(Ordering::Relaxed), 3, "the GET ran twice");
+    t.stack.stop().await;
+}

@@ -45,17 +45,20 @@ pub struct Aborted(pub String);
 /// stalling until it is superseded). Production uses [`NoHooks`].
 pub trait StepHooks: Send + Sync {
     /// Called after the model answered and before anything is committed.
-    fn after_model_call<'a>(&'a self, run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>>;
+    fn after_model_call<'a>(&'a self, _run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Called after the step's tools ran and before their results are committed.
+    fn after_tools_ran<'a>(&'a self, _run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 #[derive(Debug, Default)]
 pub struct NoHooks;
 
-impl StepHooks for NoHooks {
-    fn after_model_call<'a>(&'a self, _run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
-        Box::pin(async { Ok(()) })
-    }
-}
+impl StepHooks for NoHooks {}
 
 pub struct Harness {
     svc: Arc<Services>,
@@ -413,6 +416,10 @@ impl Harness {
                 svc.clock.now_ms(),
             ));
         }
+        self.hooks
+            .after_tools_ran(&run)
+            .await
+            .map_err(StepError::Aborted)?;
         let now = svc.clock.now_ms();
         let actions = run
             .apply(&RunEvent::StepContinues, now)
