@@ -48,16 +48,20 @@ pub fn install(root: &Path) -> Result<PathBuf> {
     if !status.success() {
         bail!("{python} -m venv failed; install python3-venv");
     }
+    pip_install(&venv, &format!("moto[server]=={MOTO_VERSION}"))?;
+    std::fs::write(&marker, MOTO_VERSION)?;
+    Ok(bin)
+}
+
+fn pip_install(venv: &Path, spec: &str) -> Result<()> {
     let status = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "--disable-pip-version-check"])
-        .arg(format!("moto[server]=={MOTO_VERSION}"))
+        .args(["install", "--quiet", "--disable-pip-version-check", spec])
         .status()
         .context("running pip")?;
     if !status.success() {
-        bail!("pip install moto[server]=={MOTO_VERSION} failed");
+        bail!("pip install {spec} failed");
     }
-    std::fs::write(&marker, MOTO_VERSION)?;
-    Ok(bin)
+    Ok(())
 }
 
 /// The pinned cfn-lint the tests lint the template with.
@@ -75,14 +79,7 @@ pub fn install_tool(root: &Path, package: &str, version: &str, exe: &str) -> Res
     }
     let _guard = crate::local::process::FileLock::acquire(&dir.join("install.lock"))?;
     if !(marker.exists() && bin.exists()) {
-        let status = Command::new(dir.join("venv/bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check"])
-            .arg(format!("{package}=={version}"))
-            .status()
-            .context("running pip")?;
-        if !status.success() {
-            bail!("pip install {package}=={version} failed");
-        }
+        pip_install(&dir.join("venv"), &format!("{package}=={version}"))?;
         std::fs::write(&marker, version)?;
     }
     Ok(bin)

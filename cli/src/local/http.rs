@@ -84,7 +84,8 @@ impl Router {
     }
 }
 
-fn plain(status: u16, body: serde_json::Value) -> hyper::Response<Full<Bytes>> {
+/// A JSON response for the local servers.
+pub fn plain(status: u16, body: serde_json::Value) -> hyper::Response<Full<Bytes>> {
     hyper::Response::builder()
         .status(status)
         .header("content-type", "application/json")

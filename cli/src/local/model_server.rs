@@ -24,13 +24,7 @@ pub struct ModelStats {
     pub requests: Arc<AtomicU64>,
 }
 
-fn reply(status: u16, body: serde_json::Value) -> hyper::Response<Full<Bytes>> {
-    hyper::Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap_or_default()
-}
+use super::http::plain as reply;
 
 async fn answer(
     stats: ModelStats,

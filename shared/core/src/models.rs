@@ -288,6 +288,16 @@ fn clip(s: &str) -> &str {
     &s[..end]
 }
 
+fn openai_tool_calls(calls: &[ToolCall]) -> Value {
+    calls
+        .iter()
+        .map(|c| {
+            json!({"id": c.id, "type": "function",
+                   "function": {"name": c.name, "arguments": c.args.to_string()}})
+        })
+        .collect()
+}
+
 fn openai_message(m: &ChatMessage) -> Value {
     let role = match m.role {
         Role::System => "system",
@@ -297,14 +307,7 @@ fn openai_message(m: &ChatMessage) -> Value {
     };
     let mut v = json!({"role": role, "content": m.content});
     if !m.tool_calls.is_empty() {
-        v["tool_calls"] = m
-            .tool_calls
-            .iter()
-            .map(|c| {
-                json!({"id": c.id, "type": "function",
-                       "function": {"name": c.name, "arguments": c.args.to_string()}})
-            })
-            .collect();
+        v["tool_calls"] = openai_tool_calls(&m.tool_calls);
     }
     if let Some(id) = &m.tool_call_id {
         v["tool_call_id"] = json!(id);
@@ -369,14 +372,7 @@ pub fn parse_openai_reply(text: &str) -> Result<ModelReply, ModelError> {
 pub fn openai_reply_body(model: &str, reply: &ModelReply) -> Value {
     let mut message = json!({"role": "assistant", "content": reply.content});
     if !reply.tool_calls.is_empty() {
-        message["tool_calls"] = reply
-            .tool_calls
-            .iter()
-            .map(|c| {
-                json!({"id": c.id, "type": "function",
-                       "function": {"name": c.name, "arguments": c.args.to_string()}})
-            })
-            .collect();
+        message["tool_calls"] = openai_tool_calls(&reply.tool_calls);
     }
     let finish = if reply.tool_calls.is_empty() {
         "stop"
