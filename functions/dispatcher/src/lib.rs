@@ -110,7 +110,7 @@ impl Dispatcher {
             return Outcome::Done;
         }
         match &run.session_id {
-            Some(sid) => self.advance_session(sid).await,
+            Some(sid) => self.advance_session(sid, &run).await,
             None => self.send_first_step(&run).await,
         }
     }
@@ -134,32 +134,59 @@ impl Dispatcher {
     /// first one still PENDING. Safe to repeat: it only moves forward, with
     /// conditional writes, and a second start of the same Run is dropped by
     /// the harness.
-    async fn advance_session(&self, session_id: &str) -> Outcome {
+    ///
+    /// `known` is a Run of this session the caller has just read; it is not
+    /// read again when it is the head.
+    async fn advance_session(&self, session_id: &str, known: &Run) -> Outcome {
         let Some(mut h) = tryo!(self.svc.sessions.header(session_id).await) else {
             tracing::error!(session_id, "session of a run is missing");
             return Outcome::Done;
         };
+        // Whether `h.next_seq` is as read (not carried over a local update).
+        let mut fresh = true;
         for _ in 0..1000 {
             let next = h.done_seq + 1;
             if next > h.next_seq {
-                return Outcome::Done;
-            }
-            let Some(rid) = tryo!(self.svc.sessions.message_run(session_id, next).await) else {
-                tracing::error!(session_id, seq = next, "session message index missing");
-                return Outcome::Done;
-            };
-            let Some(run) = tryo!(self.svc.runs.get(&rid).await) else {
-                return Outcome::Done;
-            };
-            if run.state.is_terminal() {
-                match self.svc.sessions.mark_done(session_id, next).await {
-                    Ok(()) | Err(StoreError::Conflict { .. }) => {}
-                    Err(e) => return retry(e),
+                if fresh {
+                    return Outcome::Done;
                 }
+                // A message may have been accepted since the header was read.
                 h = match tryo!(self.svc.sessions.header(session_id).await) {
                     Some(h) => h,
                     None => return Outcome::Done,
                 };
+                fresh = true;
+                continue;
+            }
+            let run = if known.session_seq == Some(next) {
+                known.clone()
+            } else {
+                let Some(rid) = tryo!(self.svc.sessions.message_run(session_id, next).await) else {
+                    tracing::error!(session_id, seq = next, "session message index missing");
+                    return Outcome::Done;
+                };
+                let Some(run) = tryo!(self.svc.runs.get(&rid).await) else {
+                    return Outcome::Done;
+                };
+                run
+            };
+            if run.state.is_terminal() {
+                match self.svc.sessions.mark_done(session_id, next).await {
+                    // We moved the session on: no need to read it again.
+                    Ok(()) => {
+                        h.done_seq = next;
+                        fresh = false;
+                    }
+                    // Someone else did: see where it is now.
+                    Err(StoreError::Conflict { .. }) => {
+                        h = match tryo!(self.svc.sessions.header(session_id).await) {
+                            Some(h) => h,
+                            None => return Outcome::Done,
+                        };
+                        fresh = true;
+                    }
+                    Err(e) => return retry(e),
+                }
                 continue;
             }
             if run.state == RunState::Pending {
@@ -185,7 +212,7 @@ impl Dispatcher {
             return Outcome::Done;
         }
         if let Some(sid) = &run.session_id {
-            let advanced = self.advance_session(sid).await;
+            let advanced = self.advance_session(sid, &run).await;
             if advanced != Outcome::Done {
                 return advanced;
             }
