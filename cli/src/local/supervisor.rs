@@ -57,12 +57,18 @@ impl Supervisor {
 
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let mut lost = false;
+        let mut misses = 0;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {},
                 _ = shutdown.changed() => return,
             }
             if !emulator::answers(&self.endpoint).await {
+                // A busy emulator can miss one check; three in a row is down.
+                misses += 1;
+                if misses < 3 {
+                    continue;
+                }
                 if !lost {
                     tracing::warn!(endpoint = %self.endpoint, "the emulator stopped answering");
                     lost = true;
@@ -89,6 +95,7 @@ impl Supervisor {
                 }
                 continue;
             }
+            misses = 0;
             if lost || !self.resources_present().await {
                 match self.restore().await {
                     Ok(()) => {

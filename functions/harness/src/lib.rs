@@ -194,7 +194,7 @@ impl Harness {
             }
             Delivery::Claimable => {}
         }
-        let mut run = match svc.runs.claim(&run, now, svc.cfg.step_lease_ms).await {
+        let run = match svc.runs.claim(&run, now, svc.cfg.step_lease_ms).await {
             Ok(r) => r,
             Err(StoreError::Conflict { .. }) => {
                 STALE_DROPS.fetch_add(1, Ordering::Relaxed);
@@ -204,6 +204,21 @@ impl Harness {
             Err(e) => return Err(e.into()),
         };
         tracing::info!(run_id, step, epoch = run.epoch, "claimed");
+        let epoch = run.epoch;
+        let result = self.execute(run, now).await;
+        if let Err(StepError::Retry(_)) = &result {
+            // Give the step back now rather than when the lease runs out,
+            // so the redelivery can claim it (fenced: only if still ours).
+            if let Err(e) = svc.runs.release(run_id, epoch).await {
+                tracing::warn!(run_id, error = %e, "could not release the lease; it will expire");
+            }
+        }
+        result
+    }
+
+    /// The claimed part of a step.
+    async fn execute(&self, mut run: Run, now: i64) -> Result<(), StepError> {
+        let svc = &self.svc;
         let mut prev = run.stamp();
         if run.past_deadline(now) {
             let err = RunError::new("TIMED_OUT", "the run exceeded its wall-clock budget");

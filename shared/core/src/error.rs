@@ -40,10 +40,9 @@ const RETRYABLE_CODES: [&str; 8] = [
 ];
 
 /// Classifies any SDK error by its code and kind.
-pub fn classify<E, R>(err: SdkError<E, R>) -> StoreError
+pub fn classify<E>(err: SdkError<E, aws_smithy_runtime_api::http::Response>) -> StoreError
 where
     E: aws_smithy_types::error::metadata::ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
 {
     match &err {
         SdkError::ServiceError(se) => {
@@ -51,7 +50,7 @@ where
             let msg = se.err().message().unwrap_or("").to_string();
             if code == "ConditionalCheckFailedException" {
                 StoreError::Conflict { which: None }
-            } else if RETRYABLE_CODES.contains(&code) {
+            } else if RETRYABLE_CODES.contains(&code) || se.raw().status().is_server_error() {
                 StoreError::Retryable(format!("{code}: {msg}"))
             } else {
                 StoreError::Terminal(format!("{code}: {msg}"))

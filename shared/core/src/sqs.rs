@@ -3,7 +3,6 @@
 //! redeliver (with a backoff), and FIFO order kept by failing every later
 //! record of a group once one fails.
 
-use std::collections::HashSet;
 use std::future::Future;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
@@ -90,23 +89,39 @@ where
     };
     let mut results = Vec::new();
     if fifo {
-        let mut failed_groups = HashSet::new();
+        // Order matters within a group only: groups run side by side, each
+        // in order, and once a record fails the rest of its group fails
+        // unprocessed (so it is redelivered in order).
+        let mut groups: Vec<(String, Vec<SqsMessage>)> = Vec::new();
         for msg in event.records {
             let group = msg
                 .attributes
                 .get("MessageGroupId")
                 .cloned()
                 .unwrap_or_default();
-            if failed_groups.contains(&group) {
-                let id = msg.message_id.clone().unwrap_or_default();
-                failures.push(failure(&id));
-                continue;
+            match groups.iter_mut().find(|(g, _)| *g == group) {
+                Some((_, msgs)) => msgs.push(msg),
+                None => groups.push((group, vec![msg])),
             }
-            let r = run_one(msg).await;
-            if r.1.failed() {
-                failed_groups.insert(group);
+        }
+        let per_group = groups.into_iter().map(|(_, msgs)| async {
+            let mut done = Vec::new();
+            let mut skipped = Vec::new();
+            for msg in msgs {
+                if done
+                    .last()
+                    .is_some_and(|r: &(String, Outcome, String, String, u32)| r.1.failed())
+                {
+                    skipped.push(msg.message_id.clone().unwrap_or_default());
+                    continue;
+                }
+                done.push(run_one(msg).await);
             }
-            results.push(r);
+            (done, skipped)
+        });
+        for (done, skipped) in futures::future::join_all(per_group).await {
+            results.extend(done);
+            failures.extend(skipped.iter().map(|id| failure(id)));
         }
     } else {
         results = futures::future::join_all(event.records.into_iter().map(run_one)).await;

@@ -161,6 +161,28 @@ impl RunStore {
         Ok(claimed)
     }
 
+    /// Gives a claimed step back (lease expired now), if `epoch` still owns it.
+    pub async fn release(&self, run_id: &str, epoch: u64) -> Result<(), StoreError> {
+        match self
+            .dynamo
+            .update_item()
+            .table_name(&self.runs_table)
+            .key("run_id", s(run_id))
+            .update_expression("SET lease_until = :zero")
+            .condition_expression("epoch = :epoch")
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":epoch", n(epoch))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => match classify(e) {
+                StoreError::Conflict { .. } => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
     /// Writes the new version of a Run and its new events in one transaction,
     /// conditional on the version the writer read (`prev`). A worker whose
     /// epoch was superseded gets `Conflict { which: Some(0) }`.
