@@ -52,27 +52,111 @@ fn wall_ms() -> i64 {
     armada_core::clock::Clock::default().now_ms()
 }
 
-/// Waits (on a client of its own, so the counts stay clean, and gently, so
-/// the watching does not load the emulator) until the Run is terminal, and
-/// returns when it became so: the time of its terminal event.
-async fn watch_terminal(store: &RunStore, run_id: &str) -> Result<i64> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Some(run) = store.get(run_id).await? {
-            if run.state.is_terminal() {
-                let events = store.all_events(run_id).await?;
-                let end = events
-                    .iter()
-                    .find(|e| crate::client::TERMINAL_EVENTS.contains(&e.kind.as_str()))
-                    .map(|e| e.at_ms)
-                    .ok_or_else(|| anyhow!("run {run_id} is terminal without a terminal event"))?;
-                return Ok(end);
+/// Watches for Runs to end, on clients of its own (so the counts stay
+/// clean) and gently: one consistent BatchGetItem every 50 ms for every Run
+/// in flight, so watching does not load the emulator. A Run's end is the
+/// time of its terminal event.
+#[derive(Clone)]
+struct Watcher {
+    tx: tokio::sync::mpsc::UnboundedSender<(String, tokio::sync::oneshot::Sender<Result<i64>>)>,
+}
+
+impl Watcher {
+    fn start(store: RunStore, dynamo: aws_sdk_dynamodb::Client, table: String) -> Self {
+        use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(
+            String,
+            tokio::sync::oneshot::Sender<Result<i64>>,
+        )>();
+        tokio::spawn(async move {
+            let mut pending: Vec<(String, tokio::sync::oneshot::Sender<Result<i64>>, Instant)> =
+                Vec::new();
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                loop {
+                    match rx.try_recv() {
+                        Ok((id, reply)) => pending.push((id, reply, Instant::now())),
+                        Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                        Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => return,
+                    }
+                }
+                let mut done = std::collections::HashSet::new();
+                for chunk in pending.chunks(100) {
+                    let keys = chunk
+                        .iter()
+                        .map(|(id, _, _)| {
+                            std::collections::HashMap::from([(
+                                "run_id".to_string(),
+                                AttributeValue::S(id.clone()),
+                            )])
+                        })
+                        .collect();
+                    let Ok(ka) = KeysAndAttributes::builder()
+                        .set_keys(Some(keys))
+                        .projection_expression("run_id, #s")
+                        .expression_attribute_names("#s", "state")
+                        .consistent_read(true)
+                        .build()
+                    else {
+                        continue;
+                    };
+                    let Ok(out) = dynamo
+                        .batch_get_item()
+                        .request_items(&table, ka)
+                        .send()
+                        .await
+                    else {
+                        continue;
+                    };
+                    for item in out
+                        .responses()
+                        .and_then(|r| r.get(&table))
+                        .into_iter()
+                        .flatten()
+                    {
+                        let state = item
+                            .get("state")
+                            .and_then(|v| v.as_s().ok())
+                            .and_then(|s| armada_domain::run::RunState::parse(s));
+                        if state.is_some_and(|s| s.is_terminal()) {
+                            if let Some(id) = item.get("run_id").and_then(|v| v.as_s().ok()) {
+                                done.insert(id.clone());
+                            }
+                        }
+                    }
+                }
+                let mut still = Vec::new();
+                for (id, reply, since) in pending.drain(..) {
+                    if done.contains(&id) {
+                        let end = match store.all_events(&id).await {
+                            Ok(events) => events
+                                .iter()
+                                .find(|e| crate::client::TERMINAL_EVENTS.contains(&e.kind.as_str()))
+                                .map(|e| e.at_ms)
+                                .ok_or_else(|| {
+                                    anyhow!("run {id} is terminal without a terminal event")
+                                }),
+                            Err(e) => Err(e.into()),
+                        };
+                        let _ = reply.send(end);
+                    } else if since.elapsed() > Duration::from_secs(120) {
+                        let _ = reply.send(Err(anyhow!("run {id} did not finish")));
+                    } else {
+                        still.push((id, reply, since));
+                    }
+                }
+                pending = still;
             }
-        }
-        if Instant::now() > deadline {
-            return Err(anyhow!("run {run_id} did not finish"));
-        }
+        });
+        Watcher { tx }
+    }
+
+    async fn watch(&self, run_id: &str) -> Result<i64> {
+        let (reply, wait) = tokio::sync::oneshot::channel();
+        self.tx
+            .send((run_id.to_string(), reply))
+            .map_err(|_| anyhow!("the watcher stopped"))?;
+        wait.await.map_err(|_| anyhow!("the watcher stopped"))?
     }
 }
 
@@ -124,38 +208,19 @@ fn per_run(calls: &BTreeMap<String, u64>, n: usize) -> String {
         .join(", ")
 }
 
-/// Replays a recorded sequence of operations as raw calls on scratch
-/// resources; returns the time of one pass.
+/// Replays a recorded sequence of operations as raw calls: on the stack's
+/// own runs and events tables (scratch keys), so table size costs the floor
+/// what it costs the pipeline, and on a scratch queue.
 struct Floor {
     aws: AwsClients,
     table: String,
+    events: String,
     queue_url: String,
     bucket: String,
 }
 
 impl Floor {
     async fn setup(aws: AwsClients, stack: &LocalStack) -> Result<Self> {
-        use aws_sdk_dynamodb::types::*;
-        let table = format!("{}-bench-floor", stack.template.stack());
-        let _ = aws
-            .dynamo
-            .create_table()
-            .table_name(&table)
-            .billing_mode(BillingMode::PayPerRequest)
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name("pk")
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()?,
-            )
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name("pk")
-                    .key_type(KeyType::Hash)
-                    .build()?,
-            )
-            .send()
-            .await;
         let queue_url = aws
             .sqs
             .create_queue()
@@ -165,12 +230,12 @@ impl Floor {
             .queue_url()
             .unwrap_or_default()
             .to_string();
-        let bucket = stack.svc.cfg.payload_bucket.clone();
         Ok(Floor {
             aws,
-            table,
+            table: stack.svc.cfg.runs_table.clone(),
+            events: stack.svc.cfg.run_events_table.clone(),
             queue_url,
-            bucket,
+            bucket: stack.svc.cfg.payload_bucket.clone(),
         })
     }
 
@@ -179,7 +244,7 @@ impl Floor {
         let s = |v: &str| AttributeValue::S(v.to_string());
         let mut total = Duration::ZERO;
         for (i, op) in ops.iter().enumerate() {
-            let key = format!("k{}", i % 8);
+            let key = format!("bench-floor-{}", i % 8);
             // A receive or a delete needs a message: put one there, untimed.
             let mut receipt = None;
             if matches!(
@@ -215,7 +280,7 @@ impl Floor {
                         .dynamo
                         .put_item()
                         .table_name(&self.table)
-                        .item("pk", s(&key))
+                        .item("run_id", s(&key))
                         .item("v", s("x"))
                         .send()
                         .await?;
@@ -225,7 +290,7 @@ impl Floor {
                         .dynamo
                         .update_item()
                         .table_name(&self.table)
-                        .key("pk", s(&key))
+                        .key("run_id", s(&key))
                         .update_expression("SET v = :v")
                         .expression_attribute_values(":v", s("y"))
                         .send()
@@ -235,29 +300,34 @@ impl Floor {
                     self.aws
                         .dynamo
                         .query()
-                        .table_name(&self.table)
-                        .key_condition_expression("pk = :k")
+                        .table_name(&self.events)
+                        .key_condition_expression("run_id = :k")
                         .expression_attribute_values(":k", s(&key))
                         .send()
                         .await?;
                 }
                 "DynamoDB.TransactWriteItems" => {
-                    let put = |k: String| -> Result<TransactWriteItem> {
-                        Ok(TransactWriteItem::builder()
-                            .put(
-                                Put::builder()
-                                    .table_name(&self.table)
-                                    .item("pk", s(&k))
-                                    .item("v", s("t"))
-                                    .build()?,
-                            )
-                            .build())
+                    // Like a commit: the Run's item and one event.
+                    let put = |table: &str,
+                               extra: Option<(&str, AttributeValue)>|
+                     -> Result<TransactWriteItem> {
+                        let mut p = Put::builder()
+                            .table_name(table)
+                            .item("run_id", s(&key))
+                            .item("v", s("t"));
+                        if let Some((k, v)) = extra {
+                            p = p.item(k, v);
+                        }
+                        Ok(TransactWriteItem::builder().put(p.build()?).build())
                     };
                     self.aws
                         .dynamo
                         .transact_write_items()
-                        .transact_items(put(format!("{key}a"))?)
-                        .transact_items(put(format!("{key}b"))?)
+                        .transact_items(put(&self.table, None)?)
+                        .transact_items(put(
+                            &self.events,
+                            Some(("seq", AttributeValue::N(i.to_string()))),
+                        )?)
                         .send()
                         .await?;
                 }
@@ -323,7 +393,7 @@ impl Floor {
                         .dynamo
                         .get_item()
                         .table_name(&self.table)
-                        .key("pk", s(&key))
+                        .key("run_id", s(&key))
                         .consistent_read(true)
                         .send()
                         .await?;
@@ -375,6 +445,11 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
         &stack.svc.cfg.runs_table,
         &stack.svc.cfg.run_events_table,
     );
+    let store = Watcher::start(
+        store,
+        watcher_aws.dynamo.clone(),
+        stack.svc.cfg.runs_table.clone(),
+    );
     println!(
         "armada bench: {} runs, {} session messages, concurrency {}",
         opts.runs, opts.session_messages, opts.concurrency
@@ -388,13 +463,13 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
     // Warm up, then record the call sequence of one Run on its own.
     for _ in 0..3 {
         let id = client.create_run("assistant", "warm up").await?;
-        watch_terminal(&store, &id).await?;
+        store.watch(&id).await?;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     stack.aws.calls.start_log();
     stack.esm_aws.calls.start_log();
     let id = client.create_run("assistant", "one alone").await?;
-    watch_terminal(&store, &id).await?;
+    store.watch(&id).await?;
     // Let the dispatcher settle it (RunTerminal → CLOSED_*).
     tokio::time::sleep(Duration::from_millis(300)).await;
     let fn_ops = stack.aws.calls.take_log();
@@ -413,54 +488,18 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
             .count()
     );
 
-    let one_run = |c: Client, st: RunStore| {
+    let one_run = |c: Client, st: Watcher| {
         move |i: usize| {
             let c = c.clone();
             let st = st.clone();
             async move {
                 let t0 = wall_ms();
                 let id = c.create_run("assistant", &format!("question {i}")).await?;
-                let t1 = watch_terminal(&st, &id).await?;
+                let t1 = st.watch(&id).await?;
                 Ok(vec![(t1 - t0) as f64])
             }
         }
     };
-    let alone_n = (opts.runs / 5).max(10);
-    let alone = phase(&stack, alone_n, 1, one_run(client.clone(), store.clone())).await?;
-    let single = phase(
-        &stack,
-        opts.runs,
-        opts.concurrency,
-        one_run(client.clone(), store.clone()),
-    )
-    .await?;
-
-    let c = client.clone();
-    let st = store.clone();
-    let per_worker = (opts.session_messages / opts.concurrency.max(1)).max(1);
-    let sessions = phase(
-        &stack,
-        opts.concurrency.max(1),
-        opts.concurrency,
-        move |_| {
-            let c = c.clone();
-            let st = st.clone();
-            async move {
-                let sid = c.create_session("assistant").await?;
-                let mut lat = Vec::new();
-                for m in 0..per_worker {
-                    let t0 = wall_ms();
-                    let id = c.send_message(&sid, &format!("message {m}")).await?;
-                    let t1 = watch_terminal(&st, &id).await?;
-                    lat.push((t1 - t0) as f64);
-                }
-                Ok(lat)
-            }
-        },
-    )
-    .await?;
-    let session_msgs = per_worker * opts.concurrency.max(1);
-
     // The critical path to the answer: the functions' calls up to the
     // harness's commit (the second TransactWriteItems: the first creates the
     // Run), plus one receive per queue hop (dispatch, harness).
@@ -477,14 +516,54 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
         .chain(std::iter::repeat_n("SQS.ReceiveMessage".to_string(), 2))
         .collect();
     let floor = Floor::setup(watcher_aws.clone(), &stack).await?;
-    let mut passes = Vec::new();
-    for _ in 0..15 {
-        passes.push(floor.replay(&floor_ops).await?.as_secs_f64() * 1000.0);
-    }
-    let passes = sorted(passes);
-    let floor_ms = pct(&passes, 0.5);
+    // The floor right before each phase: the tables grow as the bench goes.
+    let measure_floor = || async {
+        let mut passes = Vec::new();
+        for _ in 0..15 {
+            passes.push(floor.replay(&floor_ops).await?.as_secs_f64() * 1000.0);
+        }
+        Ok::<f64, anyhow::Error>(pct(&sorted(passes), 0.5))
+    };
+    let alone_n = (opts.runs / 5).max(10);
+    let floor_alone = measure_floor().await?;
+    let alone = phase(&stack, alone_n, 1, one_run(client.clone(), store.clone())).await?;
+    let floor_single = measure_floor().await?;
+    let single = phase(
+        &stack,
+        opts.runs,
+        opts.concurrency,
+        one_run(client.clone(), store.clone()),
+    )
+    .await?;
 
-    let report = |name: &str, p: &Phase, n: usize| {
+    let c = client.clone();
+    let st = store.clone();
+    let floor_sessions = measure_floor().await?;
+    let per_worker = (opts.session_messages / opts.concurrency.max(1)).max(1);
+    let sessions = phase(
+        &stack,
+        opts.concurrency.max(1),
+        opts.concurrency,
+        move |_| {
+            let c = c.clone();
+            let st = st.clone();
+            async move {
+                let sid = c.create_session("assistant").await?;
+                let mut lat = Vec::new();
+                for m in 0..per_worker {
+                    let t0 = wall_ms();
+                    let id = c.send_message(&sid, &format!("message {m}")).await?;
+                    let t1 = st.watch(&id).await?;
+                    lat.push((t1 - t0) as f64);
+                }
+                Ok(lat)
+            }
+        },
+    )
+    .await?;
+    let session_msgs = per_worker * opts.concurrency.max(1);
+
+    let report = |name: &str, p: &Phase, n: usize, floor_ms: f64| {
         let p50 = pct(&p.latencies_ms, 0.5);
         println!(
             "\n{name}: {n} in {:.2} s = {:.1}/s",
@@ -492,9 +571,10 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
             n as f64 / p.wall.as_secs_f64()
         );
         println!(
-            "  latency p50 {:.1} ms  p95 {:.1} ms  ({:.2}x the floor)",
+            "  latency p50 {:.1} ms  p95 {:.1} ms  floor {:.1} ms  ratio {:.2}x",
             p50,
             pct(&p.latencies_ms, 0.95),
+            floor_ms,
             p50 / floor_ms
         );
         println!(
@@ -509,17 +589,23 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
         );
     };
     println!(
-        "\nFloor: {} raw emulator calls in sequence: p50 {:.1} ms (15 passes)",
+        "\nFloor: the critical path's {} raw emulator calls in sequence (p50 of 15 passes, before each phase): {}",
         floor_ops.len(),
-        floor_ms
+        floor_ops.join(" ")
     );
-    report("Single-answer runs, one at a time", &alone, alone_n);
+    report(
+        "Single-answer runs, one at a time",
+        &alone,
+        alone_n,
+        floor_alone,
+    );
     report(
         &format!("Single-answer runs, {} at a time", opts.concurrency),
         &single,
         opts.runs,
+        floor_single,
     );
-    report("Session messages", &sessions, session_msgs);
+    report("Session messages", &sessions, session_msgs, floor_sessions);
 
     if opts.binaries {
         let env = stack.template.environment("harness")?;
