@@ -459,6 +459,39 @@ async fn agents_are_registered_updated_and_listed() {
         .unwrap();
     assert_eq!(outcome(&run), "FAILED", "{run}");
     assert_eq!(run["error"]["code"], "BUDGET_EXCEEDED");
+    // So does a tool-call budget smaller than one turn's calls.
+    let stingy = json!({
+        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 2048},
+        "system_prompt": "One call only.",
+        "skills": ["current_time"],
+        "limits": {"max_tool_calls": 1}
+    });
+    t.admin
+        .call(Method::PUT, "/v1/agents/stingy", Some(&stingy), true)
+        .await
+        .unwrap();
+    let run_id = t
+        .client
+        .create_run(
+            "stingy",
+            r#"/tools [{"name":"current_time"},{"name":"current_time"}]"#,
+        )
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "BUDGET_EXCEEDED");
+    assert!(
+        run["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tool calls"),
+        "{run}"
+    );
     t.stack.stop().await;
 }
 
