@@ -41,16 +41,7 @@ async fn scenario_a_single_answer_and_an_inline_tool() {
         ["run_created", "model_reply", "run_completed", "run_closed"]
     );
 
-    let run_id = t
-        .client
-        .create_run("assistant", "/tool current_time {}")
-        .await
-        .unwrap();
-    let run = t
-        .client
-        .wait_run(&run_id, Duration::from_secs(30))
-        .await
-        .unwrap();
+    let (run_id, run) = t.ask("assistant", "/tool current_time {}").await;
     let out = run["output"].as_str().unwrap();
     assert!(
         out.starts_with("tool current_time returned: {\"now\":\"20"),
@@ -447,16 +438,7 @@ async fn agents_are_registered_updated_and_listed() {
         "{v}"
     );
     // The budget of one model turn stops a tool round.
-    let run_id = t
-        .client
-        .create_run("terse", "/tool current_time {}")
-        .await
-        .unwrap();
-    let run = t
-        .client
-        .wait_run(&run_id, Duration::from_secs(30))
-        .await
-        .unwrap();
+    let (_, run) = t.ask("terse", "/tool current_time {}").await;
     assert_eq!(outcome(&run), "FAILED", "{run}");
     assert_eq!(run["error"]["code"], "BUDGET_EXCEEDED");
     // So does a tool-call budget smaller than one turn's calls.
@@ -470,19 +452,12 @@ async fn agents_are_registered_updated_and_listed() {
         .call(Method::PUT, "/v1/agents/stingy", Some(&stingy), true)
         .await
         .unwrap();
-    let run_id = t
-        .client
-        .create_run(
+    let (_, run) = t
+        .ask(
             "stingy",
             r#"/tools [{"name":"current_time"},{"name":"current_time"}]"#,
         )
-        .await
-        .unwrap();
-    let run = t
-        .client
-        .wait_run(&run_id, Duration::from_secs(30))
-        .await
-        .unwrap();
+        .await;
     assert_eq!(outcome(&run), "FAILED", "{run}");
     assert_eq!(run["error"]["code"], "BUDGET_EXCEEDED");
     assert!(
@@ -498,16 +473,7 @@ async fn agents_are_registered_updated_and_listed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn model_errors_are_retried_then_fail_the_run() {
     let t = TestStack::start().await;
-    let run_id = t
-        .client
-        .create_run("assistant", "/fail upstream exploded")
-        .await
-        .unwrap();
-    let run = t
-        .client
-        .wait_run(&run_id, Duration::from_secs(30))
-        .await
-        .unwrap();
+    let (run_id, run) = t.ask("assistant", "/fail upstream exploded").await;
     assert_eq!(outcome(&run), "FAILED", "{run}");
     assert_eq!(run["error"]["code"], "MODEL_ERROR");
     assert!(run["error"]["message"]
@@ -539,16 +505,7 @@ async fn wall_clock_budget_times_the_run_out() {
         .call(Method::PUT, "/v1/agents/quick", Some(&def), true)
         .await
         .unwrap();
-    let run_id = t
-        .client
-        .create_run("quick", "/sleep 1500 /tool current_time {}")
-        .await
-        .unwrap();
-    let run = t
-        .client
-        .wait_run(&run_id, Duration::from_secs(30))
-        .await
-        .unwrap();
+    let (run_id, run) = t.ask("quick", "/sleep 1500 /tool current_time {}").await;
     assert_eq!(outcome(&run), "TIMED_OUT", "{run}");
     assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_TIMED_OUT");
     t.stack.stop().await;

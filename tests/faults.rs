@@ -150,16 +150,7 @@ impl StepHooks for Crash {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_killed_before_its_commit_is_recovered_once() {
     let t = TestStack::start_with(fast_redelivery("5"), Some(Arc::new(Crash))).await;
-    let run_id = t
-        .client
-        .create_run("assistant", "crash-once please")
-        .await
-        .unwrap();
-    let run = t
-        .client
-        .wait_run(&run_id, Duration::from_secs(60))
-        .await
-        .unwrap();
+    let (run_id, run) = t.ask("assistant", "crash-once please").await;
     assert_eq!(run["output"], "echo: crash-once please", "{run}");
     assert_eq!(
         run["epoch"], 2,
@@ -184,16 +175,7 @@ async fn a_worker_killed_before_its_commit_is_recovered_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_message_that_keeps_failing_is_dead_lettered_and_its_run_fails() {
     let t = TestStack::start_with(fast_redelivery("2"), Some(Arc::new(Crash))).await;
-    let run_id = t
-        .client
-        .create_run("assistant", "always-crash")
-        .await
-        .unwrap();
-    let run = t
-        .client
-        .wait_run(&run_id, Duration::from_secs(60))
-        .await
-        .unwrap();
+    let (run_id, run) = t.ask("assistant", "always-crash").await;
     assert_eq!(outcome(&run), "FAILED", "{run}");
     assert_eq!(run["error"]["code"], "DEAD_LETTERED");
     assert!(
@@ -244,16 +226,7 @@ async fn a_stale_workers_commit_is_rejected() {
     .await;
     let _ = slot.set(t.stack.svc.clone());
     let fenced_before = FENCED_COMMITS.load(Ordering::Relaxed);
-    let run_id = t
-        .client
-        .create_run("assistant", "stall-once")
-        .await
-        .unwrap();
-    let run = t
-        .client
-        .wait_run(&run_id, Duration::from_secs(60))
-        .await
-        .unwrap();
+    let (run_id, run) = t.ask("assistant", "stall-once").await;
     assert_eq!(run["output"], "echo: stall-once");
     assert_eq!(run["epoch"], 2);
     // The stalled worker wakes, tries to commit epoch 1, and is refused.

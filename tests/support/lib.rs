@@ -106,6 +106,21 @@ impl TestStack {
         }
     }
 
+    /// Starts a Run and waits for it to end: its id and its final view.
+    pub async fn ask(&self, agent: &str, input: &str) -> (String, serde_json::Value) {
+        let run_id = self
+            .client
+            .create_run(agent, input)
+            .await
+            .expect("run created");
+        let run = self
+            .client
+            .wait_run(&run_id, Duration::from_secs(60))
+            .await
+            .expect("run ends");
+        (run_id, run)
+    }
+
     /// A raw request: status and JSON body.
     pub async fn raw(
         &self,

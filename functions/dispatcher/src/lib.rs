@@ -15,8 +15,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use armada_core::error::StoreError;
-use armada_core::queues::Queues;
-use armada_core::sqs::{process_batch, receive_count, Outcome};
+use armada_core::sqs::{process_batch, receive_count, source_queue, Outcome};
 use armada_core::Services;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
 use armada_domain::run::{Run, RunError, RunEvent, RunEventRecord, RunState, Stamp};
@@ -56,12 +55,7 @@ impl Dispatcher {
     }
 
     async fn handle_record(&self, msg: SqsMessage) -> Outcome {
-        let queue = msg
-            .event_source_arn
-            .as_deref()
-            .map(Queues::queue_name)
-            .unwrap_or_default()
-            .to_string();
+        let queue = source_queue(&msg);
         let receives = receive_count(&msg);
         let body = msg.body.unwrap_or_default();
         if queue == self.svc.queues.dispatch_dlq || queue == self.svc.queues.harness_dlq {

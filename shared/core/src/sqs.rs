@@ -37,6 +37,15 @@ impl Outcome {
     }
 }
 
+/// The name of the queue a record came from.
+pub fn source_queue(msg: &SqsMessage) -> String {
+    msg.event_source_arn
+        .as_deref()
+        .map(Queues::queue_name)
+        .unwrap_or_default()
+        .to_string()
+}
+
 pub fn receive_count(msg: &SqsMessage) -> u32 {
     msg.attributes
         .get("ApproximateReceiveCount")
@@ -70,12 +79,7 @@ where
         .is_some_and(|a| a.ends_with(".fifo"));
     let run_one = |msg: SqsMessage| {
         let id = msg.message_id.clone().unwrap_or_default();
-        let queue = msg
-            .event_source_arn
-            .as_deref()
-            .map(Queues::queue_name)
-            .unwrap_or_default()
-            .to_string();
+        let queue = source_queue(&msg);
         let receives = receive_count(&msg);
         let span = tracing::info_span!("record", message_id = %id, queue = %queue, receives);
         let receipt = msg.receipt_handle.clone().unwrap_or_default();
