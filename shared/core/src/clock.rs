@@ -24,12 +24,29 @@ impl Clock {
     }
 }
 
-/// RFC 3339 in UTC, milliseconds precision.
+/// RFC 3339 in UTC with exactly three decimals, so timestamps also sort as text.
 pub fn rfc3339(ms: i64) -> String {
     let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| ms.to_string())
+    let fmt = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    t.format(&fmt).unwrap_or_else(|_| ms.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn timestamps_have_fixed_width() {
+        assert_eq!(
+            super::rfc3339(1_700_000_000_000),
+            "2023-11-14T22:13:20.000Z"
+        );
+        assert_eq!(
+            super::rfc3339(1_700_000_000_050),
+            "2023-11-14T22:13:20.050Z"
+        );
+    }
 }
 
 pub fn new_id(prefix: &str) -> String {
