@@ -34,6 +34,10 @@ pub fn rfc3339(ms: i64) -> String {
     t.format(&fmt).unwrap_or_else(|_| ms.to_string())
 }
 
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -47,8 +51,4 @@ mod tests {
             "2023-11-14T22:13:20.050Z"
         );
     }
-}
-
-pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
 }
