@@ -9,6 +9,7 @@
 //! - [`context`]: prompt assembly and compaction
 //! - [`messages`]: queue message contracts
 //! - [`agent`], [`skills`]: registry data
+//! - [`sandbox`]: skill placement, limits, ports, capability profiles, mount policy
 //! - [`api`], [`fields`]: request validation, errors, API keys
 //! - [`chat`], [`scripted`]: the model port's vocabulary and the scripted model
 
@@ -20,6 +21,7 @@ pub mod fields;
 pub mod ledger;
 pub mod messages;
 pub mod run;
+pub mod sandbox;
 pub mod scripted;
 pub mod session;
 pub mod skills;
