@@ -370,12 +370,7 @@ async fn cancel_ends_a_run_and_fences_its_worker() {
 async fn input_larger_than_a_queue_message_is_stored_and_answered() {
     let t = TestStack::start().await;
     let input = "a".repeat(300 * 1024);
-    let run_id = t.client.create_run("assistant", &input).await.unwrap();
-    let run = t
-        .client
-        .wait_run(&run_id, Duration::from_secs(30))
-        .await
-        .unwrap();
+    let (_, run) = t.ask("assistant", &input).await;
     assert_eq!(
         run["output"].as_str().map(str::len),
         Some(input.len() + "echo: ".len()),

@@ -296,12 +296,7 @@ async fn a_lost_result_is_repeated_only_for_idempotent_calls() {
     // Run surfaces the uncertainty.
     let input =
         format!(r#"/tool http_request {{"url": "{url}/charge", "method": "POST", "body": "42"}}"#);
-    let run_id = t.client.create_run("researcher", &input).await.unwrap();
-    let run = t
-        .client
-        .wait_run(&run_id, Duration::from_secs(60))
-        .await
-        .unwrap();
+    let (run_id, run) = t.ask("researcher", &input).await;
     assert_eq!(outcome(&run), "FAILED", "{run}");
     assert_eq!(run["error"]["code"], "TOOL_INDETERMINATE");
     assert_eq!(
@@ -316,12 +311,7 @@ async fn a_lost_result_is_repeated_only_for_idempotent_calls() {
 
     // GET is idempotent: it is repeated and the Run completes.
     let input = format!(r#"/tool http_request {{"url": "{url}/status"}}"#);
-    let run_id = t.client.create_run("researcher", &input).await.unwrap();
-    let run = t
-        .client
-        .wait_run(&run_id, Duration::from_secs(60))
-        .await
-        .unwrap();
+    let (_, run) = t.ask("researcher", &input).await;
     assert_eq!(outcome(&run), "COMPLETED", "{run}");
     assert!(
         run["output"]

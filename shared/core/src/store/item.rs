@@ -57,3 +57,22 @@ pub fn json<T: serde::Serialize>(v: &T) -> AttributeValue {
 pub fn ttl_after(now_ms: i64, days: i64) -> AttributeValue {
     n(now_ms / 1000 + days * 86_400)
 }
+
+/// Writes `item` only if no item with its key exists (`key_attr` absent);
+/// an existing one is a `Conflict`.
+pub async fn put_new(
+    dynamo: &aws_sdk_dynamodb::Client,
+    table: &str,
+    item: Item,
+    key_attr: &str,
+) -> Result<(), StoreError> {
+    dynamo
+        .put_item()
+        .table_name(table)
+        .set_item(Some(item))
+        .condition_expression(format!("attribute_not_exists({key_attr})"))
+        .send()
+        .await
+        .map_err(crate::error::classify)?;
+    Ok(())
+}

@@ -125,15 +125,7 @@ impl Registry {
         item.insert("tenant".into(), s(&key.tenant));
         item.insert("secret_sha256".into(), s(&key.secret_sha256));
         item.insert("created_at".into(), n(now_ms));
-        self.dynamo
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk)")
-            .send()
-            .await
-            .map_err(classify)?;
-        Ok(())
+        super::item::put_new(&self.dynamo, &self.table, item, "pk").await
     }
 
     pub async fn key(&self, key_id: &str) -> Result<Option<StoredKey>, StoreError> {

@@ -65,15 +65,7 @@ impl SessionStore {
         item.insert("next_seq".into(), n(h.next_seq));
         item.insert("done_seq".into(), n(h.done_seq));
         item.insert("created_at".into(), n(h.created_at_ms));
-        self.dynamo
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(session_id)")
-            .send()
-            .await
-            .map_err(classify)?;
-        Ok(())
+        super::item::put_new(&self.dynamo, &self.table, item, "session_id").await
     }
 
     pub async fn header(&self, session_id: &str) -> Result<Option<SessionHeader>, StoreError> {
