@@ -136,7 +136,7 @@ impl AgentDefinition {
         let description = f.opt_str("description")?.unwrap_or_default().to_string();
         let skills = f.opt_str_list("skills")?.unwrap_or_default();
         for (i, s) in skills.iter().enumerate() {
-            if skills::inline(s).is_none() {
+            if skills::builtin(s).is_none() {
                 return Err(FieldError::new(
                     &format!("skills[{i}]"),
                     &format!("unknown skill '{s}'"),

@@ -1,8 +1,14 @@
 //! Sandbox policy as pure data (seed 000 §A–F, seed 001 §7–8): which skills
 //! enter a sandbox, the resource limits and their caps, the port pool,
 //! capability profiles and their resolution, and the mount policy. The
-//! provider and the local data plane (the sandboxes issue) enforce what is
-//! resolved here; nothing here does IO.
+//! provider and the local data plane enforce what is resolved here; nothing
+//! here does IO.
+//!
+//! - [`controls`]: what a sandbox reports in force, and what a profile needs
+//! - [`hand`]: the messages between the harness and a sandbox's agent
+
+pub mod controls;
+pub mod hand;
 
 use std::collections::BTreeMap;
 

@@ -1,0 +1,248 @@
+//! One sandbox's fixed surroundings: its directories, its unprivileged uid,
+//! its resolved capability set and limits, and its cgroup. From these it
+//! builds the [`JailSpec`] of each call: the symbolic roots of the
+//! capability set (`$WORKSPACE`, `$HOME`, `$TMP`, `$SYSTEM`, `$DEVICES`)
+//! become real paths here and nowhere else.
+
+use std::path::{Path, PathBuf};
+
+use armada_domain::sandbox::{CapabilitySet, Limits, DEVICES, HOME, SYSTEM, TMP, WORKSPACE};
+
+use crate::cgroup::Cgroup;
+use crate::jail::{FsRules, JailSpec, Step, TcpRules};
+use crate::runner::Call;
+
+/// System directories a strict profile may read.
+const SYSTEM_DIRS: [&str; 8] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+];
+/// Devices every shell needs (`> /dev/null`, random numbers).
+const DEVICE_FILES: [&str; 6] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+/// The user-data root as sandboxes name it (`/data/users/<id>/workspace`).
+pub const DATA: &str = "/data";
+/// Memory kept back from a call for the agent that runs it, so that a
+/// call's OOM kill lands inside the call.
+const AGENT_RESERVE_BYTES: u64 = 48 * 1024 * 1024;
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+#[derive(Debug, Clone)]
+pub struct SandboxEnv {
+    /// This sandbox's directory (workspace, home, scratch, call reports).
+    pub root: PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+    pub caps: CapabilitySet,
+    pub limits: Limits,
+    /// TCP ports calls may connect to (the egress allow-list).
+    pub egress_ports: Vec<u16>,
+    /// Where `/data` is on this host.
+    pub data_root: PathBuf,
+    /// The sandbox's own cgroup (the task's), when there is one to use.
+    pub cgroup: Option<Cgroup>,
+}
+
+impl SandboxEnv {
+    pub fn workspace(&self) -> PathBuf {
+        self.root.join("workspace")
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+
+    pub fn scratch(&self, run_id: &str) -> PathBuf {
+        self.root.join("scratch").join(sanitize(run_id))
+    }
+
+    pub fn calls_dir(&self) -> PathBuf {
+        self.root.join("calls")
+    }
+
+    /// Creates the sandbox's directories: owned by its uid and closed to
+    /// every other uid (another sandbox's uid included).
+    pub fn prepare(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(&self.root)?;
+        // Traversable, not listable: the uid reaches its own directories only.
+        std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o711))?;
+        for d in [self.workspace(), self.home(), self.root.join("scratch")] {
+            std::fs::create_dir_all(&d)?;
+            self.own(&d)?;
+        }
+        std::fs::create_dir_all(self.calls_dir())?;
+        std::fs::set_permissions(self.calls_dir(), std::fs::Permissions::from_mode(0o700))?;
+        Ok(())
+    }
+
+    fn own(&self, d: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        if crate::sys::geteuid() == 0 {
+            crate::sys::chown(d, self.uid, self.gid)?;
+        }
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
+    }
+
+    /// The Run's private scratch directory (its /tmp), created on first use.
+    pub fn prepare_scratch(&self, run_id: &str) -> std::io::Result<PathBuf> {
+        let d = self.scratch(run_id);
+        if !d.exists() {
+            std::fs::create_dir_all(&d)?;
+            self.own(&d)?;
+        }
+        Ok(d)
+    }
+
+    /// Destroys a Run's scratch directory (at the Run's end).
+    pub fn drop_scratch(&self, run_id: &str) -> std::io::Result<()> {
+        match std::fs::remove_dir_all(self.scratch(run_id)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// A capability-set path on this host; `$TMP` is the call's /tmp.
+    fn real(&self, sym: &str) -> Vec<PathBuf> {
+        match sym {
+            WORKSPACE => vec![self.workspace()],
+            HOME => vec![self.home()],
+            TMP => vec![PathBuf::from("/tmp")],
+            SYSTEM => SYSTEM_DIRS.iter().map(PathBuf::from).collect(),
+            DEVICES => DEVICE_FILES.iter().map(PathBuf::from).collect(),
+            p if p == DATA => vec![self.data_root.clone()],
+            p => match p.strip_prefix("/data/") {
+                Some(rest) => vec![self.data_root.join(rest)],
+                None => vec![PathBuf::from(p)],
+            },
+        }
+    }
+
+    fn fs_rules(&self) -> Option<FsRules> {
+        if !self.caps.enforce {
+            return None;
+        }
+        let expand = |v: &[String]| v.iter().flat_map(|s| self.real(s)).collect::<Vec<_>>();
+        let mut write = expand(&self.caps.writable);
+        // Every profile keeps the devices a shell cannot work without.
+        write.extend(DEVICE_FILES.iter().map(PathBuf::from));
+        Some(FsRules {
+            read_all: self.caps.read_all,
+            read: expand(&self.caps.readable),
+            write,
+        })
+    }
+
+    /// Paths covered in the call's mount namespace: the profile's `deny`
+    /// list and, always, the user-data root (zero mounts by default).
+    fn hidden(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = self.caps.deny.iter().flat_map(|s| self.real(s)).collect();
+        if !out.contains(&self.data_root) {
+            out.push(self.data_root.clone());
+        }
+        out
+    }
+
+    /// Memory for one call: the sandbox's limit less what its agent needs.
+    pub fn call_memory_bytes(&self) -> u64 {
+        let limit = self
+            .cgroup
+            .as_ref()
+            .and_then(Cgroup::memory_limit)
+            .unwrap_or(u64::from(self.limits.memory_mb) * 1024 * 1024);
+        limit
+            .saturating_sub(AGENT_RESERVE_BYTES)
+            .max(16 * 1024 * 1024)
+    }
+
+    /// The jail spec of one call.
+    pub fn spec(
+        &self,
+        call: &Call,
+        scratch: &Path,
+        call_cgroup: Option<&Cgroup>,
+        report: PathBuf,
+    ) -> JailSpec {
+        let (run_id, bind_ports) = (call.run_id.as_str(), call.bind_ports.as_slice());
+        let enforce = self.caps.enforce;
+        let mut env = vec![
+            ("PATH".to_string(), PATH.to_string()),
+            ("HOME".to_string(), self.home().display().to_string()),
+            ("LANG".to_string(), "C.UTF-8".to_string()),
+            ("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string()),
+            ("ARMADA_RUN_ID".to_string(), run_id.to_string()),
+            (
+                "ARMADA_WORKSPACE".to_string(),
+                self.workspace().display().to_string(),
+            ),
+        ];
+        env.push((
+            "TMPDIR".to_string(),
+            if enforce {
+                "/tmp".to_string()
+            } else {
+                scratch.display().to_string()
+            },
+        ));
+        env.extend(call.env.iter().cloned());
+        let mut require = vec![];
+        if enforce {
+            require.extend([Step::Filesystem, Step::Syscalls, Step::Mounts]);
+            if crate::sys::geteuid() == 0 {
+                require.push(Step::Uid);
+            }
+            if self.caps.restrict_network {
+                require.push(Step::Network);
+            }
+        }
+        if call_cgroup.is_some() {
+            require.push(Step::Cgroups);
+        }
+        // With its own network namespace a call reaches nothing anyway;
+        // otherwise TCP is held to the egress ports and its own ports.
+        let tcp = (enforce && !self.caps.restrict_network).then(|| TcpRules {
+            bind: bind_ports.to_vec(),
+            connect: self
+                .egress_ports
+                .iter()
+                .chain(bind_ports)
+                .copied()
+                .collect(),
+        });
+        JailSpec {
+            action: call.action.clone(),
+            cwd: self.workspace(),
+            env,
+            uid: self.uid,
+            gid: self.gid,
+            cgroup_procs: call_cgroup.map(Cgroup::join_files).unwrap_or_default(),
+            fs: self.fs_rules(),
+            hide: if enforce { self.hidden() } else { vec![] },
+            private_tmp: enforce.then(|| scratch.to_path_buf()),
+            isolate_network: enforce && self.caps.restrict_network,
+            tcp,
+            seccomp: enforce,
+            max_file_bytes: Some(u64::from(self.limits.disk_mb) * 1024 * 1024),
+            report,
+            require,
+        }
+    }
+}
+
+/// Keeps an id usable as one path component.
+pub fn sanitize(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}

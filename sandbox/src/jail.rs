@@ -1,0 +1,596 @@
+//! The jail: a fresh, single-threaded process (`armada-sandbox exec`) that
+//! confines itself and then executes the skill's command. Doing it in a
+//! process of its own (as firecracker's jailer does) keeps every step out of
+//! the agent's multi-threaded runtime and gives each call the same order:
+//!
+//! 1. join the call's cgroups (memory, cpu, pids, freezer);
+//! 2. a new session, so the call is one process group;
+//! 3. namespaces: a mount namespace with a private /tmp and the denied paths
+//!    covered, and a network namespace (loopback only) when the network is
+//!    restricted;
+//! 4. rlimits (no core dumps, the disk limit as the largest file);
+//! 5. a Landlock ruleset over the filesystem (and TCP ports), built while
+//!    still root, then privileges dropped to the sandbox's unprivileged uid;
+//! 6. the ruleset applied, then a seccomp deny-list;
+//! 7. exec.
+//!
+//! What each step achieved is written to the report file before exec; a
+//! step the spec requires that fails aborts the call (exit 126) instead of
+//! running it weaker.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+use serde::{Deserialize, Serialize};
+
+use armada_domain::sandbox::controls::Enforcement;
+
+/// The environment variable that carries the spec to the jail process.
+pub const SPEC_ENV: &str = "ARMADA_JAIL_SPEC";
+/// The exit code of a jail that refused to run its command.
+pub const REFUSED: i32 = 126;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsRules {
+    /// Read (and execute) everything.
+    pub read_all: bool,
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpRules {
+    /// Ports the call may bind; empty denies every bind.
+    pub bind: Vec<u16>,
+    /// Ports the call may connect to; empty denies every connect.
+    pub connect: Vec<u16>,
+}
+
+/// What the jail does once confined.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Action {
+    /// Execute a command.
+    Exec { argv: Vec<String> },
+    /// Copy a file to stdout (at most `max_bytes`); done by the confined
+    /// jail itself, so the same rules decide what it may read.
+    ReadFile { path: PathBuf, max_bytes: u64 },
+    /// Write stdin to a file, creating its parent directories.
+    WriteFile { path: PathBuf },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JailSpec {
+    pub action: Action,
+    pub cwd: PathBuf,
+    /// The complete environment of the command.
+    pub env: Vec<(String, String)>,
+    /// Dropped to when the jail runs as root.
+    pub uid: u32,
+    pub gid: u32,
+    /// `cgroup.procs` files to join.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// `None` applies no filesystem rules (profile `off`).
+    pub fs: Option<FsRules>,
+    /// Paths covered by an empty read-only filesystem (deny).
+    pub hide: Vec<PathBuf>,
+    /// Bound over /tmp in a mount namespace of the call's own.
+    pub private_tmp: Option<PathBuf>,
+    /// Only a loopback interface (restrict_network).
+    pub isolate_network: bool,
+    pub tcp: Option<TcpRules>,
+    pub seccomp: bool,
+    /// Largest file the call may write, in bytes.
+    pub max_file_bytes: Option<u64>,
+    /// Where the jail writes its [`JailReport`].
+    pub report: PathBuf,
+    /// Controls whose failure refuses the call instead of weakening it.
+    pub require: Vec<Step>,
+}
+
+/// The confinement steps, as reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    Cgroups,
+    Mounts,
+    Network,
+    Filesystem,
+    Tcp,
+    Uid,
+    Syscalls,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepReport {
+    pub status: Enforcement,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JailReport {
+    pub steps: BTreeMap<Step, StepReport>,
+    /// Set when the jail refused to run the command.
+    pub refused: Option<String>,
+}
+
+impl JailReport {
+    fn note(&mut self, step: Step, status: Enforcement, detail: impl Into<String>) {
+        self.steps.insert(
+            step,
+            StepReport {
+                status,
+                detail: detail.into(),
+            },
+        );
+    }
+
+    pub fn status(&self, step: Step) -> Enforcement {
+        self.steps
+            .get(&step)
+            .map_or(Enforcement::NotEnforced, |s| s.status)
+    }
+
+    pub fn detail(&self, step: Step) -> &str {
+        self.steps.get(&step).map_or("", |s| s.detail.as_str())
+    }
+}
+
+/// System calls no skill needs and every escape wants.
+const DENIED_SYSCALLS: [i64; 29] = [
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_reboot,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_setns,
+    libc::SYS_unshare,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_userfaultfd,
+    libc::SYS_acct,
+    libc::SYS_settimeofday,
+    libc::SYS_clock_settime,
+    libc::SYS_syslog,
+];
+
+const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWUSER
+    | libc::CLONE_NEWNS
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWCGROUP) as u64;
+
+fn seccomp_filters() -> Result<Vec<seccompiler::BpfProgram>, String> {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+    let mut deny: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED_SYSCALLS.iter().map(|s| (*s, vec![])).collect();
+    // clone(2) may not make namespaces (a user namespace would hand the
+    // call capabilities of its own).
+    for bit in 0..64 {
+        let flag = 1u64 << bit;
+        if NAMESPACE_FLAGS & flag != 0 {
+            let cond = SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(flag),
+                flag,
+            )
+            .map_err(|e| e.to_string())?;
+            deny.entry(libc::SYS_clone)
+                .or_default()
+                .push(SeccompRule::new(vec![cond]).map_err(|e| e.to_string())?);
+        }
+    }
+    let eperm = SeccompFilter::new(
+        deny,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    // clone3 passes its flags in memory, out of a filter's sight: answer
+    // ENOSYS so libc falls back to clone(2), which is filtered above.
+    let enosys = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_clone3, vec![])]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(vec![
+        eperm
+            .try_into()
+            .map_err(|e: seccompiler::BackendError| e.to_string())?,
+        enosys
+            .try_into()
+            .map_err(|e: seccompiler::BackendError| e.to_string())?,
+    ])
+}
+
+const ABI_USED: ABI = ABI::V6;
+
+fn landlock_ruleset(fs: &FsRules, tcp: Option<&TcpRules>) -> Result<RulesetCreated, String> {
+    let err = |e: landlock::RulesetError| e.to_string();
+    let mut rs = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(ABI_USED))
+        .map_err(err)?;
+    if tcp.is_some() {
+        rs = rs
+            .handle_access(AccessNet::from_all(ABI_USED))
+            .map_err(err)?;
+    }
+    rs = rs.scope(Scope::from_all(ABI_USED)).map_err(err)?;
+    let mut created = rs.create().map_err(err)?;
+    let read = AccessFs::from_read(ABI_USED);
+    let all = AccessFs::from_all(ABI_USED);
+    let mut rules: Vec<(PathBuf, bool)> = Vec::new();
+    if fs.read_all {
+        rules.push((PathBuf::from("/"), false));
+    }
+    rules.extend(fs.read.iter().map(|p| (p.clone(), false)));
+    rules.extend(fs.write.iter().map(|p| (p.clone(), true)));
+    for (path, write) in rules {
+        // A path that does not exist grants nothing; skipping it is exact.
+        let Ok(fd) = PathFd::new(&path) else { continue };
+        let is_dir = path.is_dir();
+        let mut access = if write { all } else { read };
+        if !is_dir {
+            access &= AccessFs::from_file(ABI_USED);
+        }
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(err)?;
+    }
+    if let Some(t) = tcp {
+        for p in &t.bind {
+            created = created
+                .add_rule(NetPort::new(*p, AccessNet::BindTcp))
+                .map_err(err)?;
+        }
+        for p in &t.connect {
+            created = created
+                .add_rule(NetPort::new(*p, AccessNet::ConnectTcp))
+                .map_err(err)?;
+        }
+    }
+    Ok(created)
+}
+
+/// Runs the jail; returns only if the command could not be executed.
+pub fn run(spec: &JailSpec) -> i32 {
+    let mut report = JailReport::default();
+    // Opened now: once confined, the jail may not reach the directory.
+    // Readers take the report as written once it parses.
+    let mut out = match std::fs::File::create(&spec.report) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("armada-sandbox: cannot write the jail report: {e}");
+            return REFUSED;
+        }
+    };
+    let result = confine(spec, &mut report);
+    if let Err(why) = &result {
+        report.refused = Some(why.clone());
+    }
+    let _ = out.write_all(
+        serde_json::to_string(&report)
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    let _ = out.flush();
+    drop(out);
+    if let Err(why) = result {
+        eprintln!("armada-sandbox: refused to run: {why}");
+        return REFUSED;
+    }
+    match &spec.action {
+        Action::Exec { argv } => {
+            let err = exec(spec, argv);
+            eprintln!("armada-sandbox: cannot execute {:?}: {err}", argv.first());
+            127
+        }
+        Action::ReadFile { path, max_bytes } => file_op(read_file(&spec.cwd, path, *max_bytes)),
+        Action::WriteFile { path } => file_op(write_file(&spec.cwd, path)),
+    }
+}
+
+/// Exit codes of the file actions, read by the runner.
+pub mod file_exit {
+    pub const NOT_FOUND: i32 = 2;
+    pub const DENIED: i32 = 3;
+    pub const TOO_LARGE: i32 = 4;
+    pub const IO: i32 = 5;
+}
+
+fn file_op(r: std::io::Result<()>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{e}");
+            match e.kind() {
+                std::io::ErrorKind::NotFound => file_exit::NOT_FOUND,
+                std::io::ErrorKind::PermissionDenied => file_exit::DENIED,
+                std::io::ErrorKind::FileTooLarge => file_exit::TOO_LARGE,
+                _ => file_exit::IO,
+            }
+        }
+    }
+}
+
+fn read_file(cwd: &Path, path: &Path, max_bytes: u64) -> std::io::Result<()> {
+    use std::io::Read;
+    let f = std::fs::File::open(cwd.join(path))?;
+    if f.metadata()?.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "is a directory",
+        ));
+    }
+    let mut buf = Vec::new();
+    f.take(max_bytes + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > max_bytes {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("the file is larger than {max_bytes} bytes"),
+        ));
+    }
+    std::io::stdout().write_all(&buf)?;
+    std::io::stdout().flush()
+}
+
+fn write_file(cwd: &Path, path: &Path) -> std::io::Result<()> {
+    use std::io::Read;
+    let target = cwd.join(path);
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut content = Vec::new();
+    std::io::stdin().read_to_end(&mut content)?;
+    std::fs::write(&target, &content)?;
+    println!("{}", content.len());
+    Ok(())
+}
+
+fn exec(spec: &JailSpec, argv: &[String]) -> std::io::Error {
+    use std::os::unix::process::CommandExt;
+    let Some((prog, args)) = argv.split_first() else {
+        return std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty argv");
+    };
+    std::process::Command::new(prog)
+        .args(args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.cwd)
+        .exec()
+}
+
+fn confine(spec: &JailSpec, report: &mut JailReport) -> Result<(), String> {
+    let required = |s: Step| spec.require.contains(&s);
+    let fail = |report: &mut JailReport, step: Step, detail: String| -> Result<(), String> {
+        report.note(step, Enforcement::NotEnforced, detail.clone());
+        if required(step) {
+            Err(format!("{step:?}: {detail}"))
+        } else {
+            Ok(())
+        }
+    };
+    let root = crate::sys::geteuid() == 0;
+
+    // 1. cgroups
+    let pid = std::process::id().to_string();
+    let joined: Result<(), String> = spec
+        .cgroup_procs
+        .iter()
+        .try_for_each(|f| std::fs::write(f, &pid).map_err(|e| format!("{}: {e}", f.display())));
+    match joined {
+        Ok(()) if !spec.cgroup_procs.is_empty() => report.note(
+            Step::Cgroups,
+            Enforcement::Enforced,
+            "joined the call's cgroups",
+        ),
+        Ok(()) => fail(report, Step::Cgroups, "no cgroup to join".into())?,
+        Err(e) => fail(report, Step::Cgroups, e)?,
+    }
+
+    // 2. one process group for the call
+    crate::sys::setsid().map_err(|e| format!("setsid: {e}"))?;
+
+    // 3. namespaces
+    let want_mounts = spec.private_tmp.is_some() || !spec.hide.is_empty();
+    if want_mounts {
+        match mount_namespace(spec) {
+            Ok(detail) => report.note(Step::Mounts, Enforcement::Enforced, detail),
+            Err(e) => fail(report, Step::Mounts, e)?,
+        }
+    } else {
+        report.note(
+            Step::Mounts,
+            Enforcement::Enforced,
+            "no mount changes needed",
+        );
+    }
+    if spec.isolate_network {
+        let r = crate::sys::unshare(libc::CLONE_NEWNET)
+            .map_err(|e| format!("network namespace: {e}"))
+            .and_then(|()| crate::sys::loopback_up().map_err(|e| format!("loopback: {e}")));
+        match r {
+            Ok(()) => report.note(
+                Step::Network,
+                Enforcement::Enforced,
+                "own network namespace with loopback only",
+            ),
+            Err(e) => fail(report, Step::Network, e)?,
+        }
+    }
+
+    // 4. rlimits
+    let _ = crate::sys::set_rlimit(libc::RLIMIT_CORE, 0);
+    if let Some(max) = spec.max_file_bytes {
+        crate::sys::set_rlimit(libc::RLIMIT_FSIZE, max)
+            .map_err(|e| format!("RLIMIT_FSIZE: {e}"))?;
+    }
+
+    // 5. the Landlock ruleset, built while every path is still reachable
+    let ruleset = match &spec.fs {
+        Some(fs) => match landlock_ruleset(fs, spec.tcp.as_ref()) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                fail(report, Step::Filesystem, format!("landlock: {e}"))?;
+                None
+            }
+        },
+        None => {
+            report.note(
+                Step::Filesystem,
+                Enforcement::NotEnforced,
+                "sandbox disabled by profile off",
+            );
+            None
+        }
+    };
+
+    // privileges
+    if root {
+        match crate::sys::drop_privileges(spec.uid, spec.gid, &[spec.gid]) {
+            Ok(()) => report.note(
+                Step::Uid,
+                Enforcement::Enforced,
+                format!("runs as uid {} gid {}", spec.uid, spec.gid),
+            ),
+            Err(e) => fail(report, Step::Uid, format!("setuid: {e}"))?,
+        }
+    } else {
+        report.note(
+            Step::Uid,
+            Enforcement::Partial,
+            format!("already unprivileged (uid {})", crate::sys::geteuid()),
+        );
+    }
+
+    // 6. apply Landlock, then seccomp
+    if let Some(rs) = ruleset {
+        match rs.restrict_self() {
+            Ok(status) => {
+                let st = match status.ruleset {
+                    RulesetStatus::FullyEnforced => Enforcement::Enforced,
+                    RulesetStatus::PartiallyEnforced => Enforcement::Partial,
+                    RulesetStatus::NotEnforced => Enforcement::NotEnforced,
+                };
+                let detail = format!("landlock {:?} ({:?})", status.ruleset, status.landlock);
+                if st == Enforcement::Enforced {
+                    report.note(Step::Filesystem, st, detail.clone());
+                    if let Some(t) = &spec.tcp {
+                        report.note(
+                            Step::Tcp,
+                            Enforcement::Enforced,
+                            format!("TCP bind {:?}, connect {:?} only", t.bind, t.connect),
+                        );
+                    }
+                } else {
+                    fail(report, Step::Filesystem, detail.clone())?;
+                    if spec.tcp.is_some() {
+                        fail(report, Step::Tcp, detail)?;
+                    }
+                }
+            }
+            Err(e) => fail(report, Step::Filesystem, format!("landlock: {e}"))?,
+        }
+    }
+    if spec.seccomp {
+        let r = seccomp_filters().and_then(|progs| {
+            progs
+                .iter()
+                .try_for_each(|p| seccompiler::apply_filter(p).map_err(|e| e.to_string()))
+        });
+        match r {
+            Ok(()) => report.note(
+                Step::Syscalls,
+                Enforcement::Enforced,
+                format!(
+                    "seccomp denies {} system calls and namespace creation",
+                    DENIED_SYSCALLS.len()
+                ),
+            ),
+            Err(e) => fail(report, Step::Syscalls, format!("seccomp: {e}"))?,
+        }
+    }
+    Ok(())
+}
+
+fn mount_namespace(spec: &JailSpec) -> Result<String, String> {
+    use crate::sys::mount;
+    crate::sys::unshare(libc::CLONE_NEWNS).map_err(|e| format!("mount namespace: {e}"))?;
+    // Nothing done here may show outside the call.
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+    .map_err(|e| format!("making / private: {e}"))?;
+    let mut done = Vec::new();
+    if let Some(tmp) = &spec.private_tmp {
+        mount(
+            Some(tmp),
+            Path::new("/tmp"),
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        )
+        .map_err(|e| format!("private /tmp: {e}"))?;
+        done.push("private /tmp".to_string());
+    }
+    for path in &spec.hide {
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            mount(
+                Some(Path::new("none")),
+                path,
+                Some("tmpfs"),
+                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                Some("size=4k,mode=000"),
+            )
+        } else {
+            mount(
+                Some(Path::new("/dev/null")),
+                path,
+                None,
+                libc::MS_BIND,
+                None,
+            )
+        }
+        .map_err(|e| format!("covering {}: {e}", path.display()))?;
+        done.push(format!("hid {}", path.display()));
+    }
+    Ok(done.join(", "))
+}

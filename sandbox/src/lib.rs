@@ -1,0 +1,19 @@
+//! The sandbox agent (the "Hand") and its confinement. One agent runs in
+//! each sandbox task (a Fargate task in AWS, a local process under the
+//! local data plane) and runs the agent identity's skill calls one at a
+//! time, each in a jail built from the sandbox's resolved capability set.
+//!
+//! - [`jail`]: the confinement steps, run by `armada-sandbox exec` before it
+//!   executes a call's command (cgroups, namespaces, Landlock, uid, seccomp)
+//! - [`cgroup`]: v1/v2 cgroups: limits, freezing, killing, OOM counts
+//! - [`env`]: one sandbox's directories, uid, capability set → jail specs
+//! - [`runner`]: one call through the jail: timeout, output, reaping, OOM
+//! - [`skills`]: `shell_exec`, `python_exec`, `file_read`, `file_write`, `serve`
+//! - [`sys`]: the raw system calls, wrapped once
+
+pub mod cgroup;
+pub mod env;
+pub mod jail;
+pub mod runner;
+pub mod skills;
+pub mod sys;

@@ -1,0 +1,282 @@
+//! Runs one call through the jail: a cgroup of its own beneath the
+//! sandbox's, the jail process (`armada-sandbox exec`) with piped output, a
+//! timeout that freezes and SIGKILLs the whole call (process group and
+//! cgroup), and, after the command ends, every process it left behind
+//! (`setsid` included) killed too. An OOM kill is read from the call's
+//! cgroup.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use crate::cgroup::Cgroup;
+use crate::env::SandboxEnv;
+use crate::jail::{Action, JailReport, SPEC_ENV};
+
+/// Output kept per stream; the rest is counted, not kept.
+pub const OUTPUT_CAP: usize = 16 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("preparing the call: {0}")]
+    Prepare(String),
+    #[error("starting the jail: {0}")]
+    Spawn(std::io::Error),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captured {
+    pub text: String,
+    pub bytes: u64,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct CallRun {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    pub timed_out: bool,
+    pub oom: bool,
+    /// Processes still alive after the command ended, killed by the runner.
+    pub reaped: usize,
+    pub report: JailReport,
+    pub elapsed: Duration,
+}
+
+impl CallRun {
+    /// The jail refused to run the command (a required control failed).
+    pub fn refused(&self) -> Option<&str> {
+        self.report.refused.as_deref()
+    }
+}
+
+/// One call to run.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub action: Action,
+    pub run_id: String,
+    pub stdin: Option<Vec<u8>>,
+    pub timeout: Duration,
+    /// Ports the call may bind (a `serve` call's pooled port).
+    pub bind_ports: Vec<u16>,
+    pub env: Vec<(String, String)>,
+}
+
+/// A call started in the background (`serve`): its cgroup outlives the call.
+#[derive(Debug)]
+pub struct Detached {
+    pub pid: u32,
+    pub cgroup: Option<Cgroup>,
+    pub log: PathBuf,
+}
+
+#[derive(Debug)]
+pub struct Runner {
+    pub env: SandboxEnv,
+    /// The `armada-sandbox` binary that runs as the jail.
+    pub jail_exe: PathBuf,
+    seq: AtomicU64,
+}
+
+async fn capture<R: AsyncRead + Unpin>(mut r: R) -> Captured {
+    let mut kept = Vec::new();
+    let mut total = 0u64;
+    let mut buf = [0u8; 8192];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                total += n as u64;
+                let room = OUTPUT_CAP.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+    Captured {
+        truncated: total > kept.len() as u64,
+        text: String::from_utf8_lossy(&kept).into_owned(),
+        bytes: total,
+    }
+}
+
+impl Runner {
+    pub fn new(env: SandboxEnv, jail_exe: PathBuf) -> Self {
+        Runner {
+            env,
+            jail_exe,
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    fn next_name(&self, prefix: &str) -> String {
+        format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    fn call_cgroup(&self, name: &str) -> Result<Option<Cgroup>, RunnerError> {
+        let Some(parent) = &self.env.cgroup else {
+            return Ok(None);
+        };
+        let cg = parent
+            .child(name)
+            .map_err(|e| RunnerError::Prepare(e.to_string()))?;
+        cg.set_memory_limit(self.env.call_memory_bytes())
+            .map_err(|e| RunnerError::Prepare(e.to_string()))?;
+        Ok(Some(cg))
+    }
+
+    fn command(
+        &self,
+        call: &Call,
+        cg: Option<&Cgroup>,
+        name: &str,
+    ) -> Result<(tokio::process::Command, PathBuf), RunnerError> {
+        let scratch = self
+            .env
+            .prepare_scratch(&call.run_id)
+            .map_err(|e| RunnerError::Prepare(format!("scratch: {e}")))?;
+        let report = self.env.calls_dir().join(format!("{name}.json"));
+        let spec = self.env.spec(call, &scratch, cg, report.clone());
+        let spec = serde_json::to_string(&spec).map_err(|e| RunnerError::Prepare(e.to_string()))?;
+        let mut cmd = tokio::process::Command::new(&self.jail_exe);
+        cmd.arg("exec")
+            .env_clear()
+            .env(SPEC_ENV, spec)
+            .current_dir("/")
+            // The jail makes itself a session (and group) leader.
+            .kill_on_drop(true);
+        Ok((cmd, report))
+    }
+
+    fn read_report(path: &Path) -> JailReport {
+        let r = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        let _ = std::fs::remove_file(path);
+        r
+    }
+
+    /// Runs a call to its end (or its timeout).
+    pub async fn run(&self, call: Call) -> Result<CallRun, RunnerError> {
+        let started = Instant::now();
+        let name = self.next_name("call");
+        let cg = self.call_cgroup(&name)?;
+        let (mut cmd, report_path) = self.command(&call, cg.as_ref(), &name)?;
+        cmd.stdin(if call.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(RunnerError::Spawn)?;
+        let pgid = child.id().map(|p| p as i32);
+        let out = child.stdout.take().map(|s| tokio::spawn(capture(s)));
+        let err = child.stderr.take().map(|s| tokio::spawn(capture(s)));
+        if let (Some(input), Some(mut stdin)) = (call.stdin.clone(), child.stdin.take()) {
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&input).await;
+                let _ = stdin.shutdown().await;
+            });
+        }
+        let kill_everything = move |cg: Option<&Cgroup>| {
+            let mut n = 0;
+            if let Some(pg) = pgid {
+                crate::sys::killpg(pg, libc::SIGKILL);
+            }
+            if let Some(cg) = cg {
+                n = cg.kill_all().unwrap_or(0);
+            }
+            n
+        };
+        let (status, timed_out) = match tokio::time::timeout(call.timeout, child.wait()).await {
+            Ok(s) => (s.ok(), false),
+            Err(_) => {
+                let cg2 = cg.clone();
+                let _ = tokio::task::spawn_blocking(move || kill_everything(cg2.as_ref())).await;
+                (child.wait().await.ok(), true)
+            }
+        };
+        // Whatever the command left running is killed now; the pipes close
+        // once the last holder is gone.
+        let cg2 = cg.clone();
+        let reaped = tokio::task::spawn_blocking(move || kill_everything(cg2.as_ref()))
+            .await
+            .unwrap_or(0);
+        let stdout = match out {
+            Some(h) => h.await.unwrap_or_default(),
+            None => Captured::default(),
+        };
+        let stderr = match err {
+            Some(h) => h.await.unwrap_or_default(),
+            None => Captured::default(),
+        };
+        let oom = cg.as_ref().is_some_and(|c| c.oom_kills() > 0);
+        if let Some(cg) = cg {
+            let _ = tokio::task::spawn_blocking(move || cg.destroy()).await;
+        }
+        use std::os::unix::process::ExitStatusExt;
+        Ok(CallRun {
+            exit_code: status.and_then(|s| s.code()),
+            signal: status.and_then(|s| s.signal()),
+            stdout,
+            stderr,
+            timed_out,
+            oom,
+            reaped: if timed_out { 0 } else { reaped },
+            report: Self::read_report(&report_path),
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Starts a call that keeps running after it returns (a server). Its
+    /// output goes to a log file in the sandbox.
+    pub async fn spawn_detached(&self, call: Call, name: &str) -> Result<Detached, RunnerError> {
+        let cg = self.call_cgroup(name)?;
+        let (mut cmd, report) = self.command(&call, cg.as_ref(), name)?;
+        let log = self.env.root.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).map_err(|e| RunnerError::Prepare(e.to_string()))?;
+        let file2 = file
+            .try_clone()
+            .map_err(|e| RunnerError::Prepare(e.to_string()))?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(file))
+            .stderr(Stdio::from(file2))
+            .kill_on_drop(false);
+        let mut child = cmd.spawn().map_err(RunnerError::Spawn)?;
+        let pid = child.id().unwrap_or(0);
+        // Reap it whenever it ends; its cgroup is what the sandbox keeps.
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        // The report is written before exec: wait until it is whole.
+        for _ in 0..400 {
+            let whole = std::fs::read_to_string(&report)
+                .ok()
+                .is_some_and(|t| serde_json::from_str::<JailReport>(&t).is_ok());
+            if whole {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(Detached {
+            pid,
+            cgroup: cg,
+            log,
+        })
+    }
+
+    /// The jail report of a detached call, once written.
+    pub fn detached_report(&self, name: &str) -> JailReport {
+        Self::read_report(&self.env.calls_dir().join(format!("{name}.json")))
+    }
+}

@@ -1,0 +1,153 @@
+//! The few raw system calls confinement needs, each wrapped once with its
+//! safety argument. Everything else uses safe std or crate APIs.
+
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::path::Path;
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn cpath(p: &Path) -> io::Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+/// Sends `sig` to `pid`; whether it was delivered.
+pub fn kill(pid: i32, sig: libc::c_int) -> bool {
+    // SAFETY: kill(2) takes plain integers and has no memory effects.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+/// Sends `sig` to every process of group `pgid`.
+pub fn killpg(pgid: i32, sig: libc::c_int) -> bool {
+    // SAFETY: as kill.
+    unsafe { libc::killpg(pgid, sig) == 0 }
+}
+
+pub fn setsid() -> io::Result<()> {
+    // SAFETY: setsid(2) takes no arguments.
+    let rc = unsafe { libc::setsid() };
+    if rc == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+pub fn unshare(flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: unshare(2) takes plain flags; called by a single-threaded process.
+    check(unsafe { libc::unshare(flags) })
+}
+
+/// mount(2). `source`/`fstype`/`data` may be absent.
+pub fn mount(
+    source: Option<&Path>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> io::Result<()> {
+    let src = source.map(cpath).transpose()?;
+    let tgt = cpath(target)?;
+    let ty = fstype
+        .map(CString::new)
+        .transpose()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let dat = data
+        .map(CString::new)
+        .transpose()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: every pointer is a valid NUL-terminated string that outlives
+    // the call, or null where mount(2) accepts null.
+    check(unsafe {
+        libc::mount(
+            src.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+            tgt.as_ptr(),
+            ty.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+            flags,
+            dat.as_ref()
+                .map_or(std::ptr::null(), |s| s.as_ptr() as *const libc::c_void),
+        )
+    })
+}
+
+/// Drops to `uid`/`gid` with exactly `groups` as supplementary groups.
+pub fn drop_privileges(uid: u32, gid: u32, groups: &[u32]) -> io::Result<()> {
+    // SAFETY: the slice pointer and length describe valid memory.
+    check(unsafe { libc::setgroups(groups.len(), groups.as_ptr()) })?;
+    // SAFETY: plain integer arguments. setresgid/uid leave no saved id behind.
+    check(unsafe { libc::setresgid(gid, gid, gid) })?;
+    // SAFETY: as above.
+    check(unsafe { libc::setresuid(uid, uid, uid) })
+}
+
+pub fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
+    let lim = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
+    // SAFETY: `lim` is a valid rlimit for the duration of the call.
+    check(unsafe { libc::setrlimit(resource, &lim) })
+}
+
+/// Brings the loopback interface of the current network namespace up, so a
+/// sandbox without a network still has its own 127.0.0.1.
+pub fn loopback_up() -> io::Result<()> {
+    // SAFETY: socket(2) with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: ifreq is plain data; zeroed is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (i, b) in b"lo\0".iter().enumerate() {
+        req.ifr_name[i] = *b as libc::c_char;
+    }
+    // SAFETY: fd is an open socket and req a valid ifreq naming "lo".
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) };
+    let result = if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        // SAFETY: the union member ifru_flags is the one SIOCGIFFLAGS filled.
+        unsafe {
+            req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        }
+        // SAFETY: as above, setting the flags just read.
+        check(unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS, &req) })
+    };
+    // SAFETY: closing the socket opened above.
+    unsafe { libc::close(fd) };
+    result
+}
+
+/// Makes this process the reaper of its orphaned descendants.
+pub fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    check(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) })
+}
+
+/// Reaps any exited child without blocking; its pid, if one was reaped.
+pub fn reap_any() -> Option<i32> {
+    let mut status = 0;
+    // SAFETY: waitpid with a valid status pointer.
+    let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+    (pid > 0).then_some(pid)
+}
+
+pub fn geteuid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+pub fn chown(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    std::os::unix::fs::chown(path, Some(uid), Some(gid))
+}

@@ -1,0 +1,162 @@
+//! What a sandbox actually enforces, control by control, as measured by the
+//! sandbox itself when it applies its capability set. A report never claims
+//! more than took effect; a capability set whose required controls are not
+//! all in force fails the placement closed.
+
+use serde::{Deserialize, Serialize};
+
+use super::CapabilitySet;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Enforcement {
+    Enforced,
+    Partial,
+    NotEnforced,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Control {
+    pub status: Enforcement,
+    /// What took effect, or why not.
+    pub reason: String,
+}
+
+impl Control {
+    pub fn enforced(reason: impl Into<String>) -> Self {
+        Control {
+            status: Enforcement::Enforced,
+            reason: reason.into(),
+        }
+    }
+    pub fn partial(reason: impl Into<String>) -> Self {
+        Control {
+            status: Enforcement::Partial,
+            reason: reason.into(),
+        }
+    }
+    pub fn not_enforced(reason: impl Into<String>) -> Self {
+        Control {
+            status: Enforcement::NotEnforced,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// One report per control the issue names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Controls {
+    pub filesystem: Control,
+    pub network: Control,
+    pub syscalls: Control,
+    pub memory: Control,
+    pub cpu: Control,
+    pub pids: Control,
+    pub mounts: Control,
+}
+
+/// What a capability set needs in force before a sandbox may serve it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Required {
+    pub filesystem: Enforcement,
+    pub network: Enforcement,
+    pub syscalls: Enforcement,
+    pub memory: Enforcement,
+    pub cpu: Enforcement,
+    pub pids: Enforcement,
+    pub mounts: Enforcement,
+}
+
+fn at_least(have: Enforcement, need: Enforcement) -> bool {
+    let rank = |e| match e {
+        Enforcement::NotEnforced => 0,
+        Enforcement::Partial => 1,
+        Enforcement::Enforced => 2,
+    };
+    rank(have) >= rank(need)
+}
+
+impl Required {
+    /// The frozen requirement of a capability set. Resource limits hold for
+    /// every profile (seed 000 §B); `off` skips the capability set itself
+    /// (seed 001 §7.2) but not the limits. CPU is a throttle, not a kill,
+    /// so a partial quota is accepted.
+    pub fn of(caps: &CapabilitySet) -> Self {
+        use Enforcement::*;
+        let confine = if caps.enforce { Enforced } else { NotEnforced };
+        Required {
+            filesystem: confine,
+            network: if caps.enforce && caps.restrict_network {
+                Enforced
+            } else {
+                NotEnforced
+            },
+            syscalls: confine,
+            memory: Enforced,
+            cpu: Partial,
+            pids: Enforced,
+            mounts: confine,
+        }
+    }
+
+    /// The controls that fall short, with what was needed and what is there.
+    pub fn unmet(&self, have: &Controls) -> Vec<String> {
+        let pairs = [
+            ("filesystem", self.filesystem, &have.filesystem),
+            ("network", self.network, &have.network),
+            ("syscalls", self.syscalls, &have.syscalls),
+            ("memory", self.memory, &have.memory),
+            ("cpu", self.cpu, &have.cpu),
+            ("pids", self.pids, &have.pids),
+            ("mounts", self.mounts, &have.mounts),
+        ];
+        pairs
+            .into_iter()
+            .filter(|(_, need, c)| !at_least(c.status, *need))
+            .map(|(name, need, c)| {
+                format!("{name}: needs {need:?}, have {:?} ({})", c.status, c.reason)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::Profiles;
+
+    fn all(status: Enforcement) -> Controls {
+        let c = || Control {
+            status,
+            reason: String::new(),
+        };
+        Controls {
+            filesystem: c(),
+            network: c(),
+            syscalls: c(),
+            memory: c(),
+            cpu: c(),
+            pids: c(),
+            mounts: c(),
+        }
+    }
+
+    #[test]
+    fn a_profile_is_served_only_when_its_controls_are_in_force() {
+        let p = Profiles::default();
+        let strict = Required::of(&p.resolve("strict").unwrap());
+        assert!(strict.unmet(&all(Enforcement::Enforced)).is_empty());
+        let mut weak = all(Enforcement::Enforced);
+        weak.network = Control::partial("ports only");
+        assert_eq!(strict.unmet(&weak).len(), 1, "strict restricts the network");
+        let ws = Required::of(&p.resolve("workspace").unwrap());
+        assert!(ws.unmet(&weak).is_empty(), "workspace does not");
+        let off = Required::of(&p.resolve("off").unwrap());
+        let mut none = all(Enforcement::NotEnforced);
+        assert_eq!(off.unmet(&none).len(), 3, "limits hold even when off");
+        none.memory = Control::enforced("");
+        none.pids = Control::enforced("");
+        none.cpu = Control::partial("");
+        assert!(off.unmet(&none).is_empty());
+    }
+}

@@ -1,0 +1,131 @@
+//! The contract between the harness and a sandbox's agent (the "Hand"):
+//! what goes on a sandbox's hand queue and what comes back on the harness
+//! queue. Defined once, used by both sides.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// On a sandbox's hand queue (FIFO, grouped by Run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum HandMessage {
+    /// Run one skill call.
+    Invoke(Invocation),
+    /// The Run let go of the sandbox: its scratch directory is destroyed.
+    EndRun { run_id: String, tenant: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Invocation {
+    pub run_id: String,
+    pub tenant: String,
+    pub agent: String,
+    /// The sandbox generation the call was dispatched to; another
+    /// generation's agent never runs it.
+    pub generation: u64,
+    /// The Run step that dispatched the call.
+    pub step: u32,
+    pub call_id: String,
+    /// The built-in executor (`shell_exec`, `python_exec`, ...).
+    pub skill: String,
+    pub args: Value,
+    /// Already capped by the manifest and the sandbox limits.
+    pub timeout_s: u32,
+}
+
+impl Invocation {
+    /// The FIFO deduplication id of the call on the hand queue.
+    pub fn dedup_id(&self) -> String {
+        format!("{}-{}", self.run_id, self.call_id)
+    }
+}
+
+/// What became of a dispatched call, as the harness learns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CallOutcome {
+    /// The skill ran and answered. `result` may itself be an error object
+    /// (`{"error": {"code": "OOM" | "TIMEOUT" | "DENIED" | ..}}`).
+    Finished { result: Value },
+    /// The call never started, so nothing happened: it fails plainly.
+    NotRun { code: String, message: String },
+    /// The call was dispatched and its channel lost (the sandbox died before
+    /// answering): its effect is unknown and it is never re-sent silently.
+    Lost { reason: String },
+}
+
+impl CallOutcome {
+    pub fn error(code: &str, message: impl Into<String>) -> CallOutcome {
+        CallOutcome::Finished {
+            result: error_json(code, message),
+        }
+    }
+
+    /// Whether the skill's answer is an error object.
+    pub fn failed(&self) -> bool {
+        match self {
+            CallOutcome::Finished { result } => result.get("error").is_some(),
+            CallOutcome::NotRun { .. } | CallOutcome::Lost { .. } => true,
+        }
+    }
+}
+
+pub fn error_json(code: &str, message: impl Into<String>) -> Value {
+    json!({"error": {"code": code, "message": message.into()}})
+}
+
+/// Where a call stands in the sandbox's own record of it. The start is one
+/// conditional write, so a call runs at most once across agent restarts,
+/// and a call the control plane gave up on (never started) cannot start late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CallMark {
+    Started,
+    Finished,
+    /// Given up before it started (start timeout, sandbox destroyed).
+    Abandoned,
+}
+
+/// Stable error codes a sandbox skill may answer with.
+pub mod codes {
+    pub const OOM: &str = "OOM";
+    pub const TIMEOUT: &str = "TIMEOUT";
+    pub const DENIED: &str = "DENIED";
+    pub const SANDBOX_UNAVAILABLE: &str = "SANDBOX_UNAVAILABLE";
+    pub const INVALID_ARGS: &str = "INVALID_ARGS";
+    pub const NOT_FOUND: &str = "NOT_FOUND";
+    pub const TOO_LARGE: &str = "TOO_LARGE";
+    pub const IO: &str = "IO_ERROR";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_with_their_tags() {
+        let inv = Invocation {
+            run_id: "r".into(),
+            tenant: "t".into(),
+            agent: "coder".into(),
+            generation: 2,
+            step: 1,
+            call_id: "c".into(),
+            skill: "shell_exec".into(),
+            args: json!({"command": "true"}),
+            timeout_s: 5,
+        };
+        let m = HandMessage::Invoke(inv.clone());
+        let text = serde_json::to_string(&m).unwrap();
+        assert!(text.contains(r#""type":"invoke""#), "{text}");
+        assert_eq!(serde_json::from_str::<HandMessage>(&text).unwrap(), m);
+        let o = CallOutcome::error(codes::OOM, "killed");
+        assert!(o.failed());
+        let text = serde_json::to_string(&o).unwrap();
+        assert!(text.contains(r#""kind":"finished""#));
+        assert!(!CallOutcome::Finished {
+            result: json!({"exit_code": 1})
+        }
+        .failed());
+    }
+}
