@@ -3,6 +3,7 @@
 //! local data plane) and runs the agent identity's skill calls one at a
 //! time, each in a jail built from the sandbox's resolved capability set.
 //!
+//! - [`agent`]: the agent's main loop: start, probe, report, serve the hand queue
 //! - [`jail`]: the confinement steps, run by `armada-sandbox exec` before it
 //!   executes a call's command (cgroups, namespaces, Landlock, uid, seccomp)
 //! - [`cgroup`]: v1/v2 cgroups: limits, freezing, killing, OOM counts
@@ -11,6 +12,7 @@
 //! - [`skills`]: `shell_exec`, `python_exec`, `file_read`, `file_write`, `serve`
 //! - [`sys`]: the raw system calls, wrapped once
 
+pub mod agent;
 pub mod cgroup;
 pub mod env;
 pub mod jail;

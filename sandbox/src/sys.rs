@@ -151,3 +151,36 @@ pub fn geteuid() -> u32 {
 pub fn chown(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
     std::os::unix::fs::chown(path, Some(uid), Some(gid))
 }
+
+/// Makes a command's child join cgroups before it executes: each file is a
+/// `cgroup.procs`, to which the child writes "0" (meaning itself), so not
+/// one instruction of the program runs outside its group.
+pub fn join_cgroups_before_exec(
+    cmd: &mut tokio::process::Command,
+    procs_files: &[std::path::PathBuf],
+) -> io::Result<()> {
+    let paths: Vec<CString> = procs_files
+        .iter()
+        .map(|p| cpath(p))
+        .collect::<io::Result<_>>()?;
+    // SAFETY: the closure runs between fork and exec and only calls
+    // open/write/close on strings prepared before the fork: no allocation,
+    // no locks.
+    unsafe {
+        cmd.pre_exec(move || {
+            for p in &paths {
+                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let rc = libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1);
+                libc::close(fd);
+                if rc != 1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}

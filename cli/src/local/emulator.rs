@@ -99,6 +99,20 @@ pub async fn answers(endpoint: &str) -> bool {
         || client.get(endpoint).send().await.is_ok()
 }
 
+/// moto moves an ECS task one status further at every DescribeTasks; this
+/// keeps tasks where RunTask and StopTask put them, as ECS does. Other
+/// emulators do not have the switch; for them it is a no-op.
+pub async fn keep_tasks_running(endpoint: &str) {
+    let body =
+        r#"{"model_name":"ecs::task","transition":{"progression":"manual","times":1000000}}"#;
+    let _ = reqwest::Client::new()
+        .post(format!("{endpoint}/moto-api/state-manager/set-transition"))
+        .body(body)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await;
+}
+
 pub async fn wait_until_up(endpoint: &str, timeout: Duration) -> Result<()> {
     let start = Instant::now();
     while start.elapsed() < timeout {

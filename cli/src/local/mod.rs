@@ -2,6 +2,7 @@
 //! handlers in-process behind an API-Gateway-like HTTP server and
 //! Lambda-like SQS pollers, and the scripted model on loopback.
 
+pub mod dataplane;
 pub mod emulator;
 pub mod http;
 pub mod model_server;
@@ -60,6 +61,13 @@ pub struct LocalOptions {
     pub hooks: Arc<dyn StepHooks>,
     /// Where to record the pid of an emulator this stack (re)starts.
     pub emulator_pid_file: Option<PathBuf>,
+    /// Run the local sandbox data plane (sandbox tasks as local processes).
+    pub data_plane: bool,
+    /// Where sandbox directories go (default `/var/tmp/armada/<stack>`:
+    /// every ancestor must be traversable by the sandboxes' uids).
+    pub sandbox_root: Option<PathBuf>,
+    /// Added to every sandbox agent's environment (tests).
+    pub sandbox_env: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for LocalOptions {
@@ -91,6 +99,9 @@ impl LocalOptions {
             emulator_dies_with_us: false,
             hooks: Arc::new(NoHooks),
             emulator_pid_file: None,
+            data_plane: true,
+            sandbox_root: None,
+            sandbox_env: Vec::new(),
         }
     }
 }
@@ -165,6 +176,7 @@ impl LocalStack {
         }
         let emulator_pid = emulator_pid.map(|p| Arc::new(AtomicU32::new(p)));
         let aws = AwsClients::load_local(&endpoint, &opts.region).await;
+        emulator::keep_tasks_running(&endpoint).await;
 
         // The scripted model and the API listener come first: their URLs
         // are template parameters.
@@ -192,6 +204,13 @@ impl LocalStack {
         params
             .entry("CallbackSigningSecret".into())
             .or_insert_with(|| ApiKey::mint().secret);
+        if !params.contains_key("SandboxSubnets") || !params.contains_key("SandboxSecurityGroups") {
+            let (subnet, group) = provision::default_network(&endpoint, &opts.region).await?;
+            params.entry("SandboxSubnets".into()).or_insert(subnet);
+            params
+                .entry("SandboxSecurityGroups".into())
+                .or_insert(group);
+        }
         let text = std::fs::read_to_string(opts.root.join("infra/template.yaml"))?;
         let template = Template::parse(&text, &opts.stack, &opts.region, &params)?;
         let provisioned = provision::provision(&aws, &template).await?;
@@ -282,6 +301,36 @@ impl LocalStack {
             ),
         );
         let esm_aws = AwsClients::load_local(&endpoint, &opts.region).await;
+        if opts.data_plane {
+            // Its calls are the platform's (Fargate's), not the functions'.
+            let dp_aws = AwsClients::load_local(&endpoint, &opts.region).await;
+            let cfg = &harness_svc.cfg;
+            let provider = armada_core::hands::SandboxProvider::new(
+                dp_aws.ecs.clone(),
+                dp_aws.sqs.clone(),
+                cfg.sandbox.clone(),
+                &harness_svc.queues.harness_url,
+                &cfg.sandboxes_table,
+                &cfg.payload_bucket,
+            );
+            let store = armada_core::store::sandboxes::SandboxStore::new(
+                dp_aws.dynamo.clone(),
+                &cfg.sandboxes_table,
+            );
+            let dp_opts = dataplane::DataPlaneOptions {
+                root: opts
+                    .sandbox_root
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from("/var/tmp/armada").join(&opts.stack)),
+                agent_exe: dataplane::locate_agent_binary(&opts.root)?,
+                endpoint: endpoint.clone(),
+                region: opts.region.clone(),
+                extra_env: opts.sandbox_env.clone(),
+                poll: Duration::from_millis(200),
+            };
+            let plane = dataplane::DataPlane::new(provider, store, dp_opts, &opts.stack);
+            tasks.push(tokio::spawn(plane.run(shutdown_rx.clone())));
+        }
         for esm in template.event_source_mappings() {
             let (handler, concurrency) = sqs_handlers
                 .get(esm.function.as_str())

@@ -15,7 +15,7 @@ use armada_core::aws::AwsClients;
 use armada_core::store::registry::Registry;
 use armada_domain::agent::AgentDefinition;
 
-use super::template::{TableSpec, Template};
+use super::template::{TableSpec, TaskDefSpec, Template};
 
 #[derive(Debug, Clone, Default)]
 pub struct Provisioned {
@@ -146,6 +146,17 @@ pub async fn provision(aws: &AwsClients, t: &Template) -> Result<Provisioned> {
                 .with_context(|| format!("setting the redrive policy of {}", q.name))?;
         }
     }
+    for cluster in t.clusters()? {
+        aws.ecs
+            .create_cluster()
+            .cluster_name(&cluster)
+            .send()
+            .await
+            .with_context(|| format!("creating cluster {cluster}"))?;
+    }
+    for td in t.task_definitions()? {
+        register_task_definition(aws, &td).await?;
+    }
     for bucket in t.buckets()? {
         let mut req = aws.s3.create_bucket().bucket(&bucket);
         let region = aws
@@ -175,6 +186,81 @@ pub async fn provision(aws: &AwsClients, t: &Template) -> Result<Provisioned> {
         }
     }
     Ok(out)
+}
+
+async fn register_task_definition(aws: &AwsClients, td: &TaskDefSpec) -> Result<()> {
+    use aws_sdk_ecs::types::{Compatibility, ContainerDefinition, KeyValuePair, NetworkMode};
+    let mut req = aws
+        .ecs
+        .register_task_definition()
+        .family(&td.family)
+        .cpu(&td.cpu)
+        .memory(&td.memory)
+        .network_mode(NetworkMode::Awsvpc)
+        .requires_compatibilities(Compatibility::Fargate);
+    for c in &td.containers {
+        req = req.container_definitions(
+            ContainerDefinition::builder()
+                .name(&c.name)
+                .image(&c.image)
+                .memory(c.memory_mb)
+                .essential(true)
+                .set_command(Some(c.command.clone()))
+                .set_environment(Some(
+                    c.environment
+                        .iter()
+                        .map(|(k, v)| KeyValuePair::builder().name(k).value(v).build())
+                        .collect(),
+                ))
+                .build(),
+        );
+    }
+    req.send()
+        .await
+        .with_context(|| format!("registering task definition {}", td.family))?;
+    Ok(())
+}
+
+/// The emulator's default subnets and security groups (EC2's query API,
+/// unsigned: the emulator does not check signatures), to stand for the
+/// VPC a deployment passes as `SandboxSubnets` and `SandboxSecurityGroups`.
+pub async fn default_network(endpoint: &str, region: &str) -> Result<(String, String)> {
+    let client = reqwest::Client::new();
+    let query = |action: &'static str| {
+        let client = client.clone();
+        async move {
+            client
+                .post(format!("{}/", endpoint.trim_end_matches('/')))
+                .header(
+                    "authorization",
+                    format!("AWS4-HMAC-SHA256 Credential=test/20260101/{region}/ec2/aws4_request, SignedHeaders=host, Signature=0"),
+                )
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("Action={action}&Version=2016-11-15"))
+                .send()
+                .await?
+                .text()
+                .await
+        }
+    };
+    let ids = |xml: &str, tag: &str| -> Vec<String> {
+        let open = format!("<{tag}>");
+        let close = format!("</{tag}>");
+        xml.split(&open)
+            .skip(1)
+            .filter_map(|rest| rest.split(&close).next())
+            .map(str::to_string)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    };
+    let subnets = ids(&query("DescribeSubnets").await?, "subnetId");
+    let groups = ids(&query("DescribeSecurityGroups").await?, "groupId");
+    anyhow::ensure!(
+        !subnets.is_empty() && !groups.is_empty(),
+        "the emulator reports no default subnet or security group"
+    );
+    Ok((subnets[0].clone(), groups[0].clone()))
 }
 
 /// Loads every `config/agents/*.json` into the registry. The scripted

@@ -45,6 +45,7 @@ impl Supervisor {
     }
 
     async fn restore(&self) -> anyhow::Result<()> {
+        emulator::keep_tasks_running(&self.endpoint).await;
         provision::provision(&self.aws, &self.template).await?;
         let registry = Registry::new(self.aws.dynamo.clone(), &self.registry_table);
         provision::load_agents(&registry, &self.root).await?;

@@ -48,6 +48,24 @@ pub struct QueueSpec {
 }
 
 #[derive(Debug, Clone, PartialEq)]
+pub struct TaskDefSpec {
+    pub logical_id: String,
+    pub family: String,
+    pub cpu: String,
+    pub memory: String,
+    pub containers: Vec<ContainerSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerSpec {
+    pub name: String,
+    pub image: String,
+    pub memory_mb: i32,
+    pub command: Vec<String>,
+    pub environment: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct Route {
     pub method: String,
     pub path: String,
@@ -157,6 +175,9 @@ impl Template {
             "AWS::DynamoDB::Table" => "TableName",
             "AWS::SQS::Queue" => "QueueName",
             "AWS::S3::Bucket" => "BucketName",
+            "AWS::ECS::Cluster" => "ClusterName",
+            "AWS::ECS::TaskDefinition" => "Family",
+            "AWS::Logs::LogGroup" => "LogGroupName",
             _ => "Name",
         };
         match self.props(r).and_then(|p| get(p, prop)) {
@@ -193,6 +214,19 @@ impl Template {
                 "QueueName" | "Arn" => self.physical_name(res),
                 other => bail!("GetAtt {res}.{other} is not supported locally"),
             };
+        }
+        // Locally a list parameter is its comma-separated text already.
+        if let Some(Value::Sequence(j)) = get(v, "Fn::Join") {
+            let sep = j.first().and_then(Value::as_str).unwrap_or_default();
+            let parts: Vec<String> = match j.get(1) {
+                Some(Value::Sequence(items)) => items
+                    .iter()
+                    .map(|i| self.resolve_str(i))
+                    .collect::<Result<_>>()?,
+                Some(other) => vec![self.resolve_str(other)?],
+                None => vec![],
+            };
+            return Ok(parts.join(sep));
         }
         if let Some(Value::String(s)) = get(v, "Fn::Sub") {
             let mut out = String::new();
@@ -308,6 +342,69 @@ impl Template {
                     visibility_timeout: num("VisibilityTimeout")?,
                     retention: num("MessageRetentionPeriod")?,
                     redrive,
+                })
+            })
+            .collect()
+    }
+
+    /// The ECS clusters' names.
+    pub fn clusters(&self) -> Result<Vec<String>> {
+        self.of_type("AWS::ECS::Cluster")
+            .map(|(id, _)| self.physical_name(id))
+            .collect()
+    }
+
+    /// The ECS task definitions, as the local stack registers them.
+    pub fn task_definitions(&self) -> Result<Vec<TaskDefSpec>> {
+        self.of_type("AWS::ECS::TaskDefinition")
+            .map(|(id, r)| {
+                let p = self
+                    .props(r)
+                    .ok_or_else(|| anyhow!("{id} has no Properties"))?;
+                let s = |k: &str| -> Result<String> {
+                    self.resolve_str(get(p, k).ok_or_else(|| anyhow!("{id} has no {k}"))?)
+                };
+                let containers = get(p, "ContainerDefinitions")
+                    .and_then(Value::as_sequence)
+                    .into_iter()
+                    .flatten()
+                    .map(|c| {
+                        let cs = |k: &str| -> Result<String> {
+                            self.resolve_str(
+                                get(c, k).ok_or_else(|| anyhow!("{id}: a container has no {k}"))?,
+                            )
+                        };
+                        let environment = get(c, "Environment")
+                            .and_then(Value::as_sequence)
+                            .into_iter()
+                            .flatten()
+                            .map(|kv| {
+                                Ok((
+                                    get(kv, "Name").and_then(str_of).unwrap_or_default(),
+                                    self.resolve_str(get(kv, "Value").unwrap_or(&Value::Null))?,
+                                ))
+                            })
+                            .collect::<Result<Vec<_>>>()?;
+                        Ok(ContainerSpec {
+                            name: cs("Name")?,
+                            image: cs("Image")?,
+                            memory_mb: cs("Memory")?.parse()?,
+                            command: get(c, "Command")
+                                .and_then(Value::as_sequence)
+                                .into_iter()
+                                .flatten()
+                                .filter_map(str_of)
+                                .collect(),
+                            environment,
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(TaskDefSpec {
+                    logical_id: id.clone(),
+                    family: self.physical_name(id)?,
+                    cpu: s("Cpu")?,
+                    memory: s("Memory")?,
+                    containers,
                 })
             })
             .collect()

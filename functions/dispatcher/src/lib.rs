@@ -5,8 +5,13 @@
 //!   starts only when every earlier message of its session has ended.
 //! - `RunTerminal`: advances the session (starting the next queued message),
 //!   then closes the Run (`CLOSED_*`).
+//! - `CheckRun`: the watchdog of a Run waiting on a sandbox: its deadline,
+//!   its sandbox's start timeout, and calls whose sandbox died.
 //! - Dead letters (from either DLQ): the Run whose message kept failing is
 //!   failed with the reason, so no Run stays non-terminal forever.
+//!
+//! Settling a Run also lets go of its agent's sandbox and wakes the next
+//! Run waiting for it.
 
 use std::sync::Arc;
 
@@ -15,10 +20,15 @@ use serde_json::json;
 use tracing::Instrument;
 
 use armada_core::error::StoreError;
+use armada_core::sandboxing::{self, CallWatch, SandboxError};
 use armada_core::sqs::{process_batch, receive_count, source_queue, Outcome};
+use armada_core::store::sandboxes::CallRef;
 use armada_core::Services;
-use armada_domain::messages::{DispatchMessage, HarnessMessage};
+use armada_domain::ledger::ToolCallState;
+use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};
 use armada_domain::run::{Run, RunError, RunEvent, RunEventRecord, RunState, Stamp};
+use armada_domain::sandbox::hand::{codes, CallOutcome, SANDBOX_LOST};
+use armada_domain::sandbox::lifecycle::SandboxState;
 
 #[derive(Debug, Clone)]
 pub struct Dispatcher {
@@ -75,6 +85,12 @@ impl Dispatcher {
                 DispatchMessage::RunTerminal { run_id, tenant } => {
                     self.settle(&run_id, &tenant).await
                 }
+                DispatchMessage::CheckRun {
+                    run_id,
+                    tenant,
+                    step,
+                    epoch,
+                } => self.check_run(&run_id, &tenant, step, epoch).await,
             }
         }
         .instrument(span)
@@ -211,6 +227,12 @@ impl Dispatcher {
                 return advanced;
             }
         }
+        if run.sandbox_key.is_some() {
+            let released = self.release_sandbox(&run).await;
+            if released != Outcome::Done {
+                return released;
+            }
+        }
         let mut next = run;
         let mut events = Vec::new();
         if let Some(url) = next.callback_url.clone() {
@@ -265,15 +287,200 @@ impl Dispatcher {
         }
     }
 
+    /// The Run let go of its agent's sandbox (or left the queue for it); the
+    /// next waiting Run, if any, is woken.
+    async fn release_sandbox(&self, run: &Run) -> Outcome {
+        let next =
+            tryo!(sandboxing::release(&self.svc, &run.tenant, &run.agent, &run.run_id).await);
+        let Some(next_id) = next else {
+            return Outcome::Done;
+        };
+        tracing::info!(run_id = %run.run_id, next = %next_id, "sandbox handed to the next run");
+        let Some(waiting) = tryo!(self.svc.runs.get(&next_id).await) else {
+            return Outcome::Done;
+        };
+        if waiting.state != RunState::AwaitingTool {
+            return Outcome::Done;
+        }
+        tryo!(
+            self.svc
+                .queues
+                .send_harness(&HarnessMessage::Step {
+                    run_id: waiting.run_id.clone(),
+                    tenant: waiting.tenant.clone(),
+                    step: waiting.step,
+                })
+                .await
+        );
+        Outcome::Done
+    }
+
+    /// The watchdog of a Run waiting at `step`: its deadline, its sandbox's
+    /// start, and the calls it dispatched (a sandbox that died with a call
+    /// in it is answered for: never started → not run, started → lost).
+    async fn check_run(&self, run_id: &str, tenant: &str, step: u32, epoch: u64) -> Outcome {
+        let Some(run) = tryo!(self.load(run_id, tenant).await) else {
+            return Outcome::Done;
+        };
+        let waiting = matches!(run.state, RunState::AwaitingTool | RunState::AwaitingHitl);
+        if run.epoch != epoch || run.step != step || !waiting {
+            // The Run moved on; a later wait has its own check.
+            return Outcome::Done;
+        }
+        let now = self.svc.clock.now_ms();
+        if run.past_deadline(now) {
+            return self.time_out(run, now).await;
+        }
+        if run.state == RunState::AwaitingTool && run.sandbox_key.is_some() {
+            let agent = tryo!(self.svc.registry.agent(&run.agent).await);
+            let mut rec = tryo!(self.svc.sandboxes.get(&run.tenant, &run.agent).await);
+            if let Some(r) = &rec {
+                if r.holder_run_id.as_deref() == Some(run_id) {
+                    match sandboxing::check_start(&self.svc, r, agent.as_ref()).await {
+                        Ok(updated) => rec = Some(updated),
+                        Err(SandboxError::Store(e)) => return retry(e),
+                        Err(SandboxError::Placement(why)) => {
+                            tracing::warn!(run_id, %why, "sandbox restart after a start timeout failed");
+                        }
+                    }
+                }
+            }
+            let dispatched: Vec<_> = run
+                .ledger
+                .values()
+                .filter(|c| c.step == step && c.sandbox && c.state == ToolCallState::Dispatched)
+                .cloned()
+                .collect();
+            for c in dispatched {
+                let generation = c
+                    .result
+                    .as_ref()
+                    .and_then(|r| r.get("generation"))
+                    .and_then(|g| g.as_u64())
+                    .unwrap_or(0);
+                let call = CallRef {
+                    run_id: run.run_id.clone(),
+                    call_id: c.call_id.clone(),
+                    attempt: c.attempt,
+                };
+                let watch =
+                    tryo!(sandboxing::watch_call(&self.svc, rec.as_ref(), &call, generation).await);
+                let outcome = match watch {
+                    CallWatch::Wait => continue,
+                    CallWatch::NotRun(why) => {
+                        // A silent sandbox that never started the call is
+                        // replaced; a failed one stays failed.
+                        let failed = rec
+                            .as_ref()
+                            .is_some_and(|r| r.state == SandboxState::Failed);
+                        if let Some(r) = rec.as_ref().filter(|r| !r.state.is_gone()) {
+                            tryo!(
+                                sandboxing::destroy(
+                                    &self.svc,
+                                    &r.tenant,
+                                    &r.agent,
+                                    "the sandbox stopped answering"
+                                )
+                                .await
+                            );
+                        }
+                        CallOutcome::NotRun {
+                            code: if failed {
+                                codes::SANDBOX_UNAVAILABLE.to_string()
+                            } else {
+                                SANDBOX_LOST.to_string()
+                            },
+                            message: why,
+                        }
+                    }
+                    CallWatch::Lost(why) => {
+                        if let Some(r) = rec.as_ref().filter(|r| !r.state.is_gone()) {
+                            tryo!(
+                                sandboxing::destroy(
+                                    &self.svc,
+                                    &r.tenant,
+                                    &r.agent,
+                                    "the sandbox stopped answering during a call"
+                                )
+                                .await
+                            );
+                        }
+                        CallOutcome::Lost { reason: why }
+                    }
+                };
+                tracing::warn!(run_id, call_id = %c.call_id, ?outcome, "watchdog answers for a sandbox call");
+                tryo!(
+                    self.svc
+                        .queues
+                        .send_harness(&HarnessMessage::ToolResult {
+                            run_id: run.run_id.clone(),
+                            tenant: run.tenant.clone(),
+                            step,
+                            call_id: c.call_id.clone(),
+                            attempt: c.attempt,
+                            body: ResultBody::Inline { outcome },
+                        })
+                        .await
+                );
+            }
+        }
+        tryo!(
+            self.svc
+                .queues
+                .send_dispatch_delayed(
+                    &DispatchMessage::CheckRun {
+                        run_id: run_id.to_string(),
+                        tenant: tenant.to_string(),
+                        step,
+                        epoch,
+                    },
+                    self.svc.cfg.sandbox.check_seconds,
+                )
+                .await
+        );
+        Outcome::Done
+    }
+
+    /// A waiting Run ran out of wall-clock time: it ends TIMED_OUT (fenced
+    /// by taking the next epoch, as a claim would).
+    async fn time_out(&self, run: Run, now: i64) -> Outcome {
+        let prev = run.stamp();
+        let mut next = run;
+        if next.apply(&RunEvent::DeadlineExceeded, now).is_err() {
+            return Outcome::Done;
+        }
+        next.epoch += 1;
+        next.lease_until_ms = 0;
+        let error = RunError::new(
+            "TIMED_OUT",
+            "the run exceeded its wall-clock budget while waiting",
+        );
+        let ev = next.push_event("run_timed_out", json!({"error": error}), now);
+        next.error = Some(error);
+        let (run_id, tenant) = (next.run_id.clone(), next.tenant.clone());
+        match self.svc.runs.save(prev, &next, &[ev], vec![]).await {
+            Ok(()) => self.settle(&run_id, &tenant).await,
+            Err(StoreError::Conflict { .. }) => Outcome::Done,
+            Err(e) => retry(e),
+        }
+    }
+
     /// A message that kept failing: fail its Run with the reason, then settle it.
     async fn dead_letter(&self, queue: &str, body: &str, receives: u32) -> Outcome {
         let (run_id, tenant, what) = if let Ok(m) = serde_json::from_str::<HarnessMessage>(body) {
-            let HarnessMessage::Step {
-                run_id,
-                tenant,
-                step,
-            } = m;
-            (run_id, tenant, format!("step {step}"))
+            match m {
+                HarnessMessage::Step {
+                    run_id,
+                    tenant,
+                    step,
+                } => (run_id, tenant, format!("step {step}")),
+                HarnessMessage::ToolResult {
+                    run_id,
+                    tenant,
+                    call_id,
+                    ..
+                } => (run_id, tenant, format!("tool result of {call_id}")),
+            }
         } else if let Ok(m) = serde_json::from_str::<DispatchMessage>(body) {
             match m {
                 DispatchMessage::StartRun { run_id, tenant } => {
@@ -281,6 +488,9 @@ impl Dispatcher {
                 }
                 DispatchMessage::RunTerminal { run_id, tenant } => {
                     (run_id, tenant, "settlement".to_string())
+                }
+                DispatchMessage::CheckRun { run_id, tenant, .. } => {
+                    (run_id, tenant, "watchdog".to_string())
                 }
             }
         } else {

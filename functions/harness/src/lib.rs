@@ -15,20 +15,55 @@ use serde_json::{json, Value};
 use tracing::Instrument;
 
 use armada_core::error::StoreError;
+use armada_core::sandboxing::{self, SandboxError};
 use armada_core::sqs::{process_batch, Outcome};
 use armada_core::Services;
+use armada_domain::agent::{AgentDefinition, Provisioning};
 use armada_domain::chat::{ChatMessage, ModelReply, Role, ToolCall};
 use armada_domain::context::{self, HistoryTurn};
 use armada_domain::ledger::{self, Recovery, ToolCallRecord, ToolCallState};
-use armada_domain::messages::{DispatchMessage, HarnessMessage};
+use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};
 use armada_domain::run::{
     clip, Delivery, Payload, Run, RunAction, RunError, RunEvent, RunEventRecord, Stamp,
 };
+use armada_domain::sandbox::hand::{
+    codes, error_json, CallOutcome, Invocation, SANDBOX_LOST, SECURITY_VIOLATION,
+};
+use armada_domain::sandbox::lifecycle::{sandbox_key, Acquired};
 use armada_domain::session;
 use armada_domain::skills;
 
 /// Event payloads are previews: the full text is on the Run (or in S3).
 const EVENT_PREVIEW_BYTES: usize = 8 * 1024;
+/// A tool result kept whole in the ledger (the Run's item); larger ones are
+/// whole in their `tool_result` event only.
+const LEDGER_RESULT_BYTES: usize = 4 * 1024;
+/// Attempts of a call whose sandbox died before it started.
+const MAX_SANDBOX_ATTEMPTS: u32 = 3;
+
+/// The ledger keeps small results whole and a note for large ones.
+fn ledger_copy(result: &Value) -> Value {
+    let text = result.to_string();
+    if text.len() <= LEDGER_RESULT_BYTES {
+        result.clone()
+    } else {
+        json!({"bytes": text.len(), "note": "the whole result is in the run's tool_result event"})
+    }
+}
+
+fn uses_sandbox(agent: &AgentDefinition) -> bool {
+    agent
+        .skills
+        .iter()
+        .any(|s| skills::builtin(s).is_some_and(|m| m.in_sandbox()))
+}
+
+/// A call's timeout: the skill's manifest, capped by the sandbox's limit.
+fn call_timeout(agent: &AgentDefinition, skill: &str) -> u32 {
+    let manifest =
+        skills::builtin(skill).map_or(agent.sandbox.limits.call_timeout_s, |m| m.timeout_s);
+    manifest.min(agent.sandbox.limits.call_timeout_s)
+}
 
 /// Messages dropped as duplicates or overtaken.
 pub static STALE_DROPS: AtomicU64 = AtomicU64::new(0);
@@ -146,13 +181,30 @@ impl Harness {
                 return Ok(Outcome::Done);
             }
         };
-        let HarnessMessage::Step {
-            run_id,
-            tenant,
-            step,
-        } = parsed;
-        let span = tracing::info_span!("step", %run_id, %tenant, step);
-        match self.step(&run_id, &tenant, step).instrument(span).await {
+        let result = match parsed {
+            HarnessMessage::Step {
+                run_id,
+                tenant,
+                step,
+            } => {
+                let span = tracing::info_span!("step", %run_id, %tenant, step);
+                self.step(&run_id, &tenant, step).instrument(span).await
+            }
+            HarnessMessage::ToolResult {
+                run_id,
+                tenant,
+                step,
+                call_id,
+                attempt,
+                body,
+            } => {
+                let span = tracing::info_span!("tool_result", %run_id, %tenant, step, %call_id);
+                self.tool_result(&run_id, &tenant, step, &call_id, attempt, body)
+                    .instrument(span)
+                    .await
+            }
+        };
+        match result {
             Ok(()) => Ok(Outcome::Done),
             Err(StepError::Retry(reason)) => Ok(Outcome::retry(reason)),
             Err(StepError::Busy { reason, until_s }) => Ok(Outcome::Retry {
@@ -161,29 +213,37 @@ impl Harness {
             }),
             Err(StepError::Fenced) => {
                 FENCED_COMMITS.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%run_id, step, "commit rejected: a newer epoch owns the run; work discarded");
+                tracing::warn!("commit rejected: a newer epoch owns the run; work discarded");
                 Ok(Outcome::Done)
             }
             Err(StepError::Aborted(a)) => Err(a),
         }
     }
 
-    async fn step(&self, run_id: &str, tenant: &str, step: u32) -> Result<(), StepError> {
+    /// Reads a Run and claims `step` of it, or says why not (`None`: the
+    /// message is stale or the Run unknown, and is dropped).
+    async fn claim(
+        &self,
+        run_id: &str,
+        tenant: &str,
+        step: u32,
+    ) -> Result<Option<(Run, i64)>, StepError> {
         let svc = &self.svc;
         let Some(run) = svc.runs.get(run_id).await? else {
             tracing::warn!(run_id, "message for an unknown run dropped");
-            return Ok(());
+            return Ok(None);
         };
         if run.tenant != tenant {
             tracing::error!(run_id, tenant, owner = %run.tenant, "security: message tenant does not own the run; dropped");
-            return Ok(());
+            return Ok(None);
         }
         let now = svc.clock.now_ms();
         match run.classify_delivery(step, now) {
             Delivery::Stale { reason } => {
                 STALE_DROPS.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(run_id, step, current = run.step, state = %run.state, reason = reason.as_str(), "stale message dropped");
-                return self.resend_followup(&run, now).await;
+                self.resend_followup(&run, now).await?;
+                return Ok(None);
             }
             Delivery::LeaseHeld { until_ms } => {
                 let left_ms = until_ms - now;
@@ -194,26 +254,189 @@ impl Harness {
             }
             Delivery::Claimable => {}
         }
-        let run = match svc.runs.claim(&run, now, svc.cfg.step_lease_ms).await {
-            Ok(r) => r,
+        match svc.runs.claim(&run, now, svc.cfg.step_lease_ms).await {
+            Ok(r) => {
+                tracing::info!(run_id, step, epoch = r.epoch, "claimed");
+                Ok(Some((r, now)))
+            }
             Err(StoreError::Conflict { .. }) => {
                 STALE_DROPS.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(run_id, step, "claim lost to another worker; dropped");
-                return Ok(());
+                Ok(None)
             }
-            Err(e) => return Err(e.into()),
-        };
-        tracing::info!(run_id, step, epoch = run.epoch, "claimed");
-        let epoch = run.epoch;
-        let result = self.execute(run, now).await;
-        if let Err(StepError::Retry(_)) = &result {
-            // Give the step back now rather than when the lease runs out,
-            // so the redelivery can claim it (fenced: only if still ours).
-            if let Err(e) = svc.runs.release(run_id, epoch).await {
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Gives a claimed step back early when it failed for a retryable reason,
+    /// so the redelivery can claim it (fenced: only if still ours).
+    async fn give_back(&self, run_id: &str, epoch: u64, result: &Result<(), StepError>) {
+        if let Err(StepError::Retry(_)) = result {
+            if let Err(e) = self.svc.runs.release(run_id, epoch).await {
                 tracing::warn!(run_id, error = %e, "could not release the lease; it will expire");
             }
         }
+    }
+
+    async fn step(&self, run_id: &str, tenant: &str, step: u32) -> Result<(), StepError> {
+        let Some((run, now)) = self.claim(run_id, tenant, step).await? else {
+            return Ok(());
+        };
+        let epoch = run.epoch;
+        let result = self.execute(run, now).await;
+        self.give_back(run_id, epoch, &result).await;
         result
+    }
+
+    /// A sandbox call's outcome arrived.
+    async fn tool_result(
+        &self,
+        run_id: &str,
+        tenant: &str,
+        step: u32,
+        call_id: &str,
+        attempt: u32,
+        body: ResultBody,
+    ) -> Result<(), StepError> {
+        let svc = &self.svc;
+        let outcome = match body {
+            ResultBody::Inline { outcome } => outcome,
+            ResultBody::Stored { key } => {
+                let text = svc.payloads.get_text(&key).await?;
+                serde_json::from_str(&text)
+                    .map_err(|e| StepError::Retry(format!("stored outcome {key}: {e}")))?
+            }
+        };
+        // Judge the answer against the ledger before claiming anything.
+        let Some(current) = svc.runs.get(run_id).await? else {
+            return Ok(());
+        };
+        let fresh = current.ledger.get(call_id).is_some_and(|r| {
+            r.sandbox && !r.state.is_settled() && r.attempt == attempt && r.step == step
+        });
+        if !fresh || current.state.is_terminal() {
+            STALE_DROPS.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(run_id, call_id, attempt, state = %current.state, "outcome for a settled call, an old attempt or an ended run dropped");
+            return Ok(());
+        }
+        let Some((mut run, now)) = self.claim(run_id, tenant, step).await? else {
+            return Ok(());
+        };
+        let epoch = run.epoch;
+        let result = async {
+            let prev = run.stamp();
+            let Some(agent) = svc.registry.agent(&run.agent).await? else {
+                let err = RunError::new(
+                    "AGENT_NOT_FOUND",
+                    format!("agent '{}' no longer exists", run.agent),
+                );
+                return self
+                    .finish(&mut run, prev, RunEvent::Failed, Some(err), vec![])
+                    .await;
+            };
+            let mut events = Vec::new();
+            if let Some(err) = self.apply_outcome(&mut run, call_id, outcome, &mut events, now) {
+                return self
+                    .finish(&mut run, prev, RunEvent::Failed, Some(err), events)
+                    .await;
+            }
+            self.advance(run, prev, &agent, events).await
+        }
+        .await;
+        self.give_back(run_id, epoch, &result).await;
+        result
+    }
+
+    /// Records a sandbox call's outcome in the ledger. Returns the error
+    /// that ends the Run, if the outcome ends it.
+    fn apply_outcome(
+        &self,
+        run: &mut Run,
+        call_id: &str,
+        outcome: CallOutcome,
+        events: &mut Vec<RunEventRecord>,
+        now: i64,
+    ) -> Option<RunError> {
+        let rec = run.ledger.get(call_id)?.clone();
+        let (state, result, ends_run) = match outcome {
+            CallOutcome::Finished { result } => {
+                let state = if result.get("error").is_some() {
+                    ToolCallState::Failed
+                } else {
+                    ToolCallState::Done
+                };
+                (state, result, None)
+            }
+            CallOutcome::NotRun { code, message } => {
+                if code == SANDBOX_LOST && rec.attempt < MAX_SANDBOX_ATTEMPTS {
+                    // It never ran: safe to send again, to a new sandbox.
+                    if let Some(r) = run.ledger.get_mut(call_id) {
+                        r.attempt += 1;
+                        r.state = ToolCallState::Planned;
+                    }
+                    events.push(run.push_event(
+                        "tool_retried",
+                        json!({"call_id": call_id, "name": rec.skill, "reason": message, "attempt": rec.attempt + 1}),
+                        now,
+                    ));
+                    return None;
+                }
+                let ends = match code.as_str() {
+                    SANDBOX_LOST | codes::SANDBOX_UNAVAILABLE => Some(RunError::new(
+                        codes::SANDBOX_UNAVAILABLE,
+                        format!("tool call {call_id} could not run: {message}"),
+                    )),
+                    SECURITY_VIOLATION => {
+                        events.push(run.push_event(
+                            "security_violation",
+                            json!({"call_id": call_id, "message": message}),
+                            now,
+                        ));
+                        Some(RunError::new(SECURITY_VIOLATION, message.clone()))
+                    }
+                    _ => None,
+                };
+                (ToolCallState::Failed, error_json(&code, message), ends)
+            }
+            CallOutcome::Lost { reason } => {
+                if ledger::recover(&rec) == Some(Recovery::Redo) {
+                    if let Some(r) = run.ledger.get_mut(call_id) {
+                        r.attempt += 1;
+                        r.state = ToolCallState::Planned;
+                    }
+                    events.push(run.push_event(
+                        "tool_retried",
+                        json!({"call_id": call_id, "name": rec.skill, "reason": reason, "attempt": rec.attempt + 1}),
+                        now,
+                    ));
+                    return None;
+                }
+                if let Some(r) = run.ledger.get_mut(call_id) {
+                    r.state = ToolCallState::Indeterminate;
+                }
+                events.push(run.push_event(
+                    "tool_indeterminate",
+                    json!({"call_id": call_id, "name": rec.skill, "reason": reason}),
+                    now,
+                ));
+                return Some(RunError::new(
+                    "TOOL_INDETERMINATE",
+                    format!(
+                        "tool call {call_id} was dispatched but its sandbox was lost ({reason}); it is not idempotent, so it was not repeated"
+                    ),
+                ));
+            }
+        };
+        if let Some(r) = run.ledger.get_mut(call_id) {
+            r.state = state;
+            r.result = Some(ledger_copy(&result));
+        }
+        events.push(run.push_event(
+            "tool_result",
+            json!({"call_id": call_id, "name": rec.skill, "state": state, "result": result}),
+            now,
+        ));
+        ends_run
     }
 
     /// The claimed part of a step.
@@ -241,62 +464,32 @@ impl Harness {
                 .finish(&mut run, prev, RunEvent::Failed, Some(err), vec![])
                 .await;
         };
-        let input = match &run.input {
-            Payload::Inline { text } => text.clone(),
-            Payload::Stored { key, .. } => svc.payloads.get_text(key).await?,
-        };
-        let history = match &run.session_id {
-            Some(sid) => svc.sessions.history(sid).await?,
-            None => vec![],
-        };
-        let log = svc.runs.all_events(&run.run_id).await?;
-        let transcript = transcript(&input, &log);
         let mut events = Vec::new();
 
-        // A previous worker may have dispatched this step's tools and died
-        // before committing: never re-send a non-idempotent call silently.
+        // Calls of this step still open: sandbox calls may be waiting (for
+        // the sandbox, or for their answer); an inline call left DISPATCHED
+        // means a previous worker died before committing its result.
         let pending: Vec<ToolCallRecord> = run
             .ledger
             .values()
             .filter(|r| r.step == run.step && !r.state.is_settled())
             .cloned()
             .collect();
-        let calls: Vec<ToolCall> = if !pending.is_empty() {
-            let mut indeterminate = Vec::new();
-            for rec in &pending {
-                if ledger::recover(rec) == Some(Recovery::Indeterminate) {
-                    indeterminate.push(rec.call_id.clone());
-                    if let Some(r) = run.ledger.get_mut(&rec.call_id) {
-                        r.state = ToolCallState::Indeterminate;
-                    }
-                    events.push(run.push_event(
-                        "tool_indeterminate",
-                        json!({"call_id": rec.call_id, "name": rec.skill}),
-                        now,
-                    ));
-                }
+        let fresh = pending.is_empty();
+        if fresh {
+            // `eager`: the sandbox is there before the first model call.
+            if agent.sandbox.provisioning == Provisioning::Eager
+                && run.sandbox_key.is_none()
+                && uses_sandbox(&agent)
+            {
+                run.sandbox_key = Some(sandbox_key(&run.tenant, &run.agent));
+                svc.runs.save(prev, &run, &[], vec![]).await?;
+                prev = run.stamp();
             }
-            if !indeterminate.is_empty() {
-                let err = RunError::new(
-                    "TOOL_INDETERMINATE",
-                    format!(
-                        "tool calls {} were dispatched but their results were lost; they are not idempotent, so they were not repeated",
-                        indeterminate.join(", ")
-                    ),
-                );
-                return self
-                    .finish(&mut run, prev, RunEvent::Failed, Some(err), events)
-                    .await;
+            if let Some(wait) = self.eager_wait(&mut run, &agent, now).await? {
+                events.push(wait);
+                return self.wait(run, prev, events).await;
             }
-            pending
-                .iter()
-                .map(|r| ToolCall {
-                    id: r.call_id.clone(),
-                    name: r.skill.clone(),
-                    args: r.args.clone(),
-                })
-                .collect()
-        } else {
             if run.usage.model_turns >= run.budgets.max_model_turns {
                 let err = RunError::new(
                     "BUDGET_EXCEEDED",
@@ -309,6 +502,16 @@ impl Harness {
                     .finish(&mut run, prev, RunEvent::Failed, Some(err), vec![])
                     .await;
             }
+            let input = match &run.input {
+                Payload::Inline { text } => text.clone(),
+                Payload::Stored { key, .. } => svc.payloads.get_text(key).await?,
+            };
+            let history = match &run.session_id {
+                Some(sid) => svc.sessions.history(sid).await?,
+                None => vec![],
+            };
+            let log = svc.runs.all_events(&run.run_id).await?;
+            let transcript = transcript(&input, &log);
             let assembled = context::assemble(
                 &agent.system_prompt,
                 &history,
@@ -387,8 +590,15 @@ impl Harness {
                     .finish(&mut run, prev, RunEvent::Failed, Some(err), events)
                     .await;
             }
-            // Record the calls as dispatched before running any of them.
+            // Record every call before running any: inline calls as
+            // dispatched, sandbox calls as planned (they are dispatched
+            // once the sandbox is held).
             for c in &reply.tool_calls {
+                let in_sandbox = agent.skills.contains(&c.name)
+                    && skills::builtin(&c.name).is_some_and(|m| m.in_sandbox());
+                if in_sandbox {
+                    run.sandbox_key = Some(sandbox_key(&run.tenant, &run.agent));
+                }
                 run.ledger.insert(
                     c.id.clone(),
                     ToolCallRecord {
@@ -396,9 +606,15 @@ impl Harness {
                         skill: c.name.clone(),
                         args: c.args.clone(),
                         step: run.step,
-                        state: ToolCallState::Dispatched,
+                        state: if in_sandbox {
+                            ToolCallState::Planned
+                        } else {
+                            ToolCallState::Dispatched
+                        },
                         idempotent: skills::call_is_idempotent(&c.name, &c.args),
                         result: None,
+                        sandbox: in_sandbox,
+                        attempt: 1,
                     },
                 );
                 events.push(run.push_event(
@@ -412,22 +628,59 @@ impl Harness {
             svc.runs.save(prev, &run, &events, vec![]).await?;
             prev = run.stamp();
             events.clear();
-            reply.tool_calls
-        };
+        }
 
-        for c in &calls {
-            let outcome = svc.tools.execute(&agent, c, svc.clock.now_ms()).await;
+        // Inline calls run here, in the step.
+        let inline: Vec<ToolCallRecord> = run
+            .ledger
+            .values()
+            .filter(|r| r.step == run.step && !r.sandbox && !r.state.is_settled())
+            .cloned()
+            .collect();
+        let mut indeterminate = Vec::new();
+        for rec in &inline {
+            if !fresh && ledger::recover(rec) == Some(Recovery::Indeterminate) {
+                indeterminate.push(rec.call_id.clone());
+                if let Some(r) = run.ledger.get_mut(&rec.call_id) {
+                    r.state = ToolCallState::Indeterminate;
+                }
+                events.push(run.push_event(
+                    "tool_indeterminate",
+                    json!({"call_id": rec.call_id, "name": rec.skill}),
+                    now,
+                ));
+            }
+        }
+        if !indeterminate.is_empty() {
+            let err = RunError::new(
+                "TOOL_INDETERMINATE",
+                format!(
+                    "tool calls {} were dispatched but their results were lost; they are not idempotent, so they were not repeated",
+                    indeterminate.join(", ")
+                ),
+            );
+            return self
+                .finish(&mut run, prev, RunEvent::Failed, Some(err), events)
+                .await;
+        }
+        for rec in &inline {
+            let call = ToolCall {
+                id: rec.call_id.clone(),
+                name: rec.skill.clone(),
+                args: rec.args.clone(),
+            };
+            let outcome = svc.tools.execute(&agent, &call, svc.clock.now_ms()).await;
             let (state, result) = match outcome {
                 Ok(v) => (ToolCallState::Done, v),
                 Err(f) => (ToolCallState::Failed, f.to_json()),
             };
-            if let Some(r) = run.ledger.get_mut(&c.id) {
+            if let Some(r) = run.ledger.get_mut(&rec.call_id) {
                 r.state = state;
-                r.result = Some(result.clone());
+                r.result = Some(ledger_copy(&result));
             }
             events.push(run.push_event(
                 "tool_result",
-                json!({"call_id": c.id, "name": c.name, "state": state, "result": result}),
+                json!({"call_id": rec.call_id, "name": rec.skill, "state": state, "result": result}),
                 svc.clock.now_ms(),
             ));
         }
@@ -435,7 +688,132 @@ impl Harness {
             .after_tools_ran(&run)
             .await
             .map_err(StepError::Aborted)?;
+        self.advance(run, prev, &agent, events).await
+    }
+
+    /// An `eager` agent holds its sandbox before its first model call; the
+    /// event to record when the Run has to wait for it.
+    async fn eager_wait(
+        &self,
+        run: &mut Run,
+        agent: &AgentDefinition,
+        now: i64,
+    ) -> Result<Option<RunEventRecord>, StepError> {
+        if agent.sandbox.provisioning != Provisioning::Eager || !uses_sandbox(agent) {
+            return Ok(None);
+        }
+        let holding = match sandboxing::acquire(&self.svc, &run.tenant, &run.run_id, agent).await {
+            Ok(h) => h,
+            Err(SandboxError::Store(e)) => return Err(e.into()),
+            // A placement that cannot be met fails when a call needs it.
+            Err(SandboxError::Placement(why)) => {
+                tracing::warn!(%why, "eager sandbox could not be placed");
+                return Ok(None);
+            }
+        };
+        Ok(match holding.acquired {
+            Acquired::Held { .. } => None,
+            Acquired::Waiting { position } => Some(run.push_event(
+                "sandbox_wait",
+                json!({"position": position, "holder_run_id": holding.record.holder_run_id}),
+                now,
+            )),
+        })
+    }
+
+    /// After a step's inline calls and any sandbox outcome: dispatch the
+    /// planned sandbox calls (when the sandbox is held), then either wait
+    /// for their answers or go on to the next step.
+    async fn advance(
+        &self,
+        mut run: Run,
+        prev: Stamp,
+        agent: &AgentDefinition,
+        mut events: Vec<RunEventRecord>,
+    ) -> Result<(), StepError> {
+        let svc = &self.svc;
         let now = svc.clock.now_ms();
+        let planned: Vec<ToolCallRecord> = run
+            .ledger
+            .values()
+            .filter(|r| r.step == run.step && r.sandbox && r.state == ToolCallState::Planned)
+            .cloned()
+            .collect();
+        if !planned.is_empty() {
+            if agent.sandbox.destructive() {
+                // A read-write sub-path of the user's workspace: every call
+                // needs a human's approval (seed 000 §F).
+                events.push(run.push_event(
+                    "approval_required",
+                    json!({
+                        "calls": planned.iter().map(|c| &c.call_id).collect::<Vec<_>>(),
+                        "reason": "the agent's sandbox mounts a read-write sub-path of the user's workspace: its calls are destructive and need a human's approval",
+                    }),
+                    now,
+                ));
+                run.apply(&RunEvent::AwaitApproval, now)
+                    .map_err(|e| StepError::Retry(e.to_string()))?;
+                run.lease_until_ms = 0;
+                svc.runs.save(prev, &run, &events, vec![]).await?;
+                return self.check_later(&run).await;
+            }
+            let holding = match sandboxing::acquire(svc, &run.tenant, &run.run_id, agent).await {
+                Ok(h) => h,
+                Err(SandboxError::Store(e)) => return Err(e.into()),
+                Err(SandboxError::Placement(why)) => {
+                    let err = RunError::new(codes::SANDBOX_UNAVAILABLE, why);
+                    let mut run = run;
+                    return self
+                        .finish(&mut run, prev, RunEvent::Failed, Some(err), events)
+                        .await;
+                }
+            };
+            match holding.acquired {
+                Acquired::Held { .. } => {
+                    let rec = &holding.record;
+                    for c in &planned {
+                        let inv = Invocation {
+                            run_id: run.run_id.clone(),
+                            tenant: run.tenant.clone(),
+                            agent: run.agent.clone(),
+                            generation: rec.generation,
+                            step: run.step,
+                            call_id: c.call_id.clone(),
+                            attempt: c.attempt,
+                            skill: c.skill.clone(),
+                            args: c.args.clone(),
+                            timeout_s: call_timeout(agent, &c.skill),
+                        };
+                        sandboxing::dispatch(svc, rec, &inv)
+                            .await
+                            .map_err(|e| StepError::Retry(e.to_string()))?;
+                        if let Some(r) = run.ledger.get_mut(&c.call_id) {
+                            r.state = ToolCallState::Dispatched;
+                            r.result = Some(json!({"generation": rec.generation}));
+                        }
+                        events.push(run.push_event(
+                            "tool_dispatched",
+                            json!({"call_id": c.call_id, "name": c.skill, "attempt": c.attempt, "sandbox": rec.key(), "generation": rec.generation}),
+                            now,
+                        ));
+                    }
+                }
+                Acquired::Waiting { position } => {
+                    events.push(run.push_event(
+                        "sandbox_wait",
+                        json!({"position": position, "holder_run_id": holding.record.holder_run_id}),
+                        now,
+                    ));
+                }
+            }
+        }
+        let open = run
+            .ledger
+            .values()
+            .any(|r| r.step == run.step && !r.state.is_settled());
+        if open {
+            return self.wait(run, prev, events).await;
+        }
         let actions = run
             .apply(&RunEvent::StepContinues, now)
             .map_err(|e| StepError::Retry(e.to_string()))?;
@@ -443,6 +821,38 @@ impl Harness {
         run.lease_until_ms = 0;
         svc.runs.save(prev, &run, &events, vec![]).await?;
         self.carry_out(&run, &actions).await
+    }
+
+    /// The Run waits for its sandbox: AWAITING_TOOL, with a watchdog.
+    async fn wait(
+        &self,
+        mut run: Run,
+        prev: Stamp,
+        events: Vec<RunEventRecord>,
+    ) -> Result<(), StepError> {
+        let now = self.svc.clock.now_ms();
+        run.apply(&RunEvent::AwaitTool, now)
+            .map_err(|e| StepError::Retry(e.to_string()))?;
+        run.lease_until_ms = 0;
+        self.svc.runs.save(prev, &run, &events, vec![]).await?;
+        self.check_later(&run).await
+    }
+
+    /// Asks the dispatcher to check on a waiting Run after a while.
+    async fn check_later(&self, run: &Run) -> Result<(), StepError> {
+        self.svc
+            .queues
+            .send_dispatch_delayed(
+                &DispatchMessage::CheckRun {
+                    run_id: run.run_id.clone(),
+                    tenant: run.tenant.clone(),
+                    step: run.step,
+                    epoch: run.epoch,
+                },
+                self.svc.cfg.sandbox.check_seconds,
+            )
+            .await
+            .map_err(|e| StepError::Retry(format!("watchdog not scheduled: {e}")))
     }
 
     async fn complete(

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use armada_core::clock::{new_id, rfc3339};
 use armada_core::error::StoreError;
+use armada_core::sandboxing;
 use armada_core::store::idempotency::IdemRecord;
 use armada_core::store::registry::StoredKey;
 use armada_core::Services;
@@ -21,6 +22,7 @@ use armada_domain::api::{
 };
 use armada_domain::messages::DispatchMessage;
 use armada_domain::run::{Budgets, Payload, Run, RunEvent, RunState, Usage};
+use armada_domain::sandbox::{ProfileDef, Profiles};
 use armada_domain::session::SessionHeader;
 
 /// Bodies above this are refused with 413.
@@ -112,6 +114,28 @@ async fn route(svc: &Arc<Services>, req: &Request, method: &str, path: &str) -> 
         (["v1", "agents", name], "PUT") => {
             admin(&who)?;
             put_agent(svc, req, name).await
+        }
+        (["v1", "agents", name], "DELETE") => {
+            admin(&who)?;
+            delete_agent(svc, name).await
+        }
+        (["v1", "profiles"], "GET") => list_profiles(svc).await,
+        (["v1", "profiles", name], "PUT") => {
+            admin(&who)?;
+            put_profile(svc, req, name).await
+        }
+        (["v1", "sandboxes"], "GET") => {
+            let t = sandbox_tenant(&who, req)?;
+            list_sandboxes(svc, &t).await
+        }
+        (["v1", "sandboxes", agent], "GET") => {
+            let t = sandbox_tenant(&who, req)?;
+            get_sandbox(svc, &t, agent).await
+        }
+        (["v1", "sandboxes", agent], "DELETE") => {
+            admin(&who)?;
+            let t = sandbox_tenant(&who, req)?;
+            destroy_sandbox(svc, &t, agent).await
         }
         (["v1", "tenants", t, "keys"], "POST") => {
             admin(&who)?;
@@ -322,6 +346,7 @@ async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, Value), ApiE
             },
             usage: Usage::default(),
             ledger: Default::default(),
+            sandbox_key: None,
         };
         let created = run.push_event(
             "run_created",
@@ -651,8 +676,122 @@ async fn get_agent(svc: &Services, name: &str) -> ApiResult {
 async fn put_agent(svc: &Services, req: &Request, name: &str) -> ApiResult {
     let body = body_json(req)?;
     let def = AgentDefinition::from_json(name, &body)?;
+    // The profile must resolve now, global profiles first: a placement that
+    // could never be met is refused here rather than at the first call.
+    let global = svc.registry.profiles().await.map_err(store_err)?;
+    let (_, shadowed) = def
+        .sandbox
+        .resolve(global)
+        .map_err(|e| ApiError::new(400, "INVALID_FIELD", format!("sandbox.profile: {e}")))?;
     let version = svc.registry.put_agent(&def).await.map_err(store_err)?;
-    Ok((200, agent_json(&def, version)))
+    let mut v = agent_json(&def, version);
+    if !shadowed.is_empty() {
+        // Reported, not silently dropped: the global definitions hold.
+        v["shadowed_profiles"] = json!(shadowed);
+    }
+    Ok((200, v))
+}
+
+/// Deletes an agent and, with it, every sandbox it has in any tenant: no
+/// task and no file of it is left (seed 000 §E).
+async fn delete_agent(svc: &Services, name: &str) -> ApiResult {
+    let sandboxes = svc.sandboxes.list_agent(name).await.map_err(store_err)?;
+    let mut destroyed = Vec::new();
+    for rec in sandboxes {
+        sandboxing::destroy(svc, &rec.tenant, &rec.agent, "the agent was deleted")
+            .await
+            .map_err(store_err)?;
+        if let Some(gone) = svc
+            .sandboxes
+            .get(&rec.tenant, &rec.agent)
+            .await
+            .map_err(store_err)?
+        {
+            let _ = svc.sandboxes.delete(&gone).await;
+        }
+        destroyed.push(rec.tenant);
+    }
+    if !svc.registry.delete_agent(name).await.map_err(store_err)? && destroyed.is_empty() {
+        return Err(ApiError::not_found(&format!("agent '{name}'")));
+    }
+    Ok((
+        200,
+        json!({"agent": name, "deleted": true, "sandboxes_destroyed": destroyed}),
+    ))
+}
+
+async fn list_profiles(svc: &Services) -> ApiResult {
+    let profiles = svc.registry.profiles().await.map_err(store_err)?;
+    Ok((200, json!({"profiles": profiles})))
+}
+
+/// Defines (or redefines) a global custom profile. Global definitions win
+/// over any agent's project profile of the same name.
+async fn put_profile(svc: &Services, req: &Request, name: &str) -> ApiResult {
+    if !armada_domain::agent::valid_name(name) {
+        return Err(ApiError::new(
+            400,
+            "INVALID_FIELD",
+            "name: must be 1-64 characters of a-z, 0-9, '-' or '_'",
+        ));
+    }
+    let body = body_json(req)?;
+    let def: ProfileDef = serde_json::from_value(body)
+        .map_err(|e| ApiError::new(400, "INVALID_FIELD", format!("profile: {e}")))?;
+    let mut all = svc.registry.profiles().await.map_err(store_err)?;
+    all.insert(name.to_string(), def.clone());
+    let check = Profiles::load(all, Default::default())
+        .and_then(|p| p.resolve(name))
+        .map_err(|e| ApiError::new(400, "INVALID_FIELD", format!("profile: {e}")))?;
+    svc.registry
+        .put_profile(name, &def)
+        .await
+        .map_err(store_err)?;
+    Ok((
+        200,
+        json!({"name": name, "profile": def, "resolved": check}),
+    ))
+}
+
+/// Whose sandboxes: a tenant key sees its own; the admin names a tenant.
+fn sandbox_tenant(who: &Principal, req: &Request) -> Result<String, ApiError> {
+    match who {
+        Principal::Tenant(t) => Ok(t.clone()),
+        Principal::Admin => query(req)
+            .get("tenant")
+            .filter(|t| valid_tenant(t))
+            .cloned()
+            .ok_or_else(|| {
+                ApiError::new(
+                    400,
+                    "INVALID_FIELD",
+                    "tenant: the admin key names the tenant (?tenant=)",
+                )
+            }),
+    }
+}
+
+async fn list_sandboxes(svc: &Services, tenant: &str) -> ApiResult {
+    let list = svc.sandboxes.list(tenant).await.map_err(store_err)?;
+    let views: Vec<Value> = list.iter().map(sandboxing::view).collect();
+    Ok((200, json!({"sandboxes": views})))
+}
+
+async fn get_sandbox(svc: &Services, tenant: &str, agent: &str) -> ApiResult {
+    match svc.sandboxes.get(tenant, agent).await.map_err(store_err)? {
+        Some(rec) => Ok((200, sandboxing::view(&rec))),
+        None => Err(ApiError::not_found(&format!("sandbox of agent '{agent}'"))),
+    }
+}
+
+async fn destroy_sandbox(svc: &Services, tenant: &str, agent: &str) -> ApiResult {
+    match sandboxing::destroy(svc, tenant, agent, "destroyed by an administrator")
+        .await
+        .map_err(store_err)?
+    {
+        Some(rec) => Ok((200, sandboxing::view(&rec))),
+        None => Err(ApiError::not_found(&format!("sandbox of agent '{agent}'"))),
+    }
 }
 
 async fn mint_key(svc: &Services, tenant: &str) -> ApiResult {

@@ -82,6 +82,7 @@ pub struct AwsClients {
     pub dynamo: aws_sdk_dynamodb::Client,
     pub sqs: aws_sdk_sqs::Client,
     pub s3: aws_sdk_s3::Client,
+    pub ecs: aws_sdk_ecs::Client,
     pub sdk_config: aws_config::SdkConfig,
     pub calls: CallCounter,
 }
@@ -117,10 +118,16 @@ impl AwsClients {
                 .interceptor(calls.clone())
                 .build(),
         );
+        let ecs = aws_sdk_ecs::Client::from_conf(
+            aws_sdk_ecs::config::Builder::from(&sdk_config)
+                .interceptor(calls.clone())
+                .build(),
+        );
         AwsClients {
             dynamo,
             sqs,
             s3,
+            ecs,
             sdk_config,
             calls,
         }

@@ -54,6 +54,33 @@ pub struct Config {
     pub model_attempts: u32,
     /// Signs result callbacks (`ARMADA_CALLBACK_SIGNING_SECRET`, at least 16 bytes).
     pub callback_signing_secret: String,
+    /// Where sandbox tasks run.
+    pub sandbox: SandboxConfig,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxConfig {
+    /// ECS cluster of the sandbox tasks (`ARMADA_SANDBOX_CLUSTER`).
+    pub cluster: String,
+    /// Task definition of the standard tier, 1 vCPU / 2 GB (`ARMADA_SANDBOX_TASK_STANDARD`).
+    pub task_standard: String,
+    /// Task definition of the large tier, up to the caps (`ARMADA_SANDBOX_TASK_LARGE`).
+    pub task_large: String,
+    /// The sandbox container's name in both task definitions (`ARMADA_SANDBOX_CONTAINER`, default `hand`).
+    pub container: String,
+    /// Subnets of the tasks' awsvpc network (`ARMADA_SANDBOX_SUBNETS`, comma-separated).
+    pub subnets: Vec<String>,
+    /// Security groups of the tasks (`ARMADA_SANDBOX_SECURITY_GROUPS`, comma-separated).
+    pub security_groups: Vec<String>,
+    /// Name prefix of the per-sandbox hand queues (`ARMADA_HAND_QUEUE_PREFIX`).
+    pub hand_queue_prefix: String,
+    /// How often a Run waiting on a sandbox is checked on (`ARMADA_SANDBOX_CHECK_SECONDS`, default 30).
+    pub check_seconds: u32,
+    /// A sandbox agent not heard of for this long is taken for dead
+    /// (`ARMADA_SANDBOX_STALE_SECONDS`, default 60).
+    pub stale_seconds: u32,
+    /// How often a sandbox agent reports it is alive (`ARMADA_SANDBOX_HEARTBEAT_SECONDS`, default 10).
+    pub heartbeat_seconds: u32,
 }
 
 impl Config {
@@ -80,6 +107,17 @@ impl Config {
                         reason: e.to_string(),
                     }),
             }
+        };
+        let list = |name: &str| -> Vec<String> {
+            vars.get(name)
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default()
         };
         let admin = req("ARMADA_ADMIN_KEY_SHA256")?;
         if admin.len() != 64 || !admin.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -119,6 +157,22 @@ impl Config {
                     });
                 }
                 s
+            },
+            sandbox: SandboxConfig {
+                cluster: req("ARMADA_SANDBOX_CLUSTER")?,
+                task_standard: req("ARMADA_SANDBOX_TASK_STANDARD")?,
+                task_large: req("ARMADA_SANDBOX_TASK_LARGE")?,
+                container: vars
+                    .get("ARMADA_SANDBOX_CONTAINER")
+                    .filter(|v| !v.is_empty())
+                    .cloned()
+                    .unwrap_or_else(|| "hand".into()),
+                subnets: list("ARMADA_SANDBOX_SUBNETS"),
+                security_groups: list("ARMADA_SANDBOX_SECURITY_GROUPS"),
+                hand_queue_prefix: req("ARMADA_HAND_QUEUE_PREFIX")?,
+                check_seconds: num("ARMADA_SANDBOX_CHECK_SECONDS", 30)?.max(1) as u32,
+                stale_seconds: num("ARMADA_SANDBOX_STALE_SECONDS", 60)?.max(1) as u32,
+                heartbeat_seconds: num("ARMADA_SANDBOX_HEARTBEAT_SECONDS", 10)?.max(1) as u32,
             },
         })
     }

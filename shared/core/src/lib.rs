@@ -8,9 +8,11 @@ pub mod callbacks;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod hands;
 pub mod models;
 pub mod payloads;
 pub mod queues;
+pub mod sandboxing;
 pub mod sqs;
 pub mod store;
 pub mod telemetry;
@@ -23,12 +25,14 @@ use crate::callbacks::Callbacks;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::StoreError;
+use crate::hands::SandboxProvider;
 use crate::models::Models;
 use crate::payloads::Payloads;
 use crate::queues::Queues;
 use crate::store::idempotency::IdempotencyStore;
 use crate::store::registry::Registry;
 use crate::store::runs::RunStore;
+use crate::store::sandboxes::SandboxStore;
 use crate::store::sessions::SessionStore;
 use crate::tools::InlineTools;
 
@@ -40,6 +44,8 @@ pub struct Services {
     pub runs: RunStore,
     pub sessions: SessionStore,
     pub registry: Registry,
+    pub sandboxes: SandboxStore,
+    pub provider: SandboxProvider,
     pub idempotency: IdempotencyStore,
     pub queues: Queues,
     pub payloads: Payloads,
@@ -62,6 +68,15 @@ impl Services {
                 cfg.inline_limit_bytes,
             ),
             registry: Registry::new(aws.dynamo.clone(), &cfg.registry_table),
+            sandboxes: SandboxStore::new(aws.dynamo.clone(), &cfg.sandboxes_table),
+            provider: SandboxProvider::new(
+                aws.ecs.clone(),
+                aws.sqs.clone(),
+                cfg.sandbox.clone(),
+                &queues.harness_url,
+                &cfg.sandboxes_table,
+                &cfg.payload_bucket,
+            ),
             idempotency: IdempotencyStore::new(aws.dynamo.clone(), &cfg.idempotency_table),
             payloads,
             models: Models::new(&aws.sdk_config, cfg.scripted_model_url.clone()),

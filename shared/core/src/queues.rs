@@ -52,14 +52,25 @@ impl Queues {
     }
 
     pub async fn send_dispatch(&self, msg: &DispatchMessage) -> Result<(), StoreError> {
+        self.send_dispatch_delayed(msg, 0).await
+    }
+
+    /// Sends to the dispatch queue, delivered after `delay_s` (at most 900).
+    pub async fn send_dispatch_delayed(
+        &self,
+        msg: &DispatchMessage,
+        delay_s: u32,
+    ) -> Result<(), StoreError> {
         let body = serde_json::to_string(msg).map_err(|e| StoreError::Terminal(e.to_string()))?;
-        self.sqs
+        let mut req = self
+            .sqs
             .send_message()
             .queue_url(&self.dispatch_url)
-            .message_body(body)
-            .send()
-            .await
-            .map_err(classify)?;
+            .message_body(body);
+        if delay_s > 0 {
+            req = req.delay_seconds(delay_s.min(900) as i32);
+        }
+        req.send().await.map_err(classify)?;
         Ok(())
     }
 

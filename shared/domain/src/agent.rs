@@ -2,8 +2,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
 use crate::fields::{FieldError, Fields};
-use crate::skills;
+use crate::sandbox::{
+    check_mount, CapabilitySet, Limits, ProfileDef, ProfileError, Profiles, CAPS,
+};
+use crate::skills::{self, MountDecl};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -79,9 +84,192 @@ pub struct AgentDefinition {
     /// Hosts the `http_request` skill may reach.
     #[serde(default)]
     pub http_allow_hosts: Vec<String>,
+    /// Where the agent's sandbox skills run.
+    #[serde(default)]
+    pub sandbox: SandboxSpec,
     /// Incremented by every update.
     #[serde(default)]
     pub version: u64,
+}
+
+/// When an agent's sandbox is made (seed 002).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provisioning {
+    /// At the first sandbox skill call; pure chat Runs never get one.
+    #[default]
+    OnToolUse,
+    /// Before the Run's first model call.
+    Eager,
+}
+
+/// The agent's sandbox requirements, frozen with the definition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// A built-in profile, a global custom one, or one of `profiles`.
+    pub profile: String,
+    pub provisioning: Provisioning,
+    /// Kept warm (prewarmed, never hibernated).
+    pub resident: bool,
+    pub limits: Limits,
+    /// TCP ports calls may connect to (the egress allow-list).
+    pub egress_ports: Vec<u16>,
+    /// Bind mounts: exact sub-paths of `user`'s workspace.
+    pub mounts: Vec<MountDecl>,
+    /// The user whose workspace the sandbox may mount.
+    pub user: Option<String>,
+    /// Project profiles: they may add names, never redefine global ones.
+    pub profiles: BTreeMap<String, ProfileDef>,
+    /// Idle time after which the sandbox hibernates.
+    pub idle_hibernate_s: u32,
+}
+
+/// Seed 000 §B: public HTTPS is on the allow-list.
+pub const DEFAULT_EGRESS_PORTS: [u16; 1] = [443];
+pub const DEFAULT_IDLE_HIBERNATE_S: u32 = 900;
+
+impl Default for SandboxSpec {
+    fn default() -> Self {
+        SandboxSpec {
+            profile: "workspace".into(),
+            provisioning: Provisioning::OnToolUse,
+            resident: false,
+            limits: Limits::default(),
+            egress_ports: DEFAULT_EGRESS_PORTS.to_vec(),
+            mounts: vec![],
+            user: None,
+            profiles: BTreeMap::new(),
+            idle_hibernate_s: DEFAULT_IDLE_HIBERNATE_S,
+        }
+    }
+}
+
+impl SandboxSpec {
+    /// The capability set to enforce: global profiles first (they win),
+    /// then this definition's project profiles. Also returns the project
+    /// names that were shadowed by global ones.
+    pub fn resolve(
+        &self,
+        global: BTreeMap<String, ProfileDef>,
+    ) -> Result<(CapabilitySet, Vec<String>), ProfileError> {
+        let profiles = Profiles::load(global, self.profiles.clone())?;
+        let caps = profiles.resolve(&self.profile)?;
+        Ok((caps, profiles.shadowed))
+    }
+
+    /// Whether a mount gives the sandbox write access below the workspace
+    /// root, which makes its calls destructive (they need an approval).
+    pub fn destructive(&self) -> bool {
+        let user = self.user.as_deref().unwrap_or_default();
+        self.mounts
+            .iter()
+            .any(|m| check_mount(&m.path, m.mode, user).unwrap_or(true))
+    }
+
+    fn from_fields(f: &Fields<'_>) -> Result<Self, FieldError> {
+        f.only(&[
+            "profile",
+            "provisioning",
+            "resident",
+            "limits",
+            "egress_ports",
+            "mounts",
+            "user",
+            "profiles",
+            "idle_hibernate_s",
+        ])?;
+        let mut spec = SandboxSpec::default();
+        if let Some(p) = f.opt_str("profile")? {
+            if p.is_empty() {
+                return Err(FieldError::new("sandbox.profile", "must not be empty"));
+            }
+            spec.profile = p.to_string();
+        }
+        spec.provisioning = match f.opt_str("provisioning")? {
+            None | Some("on_tool_use") => Provisioning::OnToolUse,
+            Some("eager") => Provisioning::Eager,
+            Some(_) => {
+                return Err(FieldError::new(
+                    "sandbox.provisioning",
+                    "must be on_tool_use or eager",
+                ))
+            }
+        };
+        spec.resident = f.opt_bool("resident")?.unwrap_or(false);
+        if let Some(l) = f.opt_obj("limits")? {
+            let l = Fields::nested(l, "sandbox.limits")?;
+            l.only(&["cpu_millis", "memory_mb", "disk_mb", "call_timeout_s"])?;
+            let mut limits = Limits::default();
+            for (name, slot, cap) in [
+                ("cpu_millis", &mut limits.cpu_millis, CAPS.cpu_millis),
+                ("memory_mb", &mut limits.memory_mb, CAPS.memory_mb),
+                ("disk_mb", &mut limits.disk_mb, CAPS.disk_mb),
+                (
+                    "call_timeout_s",
+                    &mut limits.call_timeout_s,
+                    CAPS.call_timeout_s,
+                ),
+            ] {
+                if let Some(v) = l.opt_u64(name)? {
+                    *slot = capped(v, cap, &format!("sandbox.limits.{name}"))?;
+                }
+            }
+            spec.limits = limits;
+        }
+        if let Some(ports) = f.opt_array("egress_ports")? {
+            spec.egress_ports = ports
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    p.as_u64()
+                        .filter(|p| (1..=65535).contains(p))
+                        .map(|p| p as u16)
+                        .ok_or_else(|| {
+                            FieldError::new(
+                                &format!("sandbox.egress_ports[{i}]"),
+                                "must be a port from 1 to 65535",
+                            )
+                        })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        spec.user = f.opt_str("user")?.map(str::to_string);
+        if let Some(mounts) = f.opt_array("mounts")? {
+            for (i, m) in mounts.iter().enumerate() {
+                let field = format!("sandbox.mounts[{i}]");
+                let decl: MountDecl = serde_json::from_value(m.clone()).map_err(|_| {
+                    FieldError::new(&field, "must be {\"path\": str, \"mode\": \"ro\" | \"rw\"}")
+                })?;
+                let user = spec.user.as_deref().ok_or_else(|| {
+                    FieldError::new("sandbox.user", "is required when mounts are declared")
+                })?;
+                check_mount(&decl.path, decl.mode, user)
+                    .map_err(|e| FieldError::new(&field, &e.to_string()))?;
+                spec.mounts.push(decl);
+            }
+        }
+        if let Some(ps) = f.opt_obj("profiles")? {
+            for (name, def) in ps {
+                let def: ProfileDef = serde_json::from_value(def.clone()).map_err(|e| {
+                    FieldError::new(&format!("sandbox.profiles.{name}"), &e.to_string())
+                })?;
+                spec.profiles.insert(name.clone(), def);
+            }
+        }
+        if let Some(v) = f.opt_u64("idle_hibernate_s")? {
+            spec.idle_hibernate_s = capped(v, 7 * 86_400, "sandbox.idle_hibernate_s")?;
+        }
+        // A project profile that cannot resolve is refused now, not at start.
+        Profiles::load(BTreeMap::new(), spec.profiles.clone())
+            .and_then(|p| p.resolve(&spec.profile).map(|_| ()))
+            .or_else(|e| match e {
+                // Resolvable later from global profiles.
+                ProfileError::Unknown(_) => Ok(()),
+                other => Err(other),
+            })
+            .map_err(|e| FieldError::new("sandbox.profile", &e.to_string()))?;
+        Ok(spec)
+    }
 }
 
 pub fn valid_name(name: &str) -> bool {
@@ -157,6 +345,10 @@ impl AgentDefinition {
             }
         }
         let http_allow_hosts = f.opt_str_list("http_allow_hosts")?.unwrap_or_default();
+        let sandbox = match f.opt_obj("sandbox")? {
+            Some(o) => SandboxSpec::from_fields(&Fields::nested(o, "sandbox")?)?,
+            None => SandboxSpec::default(),
+        };
         Ok(AgentDefinition {
             name: name.to_string(),
             description,
@@ -171,6 +363,7 @@ impl AgentDefinition {
             skills,
             limits,
             http_allow_hosts,
+            sandbox,
             version: 0,
         })
     }
@@ -225,6 +418,23 @@ mod tests {
                 .unwrap_err()
                 .field,
             "name"
+        );
+        let mut b = body();
+        b["sandbox"] = json!({"mounts": [{"path": "/etc", "mode": "ro"}], "user": "u1"});
+        let e = AgentDefinition::from_json("a", &b).unwrap_err();
+        assert_eq!(e.field, "sandbox.mounts[0]");
+        assert!(e.message.contains("refused"), "{}", e.message);
+        let mut b = body();
+        b["sandbox"] = json!({"limits": {"call_timeout_s": 3600}});
+        assert_eq!(
+            AgentDefinition::from_json("a", &b).unwrap_err().field,
+            "sandbox.limits.call_timeout_s"
+        );
+        let mut b = body();
+        b["sandbox"] = json!({"profile": "mine", "profiles": {"mine": {"extends": "off"}}});
+        assert_eq!(
+            AgentDefinition::from_json("a", &b).unwrap_err().field,
+            "sandbox.profile"
         );
         let mut b = body();
         b["limits"] = json!({"max_model_turns": 100000});

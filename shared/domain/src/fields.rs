@@ -88,6 +88,22 @@ impl<'a> Fields<'a> {
         }
     }
 
+    pub fn opt_bool(&self, key: &str) -> Result<Option<bool>, FieldError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(self.err(key, "must be true or false")),
+        }
+    }
+
+    pub fn opt_array(&self, key: &str) -> Result<Option<&'a Vec<Value>>, FieldError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Array(a)) => Ok(Some(a)),
+            Some(_) => Err(self.err(key, "must be an array")),
+        }
+    }
+
     pub fn req_obj(&self, key: &str) -> Result<&'a Map<String, Value>, FieldError> {
         self.opt_obj(key)?
             .ok_or_else(|| self.err(key, "is required"))

@@ -25,6 +25,16 @@ pub struct ToolCallRecord {
     /// Whether the skill declares that repeating it is harmless.
     pub idempotent: bool,
     pub result: Option<serde_json::Value>,
+    /// Runs in the agent's sandbox (answered through the harness queue).
+    #[serde(default)]
+    pub sandbox: bool,
+    /// Attempt number: a lost idempotent sandbox call is tried again.
+    #[serde(default = "first_attempt")]
+    pub attempt: u32,
+}
+
+fn first_attempt() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -91,6 +101,8 @@ mod tests {
             state,
             idempotent,
             result: None,
+            sandbox: false,
+            attempt: 1,
         }
     }
 

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::sandbox::hand::CallOutcome;
+
 /// On the dispatch queue (ingress → dispatcher, harness → dispatcher).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -12,19 +14,31 @@ pub enum DispatchMessage {
     StartRun { run_id: String, tenant: String },
     /// A Run reached a terminal state; its post-terminal duties are due.
     RunTerminal { run_id: String, tenant: String },
+    /// A Run waits on a sandbox at `step` (for the sandbox to be free, to
+    /// start, or for a call's answer): check on it. Sent with a delay and
+    /// sent again while the Run keeps waiting.
+    CheckRun {
+        run_id: String,
+        tenant: String,
+        step: u32,
+        /// The epoch that sent it: a later claim ends this chain of checks
+        /// (and starts its own if the Run waits again).
+        epoch: u64,
+    },
 }
 
 impl DispatchMessage {
     pub fn run_id(&self) -> &str {
         match self {
             DispatchMessage::StartRun { run_id, .. }
-            | DispatchMessage::RunTerminal { run_id, .. } => run_id,
+            | DispatchMessage::RunTerminal { run_id, .. }
+            | DispatchMessage::CheckRun { run_id, .. } => run_id,
         }
     }
 }
 
 /// On the harness FIFO queue, grouped by run id so one Run's steps never overlap.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum HarnessMessage {
     /// Execute step `step` of the Run.
@@ -33,12 +47,32 @@ pub enum HarnessMessage {
         tenant: String,
         step: u32,
     },
+    /// What became of a sandbox call dispatched at `step`.
+    ToolResult {
+        run_id: String,
+        tenant: String,
+        step: u32,
+        call_id: String,
+        attempt: u32,
+        body: ResultBody,
+    },
+}
+
+/// A call's outcome, inline or (when larger than a queue message allows)
+/// in the payload bucket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "where", rename_all = "snake_case")]
+pub enum ResultBody {
+    Inline { outcome: CallOutcome },
+    Stored { key: String },
 }
 
 impl HarnessMessage {
     pub fn run_id(&self) -> &str {
         match self {
-            HarnessMessage::Step { run_id, .. } => run_id,
+            HarnessMessage::Step { run_id, .. } | HarnessMessage::ToolResult { run_id, .. } => {
+                run_id
+            }
         }
     }
 
@@ -46,6 +80,12 @@ impl HarnessMessage {
     pub fn dedup_id(&self) -> String {
         match self {
             HarnessMessage::Step { run_id, step, .. } => format!("{run_id}-step-{step}"),
+            HarnessMessage::ToolResult {
+                run_id,
+                call_id,
+                attempt,
+                ..
+            } => format!("{run_id}-result-{call_id}-{attempt}"),
         }
     }
 }

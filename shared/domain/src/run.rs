@@ -149,6 +149,11 @@ pub enum RunEvent {
     Claimed,
     /// The step requested tools whose results are in; the next step is queued.
     StepContinues,
+    /// The step dispatched sandbox calls (or queued for the sandbox) and
+    /// waits for their answers.
+    AwaitTool,
+    /// The step needs a human's approval before it can go on.
+    AwaitApproval,
     /// The model gave its final answer.
     Answered,
     /// The step failed for good (budget, model, dead letter, indeterminate tool).
@@ -166,6 +171,8 @@ impl fmt::Display for RunEvent {
         let s = match self {
             RunEvent::Claimed => "claimed",
             RunEvent::StepContinues => "step_continues",
+            RunEvent::AwaitTool => "await_tool",
+            RunEvent::AwaitApproval => "await_approval",
             RunEvent::Answered => "answered",
             RunEvent::Failed => "failed",
             RunEvent::CancelRequested => "cancel_requested",
@@ -220,6 +227,18 @@ pub fn transition(from: RunState, event: &RunEvent) -> Result<Transition, Illega
         },
         RunEvent::StepContinues => match from {
             Executing => go(Executing, vec![EnqueueNextStep]),
+            Pending | AwaitingTool | AwaitingHitl | AwaitingChildren | Completed | Failed
+            | Cancelled | TimedOut | ClosedCompleted | ClosedFailed | ClosedCancelled
+            | ClosedTimedOut => Err(illegal(from, event)),
+        },
+        RunEvent::AwaitTool => match from {
+            Executing => go(AwaitingTool, vec![]),
+            Pending | AwaitingTool | AwaitingHitl | AwaitingChildren | Completed | Failed
+            | Cancelled | TimedOut | ClosedCompleted | ClosedFailed | ClosedCancelled
+            | ClosedTimedOut => Err(illegal(from, event)),
+        },
+        RunEvent::AwaitApproval => match from {
+            Executing => go(AwaitingHitl, vec![]),
             Pending | AwaitingTool | AwaitingHitl | AwaitingChildren | Completed | Failed
             | Cancelled | TimedOut | ClosedCompleted | ClosedFailed | ClosedCancelled
             | ClosedTimedOut => Err(illegal(from, event)),
@@ -344,6 +363,10 @@ pub struct Run {
     pub usage: Usage,
     /// The tool-call ledger, by call id.
     pub ledger: BTreeMap<String, ToolCallRecord>,
+    /// The sandbox identity this Run holds or waits for (released when
+    /// the Run ends).
+    #[serde(default)]
+    pub sandbox_key: Option<String>,
 }
 
 /// How a harness message relates to the Run it names.
@@ -432,6 +455,8 @@ mod tests {
             for ev in [
                 RunEvent::Claimed,
                 RunEvent::StepContinues,
+                RunEvent::AwaitTool,
+                RunEvent::AwaitApproval,
                 RunEvent::Answered,
                 RunEvent::Failed,
                 RunEvent::CancelRequested,

@@ -5,4 +5,5 @@ pub mod idempotency;
 pub mod item;
 pub mod registry;
 pub mod runs;
+pub mod sandboxes;
 pub mod sessions;

@@ -4,7 +4,10 @@
 
 use aws_sdk_dynamodb::Client;
 
+use std::collections::BTreeMap;
+
 use armada_domain::agent::AgentDefinition;
+use armada_domain::sandbox::ProfileDef;
 
 use super::item::{get_json, get_s, json, n, opt_s, s, Item};
 use crate::error::{classify, StoreError};
@@ -115,6 +118,63 @@ impl Registry {
                 super::item::get_n(&i, "version").unwrap_or(1),
             ))),
         }
+    }
+
+    /// Removes an agent definition; whether there was one.
+    pub async fn delete_agent(&self, name: &str) -> Result<bool, StoreError> {
+        let out = self
+            .dynamo
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(format!("agent#{name}")))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(out.attributes().is_some())
+    }
+
+    /// The global sandbox profiles (custom profiles defined platform-wide;
+    /// they win over any agent's project profiles of the same name).
+    pub async fn profiles(&self) -> Result<BTreeMap<String, ProfileDef>, StoreError> {
+        let mut out = BTreeMap::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .dynamo
+                .query()
+                .table_name(&self.table)
+                .index_name("by_kind")
+                .key_condition_expression("kind = :k")
+                .expression_attribute_values(":k", s("profile"))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(classify)?;
+            for item in page.items() {
+                out.insert(get_s(item, "name")?, get_json(item, "doc")?);
+            }
+            match page.last_evaluated_key() {
+                Some(k) => start = Some(k.clone()),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    pub async fn put_profile(&self, name: &str, def: &ProfileDef) -> Result<(), StoreError> {
+        let mut item = Item::new();
+        item.insert("pk".into(), s(format!("profile#{name}")));
+        item.insert("kind".into(), s("profile"));
+        item.insert("name".into(), s(name));
+        item.insert("doc".into(), json(def));
+        self.dynamo
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
     }
 
     pub async fn put_key(&self, key: &StoredKey, now_ms: i64) -> Result<(), StoreError> {

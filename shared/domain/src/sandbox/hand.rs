@@ -26,6 +26,9 @@ pub struct Invocation {
     /// The Run step that dispatched the call.
     pub step: u32,
     pub call_id: String,
+    /// Attempts of this call (an idempotent call whose sandbox was lost is
+    /// tried again under a new attempt number).
+    pub attempt: u32,
     /// The built-in executor (`shell_exec`, `python_exec`, ...).
     pub skill: String,
     pub args: Value,
@@ -36,7 +39,7 @@ pub struct Invocation {
 impl Invocation {
     /// The FIFO deduplication id of the call on the hand queue.
     pub fn dedup_id(&self) -> String {
-        format!("{}-{}", self.run_id, self.call_id)
+        format!("{}-{}-{}", self.run_id, self.call_id, self.attempt)
     }
 }
 
@@ -86,6 +89,12 @@ pub enum CallMark {
     Abandoned,
 }
 
+/// A call never started because its sandbox died or went silent first:
+/// the harness may send it again, to a new sandbox.
+pub const SANDBOX_LOST: &str = "SANDBOX_LOST";
+/// A sandbox was sent a call of another identity: it refused and was destroyed.
+pub const SECURITY_VIOLATION: &str = "SECURITY_VIOLATION";
+
 /// Stable error codes a sandbox skill may answer with.
 pub mod codes {
     pub const OOM: &str = "OOM";
@@ -111,6 +120,7 @@ mod tests {
             generation: 2,
             step: 1,
             call_id: "c".into(),
+            attempt: 1,
             skill: "shell_exec".into(),
             args: json!({"command": "true"}),
             timeout_s: 5,

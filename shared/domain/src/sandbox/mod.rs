@@ -6,9 +6,11 @@
 //!
 //! - [`controls`]: what a sandbox reports in force, and what a profile needs
 //! - [`hand`]: the messages between the harness and a sandbox's agent
+//! - [`lifecycle`]: one sandbox per agent identity: its record and transitions
 
 pub mod controls;
 pub mod hand;
+pub mod lifecycle;
 
 use std::collections::BTreeMap;
 

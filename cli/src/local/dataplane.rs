@@ -1,0 +1,309 @@
+//! The local sandbox data plane: what Fargate does for a sandbox task, done
+//! on this machine. It watches the emulator's ECS tasks; each RUNNING task
+//! gets a directory, an unprivileged uid and a cgroup with the task's
+//! memory, CPU and pid limits, and its `armada-sandbox agent` runs there as
+//! a local process. A task stopped through the ECS API (StopTask) has its
+//! processes killed and its files removed; an agent that exits on its own
+//! (its sandbox destroyed) gets its task stopped, as Fargate stops a task
+//! whose essential container exits. The control plane's code path —
+//! RunTask, StopTask, DescribeTasks — is the one that runs in AWS.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use tokio::sync::watch;
+
+use armada_core::hands::{task_env, SandboxProvider, TaskInfo};
+use armada_core::store::sandboxes::SandboxStore;
+use armada_domain::sandbox::{host_port, Limits, CONTAINER_PORTS};
+use armada_sandbox::cgroup::Cgroup;
+
+/// Processes a sandbox may have at once.
+const PIDS_MAX: u32 = 512;
+
+#[derive(Debug, Clone)]
+pub struct DataPlaneOptions {
+    /// Where sandbox directories live (traversable by unprivileged uids).
+    pub root: PathBuf,
+    /// The `armada-sandbox` binary.
+    pub agent_exe: PathBuf,
+    pub endpoint: String,
+    pub region: String,
+    /// Added to every agent's environment (tests: fault injection, waits).
+    pub extra_env: Vec<(String, String)>,
+    pub poll: Duration,
+}
+
+struct LocalTask {
+    child: tokio::process::Child,
+    cgroup: Option<Cgroup>,
+    dir: PathBuf,
+}
+
+pub struct DataPlane {
+    provider: SandboxProvider,
+    store: SandboxStore,
+    opts: DataPlaneOptions,
+    parent: Option<Cgroup>,
+    tasks: HashMap<String, LocalTask>,
+    /// Tasks seen stopped: the emulator keeps listing them; never look again.
+    done: HashSet<String>,
+}
+
+impl std::fmt::Debug for DataPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataPlane")
+            .field("root", &self.opts.root)
+            .field("tasks", &self.tasks.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Finds `armada-sandbox` beside the running executable (a test binary sits
+/// one directory deeper, in `deps/`), building it when it is missing.
+pub fn locate_agent_binary(repo_root: &Path) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dirs: Vec<PathBuf> = exe
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .map(Path::to_path_buf)
+        .collect();
+    let find = || {
+        dirs.iter()
+            .map(|d| d.join("armada-sandbox"))
+            .find(|p| p.is_file())
+    };
+    if let Some(p) = find() {
+        return Ok(p);
+    }
+    let release = dirs.iter().any(|d| d.ends_with("release"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.current_dir(repo_root).args([
+        "build",
+        "--quiet",
+        "-p",
+        "armada-sandbox",
+        "--bin",
+        "armada-sandbox",
+    ]);
+    if release {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().context("building armada-sandbox")?;
+    if !status.success() {
+        bail!("building armada-sandbox failed");
+    }
+    find().ok_or_else(|| {
+        anyhow!(
+            "armada-sandbox was built but not found beside {}",
+            exe.display()
+        )
+    })
+}
+
+fn task_id(arn: &str) -> String {
+    arn.rsplit('/').next().unwrap_or(arn).to_string()
+}
+
+/// A uid of its own per task (0700 directories keep sandboxes apart).
+fn uid_for(arn: &str) -> u32 {
+    // FNV-1a: stable across runs and processes.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in arn.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    300_000 + h % 600_000
+}
+
+impl DataPlane {
+    pub fn new(
+        provider: SandboxProvider,
+        store: SandboxStore,
+        opts: DataPlaneOptions,
+        stack: &str,
+    ) -> Self {
+        let parent = Cgroup::current()
+            .and_then(|c| c.child(&format!("armada-{stack}")))
+            .map_err(|e| tracing::warn!(error = %e, "no cgroup for sandboxes: their limits will not be enforced"))
+            .ok();
+        DataPlane {
+            provider,
+            store,
+            opts,
+            parent,
+            tasks: HashMap::new(),
+            done: HashSet::new(),
+        }
+    }
+
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        if let Err(e) = std::fs::create_dir_all(&self.opts.root) {
+            tracing::error!(error = %e, "cannot create the sandbox root");
+        }
+        loop {
+            if let Err(e) = self.tick().await {
+                tracing::debug!(error = %format!("{e:#}"), "data plane tick failed");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.opts.poll) => {}
+                _ = shutdown.changed() => break,
+            }
+        }
+        let arns: Vec<String> = self.tasks.keys().cloned().collect();
+        for arn in arns {
+            self.kill(&arn).await;
+        }
+        if let Some(p) = &self.parent {
+            let _ = p.destroy();
+        }
+    }
+
+    async fn tick(&mut self) -> Result<()> {
+        let listed = self.provider.list(None).await?;
+        let fresh: Vec<String> = listed
+            .iter()
+            .filter(|a| !self.done.contains(*a))
+            .cloned()
+            .collect();
+        let infos = self.provider.describe(&fresh).await?;
+        let seen: HashSet<&str> = infos.iter().map(|t| t.arn.as_str()).collect();
+        // Tasks the emulator forgot (an emulator restart): nothing runs them.
+        let vanished: Vec<String> = self
+            .tasks
+            .keys()
+            .filter(|a| !seen.contains(a.as_str()))
+            .cloned()
+            .collect();
+        for arn in vanished {
+            self.kill(&arn).await;
+        }
+        for info in infos {
+            if info.is_stopped() {
+                if self.tasks.contains_key(&info.arn) {
+                    tracing::info!(task = %info.arn, "task stopped: killing its sandbox");
+                    self.kill(&info.arn).await;
+                }
+                self.done.insert(info.arn);
+            } else if info.is_running() && !self.tasks.contains_key(&info.arn) {
+                if let Err(e) = self.start(&info) {
+                    tracing::error!(task = %info.arn, error = %format!("{e:#}"), "could not start a sandbox task");
+                    let _ = self
+                        .provider
+                        .stop(&info.arn, &format!("the host could not start it: {e}"))
+                        .await;
+                }
+            }
+        }
+        // An agent that exited ends its task.
+        let exited: Vec<String> = self
+            .tasks
+            .iter_mut()
+            .filter_map(|(arn, t)| match t.child.try_wait() {
+                Ok(Some(_)) => Some(arn.clone()),
+                _ => None,
+            })
+            .collect();
+        for arn in exited {
+            tracing::info!(task = %arn, "sandbox agent exited: stopping its task");
+            self.kill(&arn).await;
+            self.provider
+                .stop(&arn, "Essential container in task exited")
+                .await?;
+            self.done.insert(arn);
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, info: &TaskInfo) -> Result<()> {
+        let id = task_id(&info.arn);
+        let dir = self.opts.root.join(&id);
+        std::fs::create_dir_all(&dir)?;
+        let limits: Limits = info
+            .env
+            .get(task_env::LIMITS)
+            .map(|l| serde_json::from_str(l))
+            .transpose()?
+            .unwrap_or_default();
+        let cgroup = match &self.parent {
+            Some(p) => {
+                let cg = p.child(&id)?;
+                cg.set_memory_limit(u64::from(limits.memory_mb) * 1024 * 1024)?;
+                if let Err(e) = cg.set_cpu_millis(limits.cpu_millis) {
+                    tracing::warn!(error = %e, "no CPU quota for the sandbox");
+                }
+                cg.set_pids_max(PIDS_MAX)?;
+                Some(cg)
+            }
+            None => None,
+        };
+        let log = std::fs::File::create(dir.join("agent.log"))?;
+        let mut cmd = tokio::process::Command::new(&self.opts.agent_exe);
+        cmd.arg("agent")
+            .env_clear()
+            .envs(info.env.iter())
+            .env("ARMADA_SANDBOX_ROOT", dir.join("sandbox"))
+            .env(
+                "ARMADA_DATA_ROOT",
+                self.opts
+                    .root
+                    .parent()
+                    .unwrap_or(&self.opts.root)
+                    .join("data"),
+            )
+            .env("ARMADA_SANDBOX_UID", uid_for(&info.arn).to_string())
+            .env("ARMADA_PORT_MODE", "host")
+            .env("ARMADA_PORT_POOL", "local")
+            .env("ARMADA_TASK_ARN", &info.arn)
+            .env("AWS_ENDPOINT_URL", &self.opts.endpoint)
+            .env("AWS_REGION", &self.opts.region)
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env(
+                "RUST_LOG",
+                std::env::var("ARMADA_SANDBOX_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .envs(self.opts.extra_env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true);
+        if let Some(cg) = &cgroup {
+            armada_sandbox::sys::join_cgroups_before_exec(&mut cmd, &cg.join_files())?;
+        }
+        let child = cmd.spawn().context("starting armada-sandbox agent")?;
+        tracing::info!(task = %info.arn, pid = child.id(), "sandbox task running locally");
+        self.tasks
+            .insert(info.arn.clone(), LocalTask { child, cgroup, dir });
+        Ok(())
+    }
+
+    /// Kills a task's processes, frees its ports and removes its files.
+    async fn kill(&mut self, arn: &str) {
+        let Some(mut t) = self.tasks.remove(arn) else {
+            return;
+        };
+        match t.cgroup.take() {
+            Some(cg) => {
+                let _ = tokio::task::spawn_blocking(move || cg.destroy()).await;
+            }
+            None => {
+                let _ = t.child.start_kill();
+            }
+        }
+        let _ = t.child.wait().await;
+        for c in CONTAINER_PORTS {
+            if let Some(h) = host_port(c) {
+                let _ = self.store.release_port("local", h, arn).await;
+            }
+        }
+        if let Err(e) = std::fs::remove_dir_all(&t.dir) {
+            tracing::warn!(dir = %t.dir.display(), error = %e, "could not remove a sandbox's files");
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! The ECS Fargate sandbox provider and the hand queues.
+//!
+//! A sandbox generation is one ECS task (`RunTask`, keyed by the agent
+//! identity in `startedBy` and tags) and one FIFO hand queue the harness
+//! sends its calls to. The task learns what to enforce from its container
+//! environment. In AWS the tasks run on Fargate; under the local stack the
+//! emulator's ECS API records them and the local data plane runs each one as
+//! a confined local process, so this code is the same in both.
+
+use std::collections::HashMap;
+
+use aws_sdk_ecs::types::{
+    AssignPublicIp, AwsVpcConfiguration, ContainerOverride, KeyValuePair, NetworkConfiguration,
+    Tag, TaskOverride,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+use sha2::{Digest, Sha256};
+
+use armada_domain::agent::SandboxSpec;
+use armada_domain::sandbox::hand::HandMessage;
+use armada_domain::sandbox::lifecycle::sandbox_key;
+use armada_domain::sandbox::CapabilitySet;
+
+use crate::config::SandboxConfig;
+use crate::error::{classify, StoreError};
+
+/// Tags every sandbox task carries.
+pub const TAG_TENANT: &str = "armada:tenant";
+pub const TAG_AGENT: &str = "armada:agent";
+pub const TAG_GENERATION: &str = "armada:generation";
+
+/// Environment variables of a sandbox task (set by [`SandboxProvider::start`]).
+pub mod task_env {
+    pub const TENANT: &str = "ARMADA_SANDBOX_TENANT";
+    pub const AGENT: &str = "ARMADA_SANDBOX_AGENT";
+    pub const GENERATION: &str = "ARMADA_SANDBOX_GENERATION";
+    pub const HAND_QUEUE_URL: &str = "ARMADA_HAND_QUEUE_URL";
+    pub const HARNESS_QUEUE_URL: &str = "ARMADA_HARNESS_QUEUE_URL";
+    pub const SANDBOXES_TABLE: &str = "ARMADA_SANDBOXES_TABLE";
+    pub const PAYLOAD_BUCKET: &str = "ARMADA_PAYLOAD_BUCKET";
+    pub const CAPS: &str = "ARMADA_SANDBOX_CAPS";
+    pub const LIMITS: &str = "ARMADA_SANDBOX_LIMITS";
+    pub const EGRESS_PORTS: &str = "ARMADA_SANDBOX_EGRESS_PORTS";
+    pub const MOUNTS: &str = "ARMADA_SANDBOX_MOUNTS";
+    pub const USER: &str = "ARMADA_SANDBOX_USER";
+    pub const IDLE_SECONDS: &str = "ARMADA_SANDBOX_IDLE_SECONDS";
+    pub const RESIDENT: &str = "ARMADA_SANDBOX_RESIDENT";
+    pub const HEARTBEAT_SECONDS: &str = "ARMADA_SANDBOX_HEARTBEAT_SECONDS";
+}
+
+#[derive(Debug, Clone)]
+pub struct SandboxProvider {
+    ecs: aws_sdk_ecs::Client,
+    sqs: aws_sdk_sqs::Client,
+    cfg: SandboxConfig,
+    harness_queue_url: String,
+    sandboxes_table: String,
+    payload_bucket: String,
+}
+
+/// What the provider needs to start a generation's task.
+#[derive(Debug, Clone)]
+pub struct TaskRequest<'a> {
+    pub tenant: &'a str,
+    pub agent: &'a str,
+    pub generation: u64,
+    pub hand_queue_url: &'a str,
+    pub caps: &'a CapabilitySet,
+    pub spec: &'a SandboxSpec,
+}
+
+/// A task as ECS describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskInfo {
+    pub arn: String,
+    pub last_status: String,
+    pub desired_status: String,
+    pub started_by: Option<String>,
+    pub tags: HashMap<String, String>,
+    /// The sandbox container's environment overrides.
+    pub env: HashMap<String, String>,
+    pub task_definition: String,
+}
+
+impl TaskInfo {
+    pub fn is_running(&self) -> bool {
+        self.last_status == "RUNNING" && self.desired_status == "RUNNING"
+    }
+    pub fn is_stopped(&self) -> bool {
+        self.desired_status == "STOPPED" || self.last_status == "STOPPED"
+    }
+}
+
+/// `startedBy` holds at most 36 characters: the identity's digest.
+pub fn started_by(tenant: &str, agent: &str) -> String {
+    let d = Sha256::digest(sandbox_key(tenant, agent).as_bytes());
+    format!("sb-{}", &hex::encode(d)[..32])
+}
+
+impl SandboxProvider {
+    pub fn new(
+        ecs: aws_sdk_ecs::Client,
+        sqs: aws_sdk_sqs::Client,
+        cfg: SandboxConfig,
+        harness_queue_url: &str,
+        sandboxes_table: &str,
+        payload_bucket: &str,
+    ) -> Self {
+        SandboxProvider {
+            ecs,
+            sqs,
+            cfg,
+            harness_queue_url: harness_queue_url.to_string(),
+            sandboxes_table: sandboxes_table.to_string(),
+            payload_bucket: payload_bucket.to_string(),
+        }
+    }
+
+    pub fn config(&self) -> &SandboxConfig {
+        &self.cfg
+    }
+
+    fn hand_queue_name(&self, tenant: &str, agent: &str, generation: u64) -> String {
+        let d = Sha256::digest(sandbox_key(tenant, agent).as_bytes());
+        format!(
+            "{}-{}-g{generation}.fifo",
+            self.cfg.hand_queue_prefix,
+            &hex::encode(d)[..16]
+        )
+    }
+
+    /// Creates the generation's hand queue (FIFO, grouped by Run) or finds it.
+    pub async fn hand_queue(
+        &self,
+        tenant: &str,
+        agent: &str,
+        generation: u64,
+    ) -> Result<String, StoreError> {
+        let out = self
+            .sqs
+            .create_queue()
+            .queue_name(self.hand_queue_name(tenant, agent, generation))
+            .attributes(QueueAttributeName::FifoQueue, "true")
+            // A call runs up to 30 minutes; its message stays hidden meanwhile.
+            .attributes(QueueAttributeName::VisibilityTimeout, "1900")
+            .attributes(QueueAttributeName::MessageRetentionPeriod, "86400")
+            .send()
+            .await
+            .map_err(classify)?;
+        out.queue_url()
+            .map(str::to_string)
+            .ok_or_else(|| StoreError::Terminal("CreateQueue returned no URL".into()))
+    }
+
+    pub async fn delete_hand_queue(&self, url: &str) -> Result<(), StoreError> {
+        match self.sqs.delete_queue().queue_url(url).send().await {
+            Ok(_) => Ok(()),
+            Err(e) => match classify(e) {
+                StoreError::Terminal(m) if m.contains("NonExistentQueue") => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
+    /// Sends a message to a hand queue. Calls are deduplicated per call.
+    pub async fn send(&self, queue_url: &str, msg: &HandMessage) -> Result<(), StoreError> {
+        let body = serde_json::to_string(msg).map_err(|e| StoreError::Terminal(e.to_string()))?;
+        let (group, dedup) = match msg {
+            HandMessage::Invoke(inv) => (inv.run_id.clone(), inv.dedup_id()),
+            HandMessage::EndRun { run_id, .. } => (run_id.clone(), format!("{run_id}-end")),
+        };
+        self.sqs
+            .send_message()
+            .queue_url(queue_url)
+            .message_body(body)
+            .message_group_id(group)
+            .message_deduplication_id(dedup)
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    fn task_definition(&self, spec: &SandboxSpec) -> &str {
+        if spec.limits.cpu_millis <= 1000 && spec.limits.memory_mb <= 2048 {
+            &self.cfg.task_standard
+        } else {
+            &self.cfg.task_large
+        }
+    }
+
+    /// Starts a generation's task; returns its ARN.
+    pub async fn start(&self, req: &TaskRequest<'_>) -> Result<String, StoreError> {
+        use task_env::*;
+        let env: Vec<(&str, String)> = vec![
+            (TENANT, req.tenant.to_string()),
+            (AGENT, req.agent.to_string()),
+            (GENERATION, req.generation.to_string()),
+            (HAND_QUEUE_URL, req.hand_queue_url.to_string()),
+            (HARNESS_QUEUE_URL, self.harness_queue_url.clone()),
+            (SANDBOXES_TABLE, self.sandboxes_table.clone()),
+            (PAYLOAD_BUCKET, self.payload_bucket.clone()),
+            (CAPS, to_json(req.caps)),
+            (LIMITS, to_json(&req.spec.limits)),
+            (
+                EGRESS_PORTS,
+                req.spec
+                    .egress_ports
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            (MOUNTS, to_json(&req.spec.mounts)),
+            (USER, req.spec.user.clone().unwrap_or_default()),
+            (IDLE_SECONDS, req.spec.idle_hibernate_s.to_string()),
+            (RESIDENT, req.spec.resident.to_string()),
+            (HEARTBEAT_SECONDS, self.cfg.heartbeat_seconds.to_string()),
+        ];
+        let overrides = TaskOverride::builder()
+            .container_overrides(
+                ContainerOverride::builder()
+                    .name(&self.cfg.container)
+                    .set_environment(Some(
+                        env.into_iter()
+                            .map(|(k, v)| KeyValuePair::builder().name(k).value(v).build())
+                            .collect(),
+                    ))
+                    .build(),
+            )
+            .build();
+        let tag = |k: &str, v: &str| Tag::builder().key(k).value(v).build();
+        let network = NetworkConfiguration::builder()
+            .awsvpc_configuration(
+                AwsVpcConfiguration::builder()
+                    .set_subnets(Some(self.cfg.subnets.clone()))
+                    .set_security_groups(Some(self.cfg.security_groups.clone()))
+                    .assign_public_ip(AssignPublicIp::Disabled)
+                    .build()
+                    .map_err(|e| StoreError::Terminal(e.to_string()))?,
+            )
+            .build();
+        let out = self
+            .ecs
+            .run_task()
+            .cluster(&self.cfg.cluster)
+            .task_definition(self.task_definition(req.spec))
+            .launch_type(aws_sdk_ecs::types::LaunchType::Fargate)
+            .count(1)
+            .started_by(started_by(req.tenant, req.agent))
+            .tags(tag(TAG_TENANT, req.tenant))
+            .tags(tag(TAG_AGENT, req.agent))
+            .tags(tag(TAG_GENERATION, &req.generation.to_string()))
+            .overrides(overrides)
+            .network_configuration(network)
+            .send()
+            .await
+            .map_err(classify)?;
+        if let Some(f) = out.failures().first() {
+            return Err(StoreError::Retryable(format!(
+                "RunTask failed: {} {}",
+                f.reason().unwrap_or_default(),
+                f.detail().unwrap_or_default()
+            )));
+        }
+        out.tasks()
+            .first()
+            .and_then(|t| t.task_arn())
+            .map(str::to_string)
+            .ok_or_else(|| StoreError::Retryable("RunTask returned no task".into()))
+    }
+
+    pub async fn stop(&self, task_arn: &str, reason: &str) -> Result<(), StoreError> {
+        let mut reason = reason.to_string();
+        reason.truncate(255);
+        match self
+            .ecs
+            .stop_task()
+            .cluster(&self.cfg.cluster)
+            .task(task_arn)
+            .reason(reason)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => match classify(e) {
+                // Already gone is what we wanted.
+                StoreError::Terminal(m)
+                    if m.contains("not found") || m.contains("InvalidParameter") =>
+                {
+                    Ok(())
+                }
+                other => Err(other),
+            },
+        }
+    }
+
+    /// The task ARNs started for an identity (any state ECS still lists).
+    pub async fn list(&self, started: Option<&str>) -> Result<Vec<String>, StoreError> {
+        let mut arns = Vec::new();
+        let mut token = None;
+        loop {
+            let out = self
+                .ecs
+                .list_tasks()
+                .cluster(&self.cfg.cluster)
+                .set_started_by(started.map(str::to_string))
+                .set_next_token(token)
+                .send()
+                .await
+                .map_err(classify)?;
+            arns.extend(out.task_arns().iter().cloned());
+            match out.next_token() {
+                Some(t) => token = Some(t.to_string()),
+                None => return Ok(arns),
+            }
+        }
+    }
+
+    pub async fn describe(&self, arns: &[String]) -> Result<Vec<TaskInfo>, StoreError> {
+        let mut out = Vec::new();
+        // DescribeTasks takes at most 100 tasks.
+        for chunk in arns.chunks(100) {
+            let resp = self
+                .ecs
+                .describe_tasks()
+                .cluster(&self.cfg.cluster)
+                .set_tasks(Some(chunk.to_vec()))
+                .include(aws_sdk_ecs::types::TaskField::Tags)
+                .send()
+                .await
+                .map_err(classify)?;
+            for t in resp.tasks() {
+                let env = t
+                    .overrides()
+                    .map(|o| o.container_overrides())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|c| c.name() == Some(self.cfg.container.as_str()))
+                    .flat_map(|c| c.environment())
+                    .filter_map(|kv| Some((kv.name()?.to_string(), kv.value()?.to_string())))
+                    .collect();
+                out.push(TaskInfo {
+                    arn: t.task_arn().unwrap_or_default().to_string(),
+                    last_status: t.last_status().unwrap_or_default().to_string(),
+                    desired_status: t.desired_status().unwrap_or_default().to_string(),
+                    started_by: t.started_by().map(str::to_string),
+                    tags: t
+                        .tags()
+                        .iter()
+                        .filter_map(|tag| Some((tag.key()?.to_string(), tag.value()?.to_string())))
+                        .collect(),
+                    env,
+                    task_definition: t.task_definition_arn().unwrap_or_default().to_string(),
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Serialising our own types to JSON cannot fail.
+fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}

@@ -1,0 +1,395 @@
+//! Sandbox control, shared by the harness (acquire, dispatch), the
+//! dispatcher (release at a Run's end, the watchdog) and the API (list,
+//! destroy): the lifecycle of the domain applied to the sandboxes table,
+//! and the provider's tasks and hand queues started and stopped to match.
+
+use serde_json::Value;
+
+use armada_domain::agent::AgentDefinition;
+use armada_domain::sandbox::hand::{CallMark, HandMessage, Invocation};
+use armada_domain::sandbox::lifecycle::{Acquired, SandboxRecord, SandboxState};
+use armada_domain::sandbox::START_TIMEOUT_S;
+
+use crate::error::StoreError;
+use crate::hands::TaskRequest;
+use crate::store::sandboxes::{CallRef, Change, StoredMark};
+use crate::Services;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The frozen requirement cannot be met: placement fails closed.
+    #[error("the sandbox cannot be placed: {0}")]
+    Placement(String),
+}
+
+/// What became of a Run's request for its agent's sandbox.
+#[derive(Debug, Clone)]
+pub struct Holding {
+    pub record: SandboxRecord,
+    pub acquired: Acquired,
+}
+
+/// What the watchdog learnt about a dispatched call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallWatch {
+    /// Running, queued behind other calls, or answered already: wait.
+    Wait,
+    /// Never started and never will (sandbox gone): it fails plainly.
+    NotRun(String),
+    /// Started by a sandbox that is gone or silent: its effect is unknown.
+    Lost(String),
+}
+
+pub fn now_ms(svc: &Services) -> i64 {
+    svc.clock.now_ms()
+}
+
+/// Acquires the agent identity's sandbox for `run_id`, starting a task
+/// when the generation has none. The caller dispatches only when held.
+pub async fn acquire(
+    svc: &Services,
+    tenant: &str,
+    run_id: &str,
+    agent: &AgentDefinition,
+) -> Result<Holding, SandboxError> {
+    let now = now_ms(svc);
+    let profile = agent.sandbox.profile.clone();
+    let (record, acquired) = svc
+        .sandboxes
+        .modify(tenant, &agent.name, |rec| {
+            let mut r = rec
+                .clone()
+                .unwrap_or_else(|| SandboxRecord::new(tenant, &agent.name, &profile, now));
+            let a = r.acquire(run_id, &profile, now);
+            match rec {
+                // Held already and nothing changed: no write.
+                Some(old)
+                    if old.holder_run_id == r.holder_run_id
+                        && old.waiters == r.waiters
+                        && old.state == r.state =>
+                {
+                    Change::Keep((old, a))
+                }
+                _ => Change::Write(Box::new(r.clone()), (r, a)),
+            }
+        })
+        .await?;
+    let needs_task = matches!(acquired, Acquired::Held { .. })
+        && matches!(
+            record.state,
+            SandboxState::Provisioning | SandboxState::Waking
+        )
+        && record.task_arn.is_none();
+    if !needs_task {
+        return Ok(Holding { record, acquired });
+    }
+    let record = start_task(svc, &record, agent).await?;
+    Ok(Holding { record, acquired })
+}
+
+/// Starts the task of `rec`'s generation: resolves the profile (global
+/// profiles first), creates the hand queue, runs the task and records it.
+pub async fn start_task(
+    svc: &Services,
+    rec: &SandboxRecord,
+    agent: &AgentDefinition,
+) -> Result<SandboxRecord, SandboxError> {
+    let global = svc.registry.profiles().await?;
+    let (caps, shadowed) = match agent.sandbox.resolve(global) {
+        Ok(c) => c,
+        Err(e) => {
+            let why = format!("profile '{}': {e}", agent.sandbox.profile);
+            fail(svc, rec, &why).await?;
+            return Err(SandboxError::Placement(why));
+        }
+    };
+    if !shadowed.is_empty() {
+        tracing::warn!(agent = %agent.name, ?shadowed, "project profiles shadowed by global ones of the same name were ignored");
+    }
+    let queue = svc
+        .provider
+        .hand_queue(&rec.tenant, &rec.agent, rec.generation)
+        .await?;
+    let arn = svc
+        .provider
+        .start(&TaskRequest {
+            tenant: &rec.tenant,
+            agent: &rec.agent,
+            generation: rec.generation,
+            hand_queue_url: &queue,
+            caps: &caps,
+            spec: &agent.sandbox,
+        })
+        .await?;
+    tracing::info!(sandbox = %rec.key(), generation = rec.generation, task = %arn, "sandbox task started");
+    let generation = rec.generation;
+    let updated = svc
+        .sandboxes
+        .modify(&rec.tenant, &rec.agent, |cur| match cur {
+            Some(mut r) if r.generation == generation => {
+                let _ = r.task_started(generation, &arn, &queue);
+                Change::Write(Box::new(r.clone()), Some(r))
+            }
+            other => Change::Keep(other),
+        })
+        .await?;
+    match updated {
+        Some(r) if r.task_arn.as_deref() == Some(arn.as_str()) => Ok(r),
+        // Superseded meanwhile (destroyed): the task is not wanted.
+        other => {
+            let _ = svc
+                .provider
+                .stop(&arn, "superseded before it started")
+                .await;
+            Err(SandboxError::Placement(format!(
+                "the sandbox changed while starting ({:?})",
+                other.map(|r| (r.generation, r.state))
+            )))
+        }
+    }
+}
+
+async fn fail(svc: &Services, rec: &SandboxRecord, why: &str) -> Result<(), StoreError> {
+    let now = now_ms(svc);
+    let generation = rec.generation;
+    svc.sandboxes
+        .modify(&rec.tenant, &rec.agent, |cur| match cur {
+            Some(mut r) if r.generation == generation => {
+                let _ = r.fail(generation, why, now);
+                Change::Write(Box::new(r), ())
+            }
+            _ => Change::Keep(()),
+        })
+        .await
+}
+
+/// Sends a call to the sandbox's hand queue.
+pub async fn dispatch(
+    svc: &Services,
+    rec: &SandboxRecord,
+    inv: &Invocation,
+) -> Result<(), SandboxError> {
+    let queue = rec
+        .hand_queue_url
+        .as_deref()
+        .ok_or_else(|| SandboxError::Placement("the sandbox has no hand queue".into()))?;
+    svc.provider
+        .send(queue, &HandMessage::Invoke(inv.clone()))
+        .await?;
+    Ok(())
+}
+
+/// A Run ended: it lets go of its sandbox (or leaves the queue for it).
+/// Returns the Run the sandbox was handed to.
+pub async fn release(
+    svc: &Services,
+    tenant: &str,
+    agent: &str,
+    run_id: &str,
+) -> Result<Option<String>, StoreError> {
+    let now = now_ms(svc);
+    let (next, queue) = svc
+        .sandboxes
+        .modify(tenant, agent, |rec| match rec {
+            Some(mut r) => {
+                let holder = r.holder_run_id.as_deref() == Some(run_id);
+                let waiting = r.waiters.iter().any(|w| w == run_id);
+                if !holder && !waiting {
+                    return Change::Keep((None, None));
+                }
+                let next = r.release(run_id, now);
+                let queue = (holder && !r.state.is_gone())
+                    .then(|| r.hand_queue_url.clone())
+                    .flatten();
+                Change::Write(Box::new(r), (next, queue))
+            }
+            None => Change::Keep((None, None)),
+        })
+        .await?;
+    if let Some(q) = queue {
+        // The Run's scratch directory goes with it.
+        let end = HandMessage::EndRun {
+            run_id: run_id.to_string(),
+            tenant: tenant.to_string(),
+        };
+        if let Err(e) = svc.provider.send(&q, &end).await {
+            tracing::warn!(run_id, error = %e, "could not tell the sandbox the run ended");
+        }
+    }
+    Ok(next)
+}
+
+/// Destroys a sandbox now (administrator, deleted agent, security): the
+/// task is stopped, its hand queue removed, its record marked DESTROYED.
+pub async fn destroy(
+    svc: &Services,
+    tenant: &str,
+    agent: &str,
+    why: &str,
+) -> Result<Option<SandboxRecord>, StoreError> {
+    let now = now_ms(svc);
+    let before = svc
+        .sandboxes
+        .modify(tenant, agent, |rec| match rec {
+            Some(mut r) => {
+                let old = r.clone();
+                r.destroy(why, now);
+                Change::Write(Box::new(r), Some(old))
+            }
+            None => Change::Keep(None),
+        })
+        .await?;
+    let Some(old) = before else { return Ok(None) };
+    if let Some(arn) = &old.task_arn {
+        svc.provider.stop(arn, why).await?;
+    }
+    if let Some(q) = &old.hand_queue_url {
+        svc.provider.delete_hand_queue(q).await?;
+    }
+    let generation = old.generation;
+    let after = svc
+        .sandboxes
+        .modify(tenant, agent, |rec| match rec {
+            Some(mut r) if r.generation == generation => {
+                let _ = r.stopped(generation, now);
+                Change::Write(Box::new(r.clone()), Some(r))
+            }
+            other => Change::Keep(other),
+        })
+        .await?;
+    tracing::warn!(sandbox = %old.key(), generation, why, "sandbox destroyed");
+    Ok(after)
+}
+
+/// Whether a sandbox has been silent for too long to be alive.
+fn silent(svc: &Services, rec: &SandboxRecord, now: i64) -> bool {
+    let stale = i64::from(svc.cfg.sandbox.stale_seconds) * 1000;
+    rec.state == SandboxState::Ready && now - rec.heartbeat_at_ms > stale
+}
+
+/// The watchdog's look at one dispatched call of a waiting Run.
+pub async fn watch_call(
+    svc: &Services,
+    rec: Option<&SandboxRecord>,
+    call: &CallRef,
+    dispatched_generation: u64,
+) -> Result<CallWatch, StoreError> {
+    let now = now_ms(svc);
+    let mark = svc.sandboxes.mark(call).await?;
+    let gone = match rec {
+        None => true,
+        Some(r) => r.generation != dispatched_generation || r.state.is_gone(),
+    };
+    let dead = gone || rec.is_some_and(|r| silent(svc, r, now));
+    match mark {
+        Some(StoredMark {
+            mark: CallMark::Finished,
+            ..
+        }) => Ok(CallWatch::Wait),
+        Some(StoredMark {
+            mark: CallMark::Abandoned,
+            ..
+        }) => Ok(CallWatch::NotRun(
+            "the sandbox was gone before the call started".into(),
+        )),
+        Some(StoredMark {
+            mark: CallMark::Started,
+            ..
+        }) if dead => Ok(CallWatch::Lost(if gone {
+            "the sandbox was destroyed during the call".into()
+        } else {
+            "the sandbox stopped answering during the call".into()
+        })),
+        Some(_) => Ok(CallWatch::Wait),
+        None if dead => {
+            // Never started: make sure it never will, then say so.
+            match svc
+                .sandboxes
+                .mark_first(call, CallMark::Abandoned, dispatched_generation, now)
+                .await?
+            {
+                None
+                | Some(StoredMark {
+                    mark: CallMark::Abandoned,
+                    ..
+                }) => Ok(CallWatch::NotRun(
+                    match rec.and_then(|r| r.failure.clone()) {
+                        Some(f) => format!("the sandbox is unavailable: {f}"),
+                        None => "the sandbox is unavailable".into(),
+                    },
+                )),
+                // It started in between: look again next time.
+                Some(_) => Ok(CallWatch::Wait),
+            }
+        }
+        None => Ok(CallWatch::Wait),
+    }
+}
+
+/// A start that took longer than seed 000's 30 s is retried once; the
+/// second time the sandbox fails. Returns the record as it now is.
+pub async fn check_start(
+    svc: &Services,
+    rec: &SandboxRecord,
+    agent: Option<&AgentDefinition>,
+) -> Result<SandboxRecord, SandboxError> {
+    let now = now_ms(svc);
+    let starting = matches!(rec.state, SandboxState::Provisioning | SandboxState::Waking);
+    if !starting || now - rec.state_changed_at_ms < i64::from(START_TIMEOUT_S) * 1000 {
+        return Ok(rec.clone());
+    }
+    let (generation, attempt) = (rec.generation, rec.start_attempts);
+    let old_task = rec.task_arn.clone();
+    let (retry, updated) = svc
+        .sandboxes
+        .modify(&rec.tenant, &rec.agent, |cur| match cur {
+            Some(mut r) => match r.start_timed_out(generation, attempt, now) {
+                Ok(retry) => Change::Write(Box::new(r.clone()), (Some(retry), r)),
+                Err(_) => Change::Keep((None, r)),
+            },
+            None => Change::Keep((None, rec.clone())),
+        })
+        .await?;
+    if let Some(arn) = &old_task {
+        let _ = svc
+            .provider
+            .stop(arn, "the sandbox did not start within 30 s")
+            .await;
+    }
+    match (retry, agent) {
+        (Some(true), Some(agent)) => {
+            tracing::warn!(sandbox = %rec.key(), "sandbox start timed out; retrying once");
+            start_task(svc, &updated, agent).await
+        }
+        (Some(false), _) => {
+            tracing::error!(sandbox = %rec.key(), "sandbox start timed out twice; it failed");
+            Ok(updated)
+        }
+        _ => Ok(updated),
+    }
+}
+
+/// The view of a sandbox the API and CLI show.
+pub fn view(rec: &SandboxRecord) -> Value {
+    use crate::clock::rfc3339;
+    let mut v = serde_json::json!({
+        "agent": rec.agent,
+        "tenant": rec.tenant,
+        "state": rec.state,
+        "generation": rec.generation,
+        "task_arn": rec.task_arn,
+        "ports": rec.ports,
+        "holder_run_id": rec.holder_run_id,
+        "waiting_runs": rec.waiters,
+        "last_used_at": rfc3339(rec.last_used_at_ms),
+        "created_at": rfc3339(rec.created_at_ms),
+        "profile": rec.profile,
+        "controls": rec.controls,
+    });
+    if let Some(f) = &rec.failure {
+        v["failure"] = serde_json::json!(f);
+    }
+    v
+}

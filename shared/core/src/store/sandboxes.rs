@@ -1,0 +1,353 @@
+//! The sandboxes table. Three kinds of items share its `sandbox_key`:
+//!
+//! - `<tenant>#<agent>`: the [`SandboxRecord`] of an agent identity. Every
+//!   write is conditional on the version read (creation on the key's
+//!   absence), so the lifecycle in the domain runs as compare-and-swap.
+//! - `call#<run>#<call>#<attempt>`: the sandbox's mark of a call. Starting a
+//!   call is a conditional put, so a call runs at most once even if its
+//!   message is delivered twice or its agent restarts, and a call the control
+//!   plane abandoned can never start late.
+//! - `port#<host>#<port>`: a pooled port held by a sandbox.
+
+use aws_sdk_dynamodb::Client;
+
+use armada_domain::sandbox::hand::CallMark;
+use armada_domain::sandbox::lifecycle::{sandbox_key, SandboxRecord};
+
+use super::item::{get_json, get_n, get_s, json, n, opt_s, s, ttl_after, Item};
+use crate::error::{classify, StoreError};
+
+/// How long call marks are kept.
+const MARK_TTL_DAYS: i64 = 7;
+/// Conflicting writers retried before giving up (the caller retries later).
+const CAS_ATTEMPTS: usize = 25;
+
+#[derive(Debug, Clone)]
+pub struct SandboxStore {
+    dynamo: Client,
+    table: String,
+}
+
+/// What a read-modify-write decided.
+#[derive(Debug)]
+pub enum Change<T> {
+    /// Write this record (conditional on the version read) and return `T`.
+    Write(Box<SandboxRecord>, T),
+    /// Leave the record as it is.
+    Keep(T),
+}
+
+/// Identifies one attempt of one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRef {
+    pub run_id: String,
+    pub call_id: String,
+    pub attempt: u32,
+}
+
+impl CallRef {
+    fn key(&self) -> String {
+        format!("call#{}#{}#{}", self.run_id, self.call_id, self.attempt)
+    }
+}
+
+/// The mark of a call, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMark {
+    pub mark: CallMark,
+    pub generation: u64,
+    pub at_ms: i64,
+}
+
+impl SandboxStore {
+    pub fn new(dynamo: Client, table: &str) -> Self {
+        SandboxStore {
+            dynamo,
+            table: table.to_string(),
+        }
+    }
+
+    fn record_item(rec: &SandboxRecord) -> Item {
+        let mut item = Item::new();
+        item.insert("sandbox_key".into(), s(rec.key()));
+        item.insert("tenant".into(), s(&rec.tenant));
+        item.insert("agent".into(), s(&rec.agent));
+        item.insert("state".into(), s(rec.state.as_str()));
+        item.insert("generation".into(), n(rec.generation));
+        item.insert("version".into(), n(rec.version));
+        item.insert("doc".into(), json(rec));
+        item
+    }
+
+    fn from_item(item: &Item) -> Result<SandboxRecord, StoreError> {
+        let mut rec: SandboxRecord = get_json(item, "doc")?;
+        rec.version = get_n(item, "version")?;
+        Ok(rec)
+    }
+
+    async fn get_item(&self, key: &str) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .dynamo
+            .get_item()
+            .table_name(&self.table)
+            .key("sandbox_key", s(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(out.item().cloned())
+    }
+
+    pub async fn get(
+        &self,
+        tenant: &str,
+        agent: &str,
+    ) -> Result<Option<SandboxRecord>, StoreError> {
+        self.get_item(&sandbox_key(tenant, agent))
+            .await?
+            .as_ref()
+            .map(Self::from_item)
+            .transpose()
+    }
+
+    /// The sandboxes of one tenant (the `by_tenant` index).
+    pub async fn list(&self, tenant: &str) -> Result<Vec<SandboxRecord>, StoreError> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .dynamo
+                .query()
+                .table_name(&self.table)
+                .index_name("by_tenant")
+                .key_condition_expression("tenant = :t")
+                .expression_attribute_values(":t", s(tenant))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(classify)?;
+            for item in page.items() {
+                out.push(Self::from_item(item)?);
+            }
+            match page.last_evaluated_key() {
+                Some(k) => start = Some(k.clone()),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Every tenant's sandbox of one agent (a scan: deleting an agent is rare).
+    pub async fn list_agent(&self, agent: &str) -> Result<Vec<SandboxRecord>, StoreError> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .dynamo
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("agent = :a AND attribute_exists(tenant)")
+                .expression_attribute_values(":a", s(agent))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(classify)?;
+            for item in page.items() {
+                out.push(Self::from_item(item)?);
+            }
+            match page.last_evaluated_key() {
+                Some(k) => start = Some(k.clone()),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Reads the record of an identity, lets `f` decide, and writes what it
+    /// decided conditional on the version read (or on the key's absence).
+    /// A conflicting writer makes it read and decide again.
+    pub async fn modify<T>(
+        &self,
+        tenant: &str,
+        agent: &str,
+        mut f: impl FnMut(Option<SandboxRecord>) -> Change<T>,
+    ) -> Result<T, StoreError> {
+        let key = sandbox_key(tenant, agent);
+        for _ in 0..CAS_ATTEMPTS {
+            let current = self.get_item(&key).await?;
+            let read = current.as_ref().map(Self::from_item).transpose()?;
+            let read_version = read.as_ref().map(|r| r.version);
+            let (mut rec, out) = match f(read) {
+                Change::Keep(out) => return Ok(out),
+                Change::Write(rec, out) => (rec, out),
+            };
+            rec.version = read_version.map_or(1, |v| v + 1);
+            let mut put = self
+                .dynamo
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(Self::record_item(&rec)));
+            put = match read_version {
+                Some(v) => put
+                    .condition_expression("version = :v")
+                    .expression_attribute_values(":v", n(v)),
+                None => put.condition_expression("attribute_not_exists(sandbox_key)"),
+            };
+            match put.send().await.map_err(classify) {
+                Ok(_) => return Ok(out),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Retryable(format!(
+            "sandbox {key} kept changing under {CAS_ATTEMPTS} attempts"
+        )))
+    }
+
+    /// Removes an identity's record (the agent was deleted), if unchanged.
+    pub async fn delete(&self, rec: &SandboxRecord) -> Result<(), StoreError> {
+        self.dynamo
+            .delete_item()
+            .table_name(&self.table)
+            .key("sandbox_key", s(rec.key()))
+            .condition_expression("version = :v")
+            .expression_attribute_values(":v", n(rec.version))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    fn mark_of(item: &Item) -> Result<StoredMark, StoreError> {
+        let mark = match get_s(item, "mark")?.as_str() {
+            "STARTED" => CallMark::Started,
+            "FINISHED" => CallMark::Finished,
+            "ABANDONED" => CallMark::Abandoned,
+            other => return Err(StoreError::Corrupt(format!("call mark {other}"))),
+        };
+        Ok(StoredMark {
+            mark,
+            generation: get_n(item, "generation")?,
+            at_ms: get_n(item, "at")?,
+        })
+    }
+
+    fn mark_name(mark: CallMark) -> &'static str {
+        match mark {
+            CallMark::Started => "STARTED",
+            CallMark::Finished => "FINISHED",
+            CallMark::Abandoned => "ABANDONED",
+        }
+    }
+
+    /// Puts `mark` on a call that has none; otherwise returns the mark it has.
+    pub async fn mark_first(
+        &self,
+        call: &CallRef,
+        mark: CallMark,
+        generation: u64,
+        now_ms: i64,
+    ) -> Result<Option<StoredMark>, StoreError> {
+        let mut item = Item::new();
+        item.insert("sandbox_key".into(), s(call.key()));
+        item.insert("mark".into(), s(Self::mark_name(mark)));
+        item.insert("generation".into(), n(generation));
+        item.insert("at".into(), n(now_ms));
+        item.insert("expires_at".into(), ttl_after(now_ms, MARK_TTL_DAYS));
+        match super::item::put_new(&self.dynamo, &self.table, item, "sandbox_key").await {
+            Ok(()) => Ok(None),
+            Err(StoreError::Conflict { .. }) => match self.get_item(&call.key()).await? {
+                Some(item) => Ok(Some(Self::mark_of(&item)?)),
+                // Written and gone (TTL) between the two requests: it had one.
+                None => Err(StoreError::Retryable("call mark vanished".into())),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A started call finished (its result is on its way).
+    pub async fn mark_finished(&self, call: &CallRef, now_ms: i64) -> Result<(), StoreError> {
+        self.dynamo
+            .update_item()
+            .table_name(&self.table)
+            .key("sandbox_key", s(call.key()))
+            .update_expression("SET mark = :f, #at = :now")
+            .condition_expression("mark = :s")
+            .expression_attribute_names("#at", "at")
+            .expression_attribute_values(":f", s("FINISHED"))
+            .expression_attribute_values(":s", s("STARTED"))
+            .expression_attribute_values(":now", n(now_ms))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    pub async fn mark(&self, call: &CallRef) -> Result<Option<StoredMark>, StoreError> {
+        self.get_item(&call.key())
+            .await?
+            .as_ref()
+            .map(Self::mark_of)
+            .transpose()
+    }
+
+    /// Takes a pooled port on `host` for `holder`; `false` if another
+    /// sandbox holds it.
+    pub async fn take_port(
+        &self,
+        host: &str,
+        port: u16,
+        holder: &str,
+        generation: u64,
+    ) -> Result<bool, StoreError> {
+        let mut item = Item::new();
+        item.insert("sandbox_key".into(), s(format!("port#{host}#{port}")));
+        item.insert("holder".into(), s(holder));
+        item.insert("generation".into(), n(generation));
+        let r = self
+            .dynamo
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(sandbox_key) OR holder = :h")
+            .expression_attribute_values(":h", s(holder))
+            .send()
+            .await
+            .map_err(classify);
+        match r {
+            Ok(_) => Ok(true),
+            Err(StoreError::Conflict { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives back a port `holder` holds (a no-op for anyone else's).
+    pub async fn release_port(
+        &self,
+        host: &str,
+        port: u16,
+        holder: &str,
+    ) -> Result<(), StoreError> {
+        let r = self
+            .dynamo
+            .delete_item()
+            .table_name(&self.table)
+            .key("sandbox_key", s(format!("port#{host}#{port}")))
+            .condition_expression("holder = :h")
+            .expression_attribute_values(":h", s(holder))
+            .send()
+            .await
+            .map_err(classify);
+        match r {
+            Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Who holds a port, if anyone.
+    pub async fn port_holder(&self, host: &str, port: u16) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .get_item(&format!("port#{host}#{port}"))
+            .await?
+            .and_then(|i| opt_s(&i, "holder")))
+    }
+}

@@ -1,0 +1,525 @@
+//! One sandbox per agent identity (tenant + agent; a team is one identity),
+//! as a record and its transitions (seed 000 §C–E). The store applies each
+//! transition to the record it read and writes it back conditional on the
+//! record's version, so two Runs racing to create one agent's sandbox create
+//! one, and a Run waiting for the sandbox is handed it exactly once.
+//!
+//! ```text
+//!  (none) ─acquire─► PROVISIONING ─agent ready─► READY ─idle─► HIBERNATING ─► HIBERNATED
+//!                       │  ▲ start timeout,           │   ▲                         │
+//!                       │  └─ retry once              │   └──── woke ◄── WAKING ◄───┘ acquire
+//!                       ▼                             ▼
+//!                     FAILED                     DESTROYING ─► DESTROYED   (acquire again: a new generation)
+//! ```
+//!
+//! The holder is a Run: the sandbox serves one Run at a time, from its first
+//! sandbox call to its end (a Run awaiting approval keeps it). Other Runs of
+//! the identity queue as waiters and are handed the sandbox in order.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::controls::Controls;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SandboxState {
+    /// A task was asked for; its agent has not reported in yet.
+    Provisioning,
+    /// The agent reported in with the controls it enforces.
+    Ready,
+    /// Idle and being put to sleep (processes frozen / workspace saved).
+    Hibernating,
+    Hibernated,
+    /// Asked for while asleep: being brought back.
+    Waking,
+    /// Being stopped (agent deleted, OOM, timeout, panic, security).
+    Destroying,
+    Destroyed,
+    /// Could not start, or could not enforce its profile (fail closed).
+    Failed,
+}
+
+impl SandboxState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxState::Provisioning => "PROVISIONING",
+            SandboxState::Ready => "READY",
+            SandboxState::Hibernating => "HIBERNATING",
+            SandboxState::Hibernated => "HIBERNATED",
+            SandboxState::Waking => "WAKING",
+            SandboxState::Destroying => "DESTROYING",
+            SandboxState::Destroyed => "DESTROYED",
+            SandboxState::Failed => "FAILED",
+        }
+    }
+
+    /// Gone: the next acquire starts a new generation.
+    pub fn is_gone(self) -> bool {
+        match self {
+            SandboxState::Destroying | SandboxState::Destroyed | SandboxState::Failed => true,
+            SandboxState::Provisioning
+            | SandboxState::Ready
+            | SandboxState::Hibernating
+            | SandboxState::Hibernated
+            | SandboxState::Waking => false,
+        }
+    }
+}
+
+impl fmt::Display for SandboxState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A pooled port held by a sandbox (`serve`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortLease {
+    pub container: u16,
+    pub host: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    pub tenant: String,
+    pub agent: String,
+    pub state: SandboxState,
+    /// Incremented by every (re)creation; a task, its hand queue and its
+    /// calls belong to one generation.
+    pub generation: u64,
+    /// Every write is conditional on the version it read.
+    pub version: u64,
+    pub task_arn: Option<String>,
+    pub hand_queue_url: Option<String>,
+    pub holder_run_id: Option<String>,
+    /// Runs waiting for the sandbox, first come first served.
+    pub waiters: Vec<String>,
+    pub ports: Vec<PortLease>,
+    pub profile: String,
+    /// What the agent inside reported in force.
+    pub controls: Option<Controls>,
+    pub created_at_ms: i64,
+    pub last_used_at_ms: i64,
+    pub heartbeat_at_ms: i64,
+    pub state_changed_at_ms: i64,
+    /// Task starts of this generation (a start that times out is retried once).
+    pub start_attempts: u32,
+    /// Why the sandbox failed or was destroyed.
+    pub failure: Option<String>,
+}
+
+/// The identity a sandbox belongs to.
+pub fn sandbox_key(tenant: &str, agent: &str) -> String {
+    format!("{tenant}#{agent}")
+}
+
+/// What a Run asking for the sandbox gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquired {
+    /// The Run holds the sandbox. When `start` is set the caller starts a
+    /// task for this generation (a new sandbox or a hibernated one waking).
+    Held { start: Option<Start> },
+    /// Another Run holds it; this Run is waiter number `position` (1-based).
+    Waiting { position: usize },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    Create,
+    Wake,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LifecycleError {
+    #[error("the sandbox is at generation {have}, not {expected}")]
+    Generation { expected: u64, have: u64 },
+    #[error("the sandbox is {state}, which does not allow {what}")]
+    State {
+        state: SandboxState,
+        what: &'static str,
+    },
+}
+
+impl SandboxRecord {
+    /// A fresh record for the first acquire of an identity.
+    pub fn new(tenant: &str, agent: &str, profile: &str, now_ms: i64) -> Self {
+        SandboxRecord {
+            tenant: tenant.to_string(),
+            agent: agent.to_string(),
+            state: SandboxState::Destroyed,
+            generation: 0,
+            version: 0,
+            task_arn: None,
+            hand_queue_url: None,
+            holder_run_id: None,
+            waiters: vec![],
+            ports: vec![],
+            profile: profile.to_string(),
+            controls: None,
+            created_at_ms: now_ms,
+            last_used_at_ms: now_ms,
+            heartbeat_at_ms: 0,
+            state_changed_at_ms: now_ms,
+            start_attempts: 0,
+            failure: None,
+        }
+    }
+
+    pub fn key(&self) -> String {
+        sandbox_key(&self.tenant, &self.agent)
+    }
+
+    fn set_state(&mut self, state: SandboxState, now_ms: i64) {
+        self.state = state;
+        self.state_changed_at_ms = now_ms;
+    }
+
+    fn generation_is(&self, generation: u64) -> Result<(), LifecycleError> {
+        if self.generation == generation {
+            Ok(())
+        } else {
+            Err(LifecycleError::Generation {
+                expected: generation,
+                have: self.generation,
+            })
+        }
+    }
+
+    /// Starts a new generation held by `run_id`.
+    fn regenerate(&mut self, run_id: &str, profile: &str, now_ms: i64) {
+        self.generation += 1;
+        self.set_state(SandboxState::Provisioning, now_ms);
+        self.task_arn = None;
+        self.hand_queue_url = None;
+        self.ports.clear();
+        self.controls = None;
+        self.failure = None;
+        self.heartbeat_at_ms = 0;
+        self.start_attempts = 1;
+        self.profile = profile.to_string();
+        self.holder_run_id = Some(run_id.to_string());
+        self.waiters.retain(|w| w != run_id);
+        self.created_at_ms = now_ms;
+    }
+
+    /// A Run asks for the sandbox (its first sandbox call, or an `eager`
+    /// agent's first step). `profile` is the agent's current profile: it
+    /// applies to a new generation only.
+    pub fn acquire(&mut self, run_id: &str, profile: &str, now_ms: i64) -> Acquired {
+        match &self.holder_run_id {
+            Some(h) if h != run_id => {
+                if !self.waiters.iter().any(|w| w == run_id) {
+                    self.waiters.push(run_id.to_string());
+                }
+                let position = self
+                    .waiters
+                    .iter()
+                    .position(|w| w == run_id)
+                    .map_or(self.waiters.len(), |p| p + 1);
+                return Acquired::Waiting { position };
+            }
+            Some(_) | None => {}
+        }
+        self.holder_run_id = Some(run_id.to_string());
+        self.waiters.retain(|w| w != run_id);
+        self.last_used_at_ms = now_ms;
+        let start = match self.state {
+            SandboxState::Provisioning | SandboxState::Ready | SandboxState::Waking => None,
+            SandboxState::Hibernating | SandboxState::Hibernated => {
+                self.set_state(SandboxState::Waking, now_ms);
+                Some(Start::Wake)
+            }
+            SandboxState::Destroying | SandboxState::Destroyed | SandboxState::Failed => {
+                self.regenerate(run_id, profile, now_ms);
+                Some(Start::Create)
+            }
+        };
+        Acquired::Held { start }
+    }
+
+    /// A Run ended: it lets go (or leaves the queue). Returns the Run the
+    /// sandbox was handed to, if any.
+    pub fn release(&mut self, run_id: &str, now_ms: i64) -> Option<String> {
+        self.waiters.retain(|w| w != run_id);
+        if self.holder_run_id.as_deref() != Some(run_id) {
+            return None;
+        }
+        self.last_used_at_ms = now_ms;
+        if self.waiters.is_empty() {
+            self.holder_run_id = None;
+            return None;
+        }
+        let next = self.waiters.remove(0);
+        self.holder_run_id = Some(next.clone());
+        Some(next)
+    }
+
+    /// The provider started (or restarted) this generation's task.
+    pub fn task_started(
+        &mut self,
+        generation: u64,
+        task_arn: &str,
+        hand_queue_url: &str,
+    ) -> Result<(), LifecycleError> {
+        self.generation_is(generation)?;
+        self.task_arn = Some(task_arn.to_string());
+        self.hand_queue_url = Some(hand_queue_url.to_string());
+        Ok(())
+    }
+
+    /// The agent inside reported in, enforcing `controls`.
+    pub fn agent_ready(
+        &mut self,
+        generation: u64,
+        task_arn: &str,
+        controls: Controls,
+        now_ms: i64,
+    ) -> Result<(), LifecycleError> {
+        self.generation_is(generation)?;
+        match self.state {
+            SandboxState::Provisioning | SandboxState::Waking | SandboxState::Ready => {}
+            other => {
+                return Err(LifecycleError::State {
+                    state: other,
+                    what: "an agent reporting ready",
+                })
+            }
+        }
+        self.task_arn = Some(task_arn.to_string());
+        self.controls = Some(controls);
+        self.heartbeat_at_ms = now_ms;
+        self.set_state(SandboxState::Ready, now_ms);
+        Ok(())
+    }
+
+    /// The agent could not start or could not enforce its profile.
+    pub fn fail(&mut self, generation: u64, why: &str, now_ms: i64) -> Result<(), LifecycleError> {
+        self.generation_is(generation)?;
+        self.failure = Some(why.to_string());
+        self.ports.clear();
+        self.set_state(SandboxState::Failed, now_ms);
+        Ok(())
+    }
+
+    pub fn heartbeat(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
+        self.generation_is(generation)?;
+        self.heartbeat_at_ms = now_ms;
+        Ok(())
+    }
+
+    /// A call finished: the sandbox was used now.
+    pub fn touch(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
+        self.generation_is(generation)?;
+        self.last_used_at_ms = now_ms;
+        self.heartbeat_at_ms = now_ms;
+        Ok(())
+    }
+
+    /// Asks to stop the sandbox. Idempotent for a sandbox already going.
+    pub fn destroy(&mut self, why: &str, now_ms: i64) -> bool {
+        if self.state.is_gone() {
+            return false;
+        }
+        self.failure = Some(why.to_string());
+        self.ports.clear();
+        self.set_state(SandboxState::Destroying, now_ms);
+        true
+    }
+
+    /// The task of `generation` is stopped.
+    pub fn stopped(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
+        self.generation_is(generation)?;
+        if self.state != SandboxState::Failed {
+            self.set_state(SandboxState::Destroyed, now_ms);
+        }
+        self.ports.clear();
+        Ok(())
+    }
+
+    /// Idle long enough, and held by nobody: put it to sleep.
+    pub fn hibernate(
+        &mut self,
+        generation: u64,
+        idle_ms: i64,
+        now_ms: i64,
+    ) -> Result<(), LifecycleError> {
+        self.generation_is(generation)?;
+        if self.state != SandboxState::Ready
+            || self.holder_run_id.is_some()
+            || now_ms - self.last_used_at_ms < idle_ms
+        {
+            return Err(LifecycleError::State {
+                state: self.state,
+                what: "hibernation (busy, held or not idle long enough)",
+            });
+        }
+        self.ports.clear();
+        self.set_state(SandboxState::Hibernating, now_ms);
+        Ok(())
+    }
+
+    pub fn hibernated(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
+        self.generation_is(generation)?;
+        if self.state != SandboxState::Hibernating {
+            return Err(LifecycleError::State {
+                state: self.state,
+                what: "finishing hibernation",
+            });
+        }
+        self.set_state(SandboxState::Hibernated, now_ms);
+        Ok(())
+    }
+
+    /// The start of this generation took too long. The first time the
+    /// caller starts the task again; the second time the sandbox fails.
+    pub fn start_timed_out(
+        &mut self,
+        generation: u64,
+        attempt: u32,
+        now_ms: i64,
+    ) -> Result<bool, LifecycleError> {
+        self.generation_is(generation)?;
+        if !matches!(
+            self.state,
+            SandboxState::Provisioning | SandboxState::Waking
+        ) || self.start_attempts != attempt
+        {
+            return Err(LifecycleError::State {
+                state: self.state,
+                what: "a start timeout (it started, or was retried already)",
+            });
+        }
+        if self.start_attempts < 2 {
+            self.start_attempts += 1;
+            self.task_arn = None;
+            self.set_state(SandboxState::Provisioning, now_ms);
+            Ok(true)
+        } else {
+            self.failure = Some(format!(
+                "the sandbox did not start within {} s, twice",
+                super::START_TIMEOUT_S
+            ));
+            self.set_state(SandboxState::Failed, now_ms);
+            Ok(false)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec() -> SandboxRecord {
+        SandboxRecord::new("t1", "coder", "workspace", 0)
+    }
+
+    #[test]
+    fn the_first_acquire_creates_and_later_runs_wait_in_order() {
+        let mut r = rec();
+        assert_eq!(
+            r.acquire("a", "workspace", 1),
+            Acquired::Held {
+                start: Some(Start::Create)
+            }
+        );
+        assert_eq!((r.generation, r.state), (1, SandboxState::Provisioning));
+        assert_eq!(
+            r.acquire("a", "workspace", 2),
+            Acquired::Held { start: None }
+        );
+        assert_eq!(
+            r.acquire("b", "workspace", 3),
+            Acquired::Waiting { position: 1 }
+        );
+        assert_eq!(
+            r.acquire("c", "workspace", 3),
+            Acquired::Waiting { position: 2 }
+        );
+        assert_eq!(
+            r.acquire("b", "workspace", 4),
+            Acquired::Waiting { position: 1 },
+            "asking again keeps the place"
+        );
+        assert_eq!(r.release("c", 5), None, "a waiter leaves the queue");
+        assert_eq!(r.release("a", 6), Some("b".into()));
+        assert_eq!(r.holder_run_id.as_deref(), Some("b"));
+        assert_eq!(r.release("b", 7), None);
+        assert_eq!(r.holder_run_id, None);
+    }
+
+    #[test]
+    fn a_gone_sandbox_comes_back_as_a_new_generation() {
+        let mut r = rec();
+        r.acquire("a", "workspace", 1);
+        r.task_started(1, "arn1", "q1").unwrap();
+        r.agent_ready(1, "arn1", controls(), 2).unwrap();
+        assert!(r.destroy("OOM", 3));
+        assert!(!r.destroy("again", 3));
+        assert!(r.agent_ready(1, "arn1", controls(), 4).is_err());
+        r.stopped(1, 4).unwrap();
+        assert_eq!(
+            r.acquire("a", "strict", 5),
+            Acquired::Held {
+                start: Some(Start::Create)
+            }
+        );
+        assert_eq!(r.generation, 2);
+        assert_eq!(r.profile, "strict");
+        assert!(r.task_arn.is_none() && r.controls.is_none());
+        assert!(
+            r.stopped(1, 6).is_err(),
+            "an old generation cannot stop the new one"
+        );
+    }
+
+    #[test]
+    fn hibernation_needs_idleness_and_a_wake_restarts_nothing_else() {
+        let mut r = rec();
+        r.acquire("a", "workspace", 0);
+        r.agent_ready(1, "arn", controls(), 0).unwrap();
+        assert!(r.hibernate(1, 100, 500).is_err(), "held");
+        r.release("a", 1000);
+        assert!(r.hibernate(1, 100, 1050).is_err(), "not idle long enough");
+        r.hibernate(1, 100, 1100).unwrap();
+        r.hibernated(1, 1200).unwrap();
+        assert_eq!(
+            r.acquire("b", "workspace", 2000),
+            Acquired::Held {
+                start: Some(Start::Wake)
+            }
+        );
+        assert_eq!((r.state, r.generation), (SandboxState::Waking, 1));
+        r.agent_ready(1, "arn", controls(), 2100).unwrap();
+        assert_eq!(r.state, SandboxState::Ready);
+    }
+
+    #[test]
+    fn a_start_that_times_out_is_retried_once_then_fails() {
+        let mut r = rec();
+        r.acquire("a", "workspace", 0);
+        assert_eq!(r.start_timed_out(1, 1, 30_000), Ok(true));
+        assert!(
+            r.start_timed_out(1, 1, 30_001).is_err(),
+            "only once per attempt"
+        );
+        assert_eq!(r.start_timed_out(1, 2, 60_000), Ok(false));
+        assert_eq!(r.state, SandboxState::Failed);
+        assert!(r.failure.is_some());
+    }
+
+    fn controls() -> Controls {
+        use super::super::controls::Control;
+        let c = || Control::enforced("test");
+        Controls {
+            filesystem: c(),
+            network: c(),
+            syscalls: c(),
+            memory: c(),
+            cpu: c(),
+            pids: c(),
+            mounts: c(),
+        }
+    }
+}
