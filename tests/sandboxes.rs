@@ -1,57 +1,143 @@
 //! Sandboxes on the local stack: the harness asks ECS (the emulator's) for
-//! a task, the local data plane runs the task's agent as a confined process,
-//! and real skills run in it.
+//! a task, the local data plane runs the task's agent as a confined local
+//! process, and real skills run in it. Each test drives the HTTP API and
+//! looks at what a user would: Runs, their events, the sandbox API, ECS
+//! tasks and files on disk.
 
 #![allow(clippy::unwrap_used)]
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
+use reqwest::Method;
 use serde_json::{json, Value};
 
-use armada_tests::{outcome, TestStack};
+use armada_cli::client::Client;
+use armada_core::hands::started_by;
+use armada_domain::agent::AgentDefinition;
+use armada_domain::sandbox::hand::{HandMessage, Invocation};
+use armada_domain::skills::MountDecl;
+use armada_tests::{outcome, params, TestStack};
+
+/// Quick watchdog, heartbeat and staleness, so losses show in seconds.
+fn fast() -> HashMap<String, String> {
+    params(&[
+        ("SandboxCheckSeconds", "1"),
+        ("SandboxHeartbeatSeconds", "1"),
+        ("SandboxStaleSeconds", "4"),
+    ])
+}
+
+async fn start() -> TestStack {
+    TestStack::start_with(fast(), None).await
+}
 
 /// The result JSON inside the scripted model's `tool <name> returned: <json>`.
 fn tool_result(run: &Value, skill: &str) -> Value {
     let out = run["output"].as_str().unwrap_or_default();
-    let prefix = format!("tool {skill} returned: ");
     let json = out
-        .strip_prefix(&prefix)
+        .strip_prefix(&format!("tool {skill} returned: "))
         .unwrap_or_else(|| panic!("not a {skill} result: {run}"));
     serde_json::from_str(json).unwrap()
 }
 
-async fn sandbox(t: &TestStack, agent: &str) -> Value {
-    t.client
-        .get(&format!("/v1/sandboxes/{agent}"))
+fn sh(command: &str) -> String {
+    format!("/tool shell_exec {}", json!({ "command": command }))
+}
+
+fn py(code: &str) -> String {
+    format!("/tool python_exec {}", json!({ "code": code }))
+}
+
+async fn sandbox_of(c: &Client, agent: &str) -> Value {
+    c.get(&format!("/v1/sandboxes/{agent}")).await.unwrap()
+}
+
+async fn put_agent(t: &TestStack, name: &str, sandbox: Value) -> Value {
+    t.admin
+        .call(
+            Method::PUT,
+            &format!("/v1/agents/{name}"),
+            Some(&json!({
+                "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 8192},
+                "system_prompt": "You run code.",
+                "skills": ["shell_exec", "python_exec", "file_read", "file_write", "serve"],
+                "sandbox": sandbox,
+                "limits": {"timeout_s": 120}
+            })),
+            true,
+        )
         .await
         .unwrap()
 }
 
+async fn tasks_of(t: &TestStack, tenant: &str, agent: &str) -> Vec<String> {
+    t.stack
+        .aws
+        .ecs
+        .list_tasks()
+        .cluster(&t.stack.svc.cfg.sandbox.cluster)
+        .started_by(started_by(tenant, agent))
+        .send()
+        .await
+        .unwrap()
+        .task_arns()
+        .to_vec()
+}
+
+async fn task_status(t: &TestStack, arn: &str) -> String {
+    let d = t
+        .stack
+        .aws
+        .ecs
+        .describe_tasks()
+        .cluster(&t.stack.svc.cfg.sandbox.cluster)
+        .tasks(arn)
+        .send()
+        .await
+        .unwrap();
+    d.tasks()[0].last_status().unwrap_or_default().to_string()
+}
+
+fn task_dir(t: &TestStack, arn: &str) -> PathBuf {
+    PathBuf::from("/var/tmp/armada")
+        .join(t.stack.template.stack())
+        .join(arn.rsplit('/').next().unwrap())
+}
+
+/// Polls until `f` holds (up to 30 s).
+async fn eventually<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..300 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn coder_runs_a_command_in_its_own_sandbox() {
-    let t = TestStack::start().await;
-    let (run_id, run) = t
-        .ask("coder", r#"/tool shell_exec {"command": "echo hi; id -u"}"#)
-        .await;
+    let t = start().await;
+    let (run_id, run) = t.ask("coder", &sh("echo hi; id -u")).await;
     assert_eq!(outcome(&run), "COMPLETED", "{run}");
     let r = tool_result(&run, "shell_exec");
     assert_eq!(r["exit_code"], 0, "{r}");
-    let uid: u32 = r["stdout"]
-        .as_str()
-        .unwrap()
-        .lines()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let mut lines = r["stdout"].as_str().unwrap().lines();
+    assert_eq!(lines.next(), Some("hi"));
+    let uid: u32 = lines.next().unwrap().parse().unwrap();
     assert!(
         uid >= 300_000,
         "runs as the sandbox's own uid, not root: {uid}"
     );
-    assert_eq!(r["stdout"].as_str().unwrap().lines().next(), Some("hi"));
     let types = t.event_types(&run_id).await;
     assert!(types.contains(&"tool_dispatched".to_string()), "{types:?}");
-    let sb = sandbox(&t, "coder").await;
+    let sb = sandbox_of(&t.client, "coder").await;
     assert_eq!(sb["state"], "READY", "{sb}");
     assert_eq!(sb["profile"], "workspace");
     assert!(sb["task_arn"].as_str().unwrap().contains(":task/"), "{sb}");
@@ -70,24 +156,40 @@ async fn coder_runs_a_command_in_its_own_sandbox() {
             "{control}: {sb}"
         );
     }
-    assert_eq!(sb["controls"]["filesystem"]["status"], "enforced", "{sb}");
-    assert_eq!(sb["controls"]["memory"]["status"], "enforced", "{sb}");
-    // The run ended: it no longer holds the sandbox.
-    let closed = t.wait_closed(&run_id).await;
-    assert_eq!(closed["state"], "CLOSED_COMPLETED");
-    let sb = sandbox(&t, "coder").await;
+    for control in ["filesystem", "syscalls", "memory", "pids", "mounts"] {
+        assert_eq!(
+            sb["controls"][control]["status"], "enforced",
+            "{control}: {sb}"
+        );
+    }
+    // Workspace does not restrict the network: only TCP ports are held.
+    assert_eq!(sb["controls"]["network"]["status"], "partial", "{sb}");
+    // Files stay in the workspace between Runs of the agent.
+    let (_, run) = t
+        .ask(
+            "coder",
+            r#"/tool file_write {"path": "notes/a.txt", "content": "kept"}"#,
+        )
+        .await;
+    assert_eq!(tool_result(&run, "file_write")["bytes"], 4);
+    let (_, run) = t.ask("coder", &sh("cat notes/a.txt")).await;
+    assert_eq!(tool_result(&run, "shell_exec")["stdout"], "kept");
+    // The run ended: it no longer holds the sandbox, and one task served all.
+    t.wait_closed(&run_id).await;
+    let sb = sandbox_of(&t.client, "coder").await;
     assert!(sb["holder_run_id"].is_null(), "{sb}");
+    assert_eq!(tasks_of(&t, "local", "coder").await.len(), 1);
     t.stack.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_chat_run_of_an_on_tool_use_agent_creates_no_task() {
-    let t = TestStack::start().await;
+async fn a_chat_run_of_an_on_tool_use_agent_creates_no_task_and_eager_does() {
+    let t = start().await;
     let (_, run) = t.ask("coder", "just talk to me").await;
     assert_eq!(run["output"], "echo: just talk to me");
     let (status, body) = t
         .raw(
-            reqwest::Method::GET,
+            Method::GET,
             "/v1/sandboxes/coder",
             Some(&t.stack.tenant_key),
             None,
@@ -95,17 +197,534 @@ async fn a_chat_run_of_an_on_tool_use_agent_creates_no_task() {
         )
         .await;
     assert_eq!(status, 404, "{body}");
-    let tasks = t
-        .stack
-        .aws
-        .ecs
-        .list_tasks()
-        .cluster(&t.stack.svc.cfg.sandbox.cluster)
-        .send()
+    assert!(tasks_of(&t, "local", "coder").await.is_empty());
+    put_agent(&t, "eager", json!({"provisioning": "eager"})).await;
+    let (_, run) = t.ask("eager", "hello").await;
+    assert_eq!(run["output"], "echo: hello");
+    assert_eq!(
+        tasks_of(&t, "local", "eager").await.len(),
+        1,
+        "eager made one before the model call"
+    );
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn runs_of_one_agent_reuse_its_sandbox_one_at_a_time() {
+    let t = start().await;
+    let a = t
+        .client
+        .create_run("coder", &sh("sleep 2; echo A"))
         .await
         .unwrap();
-    assert!(tasks.task_arns().is_empty(), "no task was started");
-    let _ = json!(null);
-    let _ = Duration::from_secs(0);
+    let client = &t.client;
+    eventually("the first run's call is dispatched", || async {
+        let v = client
+            .get(&format!("/v1/runs/{a}/events?after=0"))
+            .await
+            .unwrap();
+        v["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "tool_dispatched")
+    })
+    .await;
+    let b = t.client.create_run("coder", &sh("echo B")).await.unwrap();
+    let run_a = t
+        .client
+        .wait_run(&a, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let run_b = t
+        .client
+        .wait_run(&b, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(tool_result(&run_a, "shell_exec")["stdout"], "A\n");
+    assert_eq!(tool_result(&run_b, "shell_exec")["stdout"], "B\n");
+    let types_b = t.event_types(&b).await;
+    assert!(
+        types_b.contains(&"sandbox_wait".to_string()),
+        "the second run waited for the first: {types_b:?}"
+    );
+    assert_eq!(
+        tasks_of(&t, "local", "coder").await.len(),
+        1,
+        "one sandbox served both"
+    );
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agents_and_tenants_never_share_a_sandbox_and_races_create_one() {
+    let t = start().await;
+    put_agent(&t, "other-coder", json!({})).await;
+    let (_, mine) = t.ask("coder", &sh("id -u")).await;
+    let (_, theirs) = t.ask("other-coder", &sh("id -u")).await;
+    let uid = |r: &Value| tool_result(r, "shell_exec")["stdout"].clone();
+    assert_ne!(
+        uid(&mine),
+        uid(&theirs),
+        "two agents of one user: two sandboxes"
+    );
+    let list = t.client.get("/v1/sandboxes").await.unwrap();
+    let arns: Vec<&str> = list["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["task_arn"].as_str().unwrap())
+        .collect();
+    assert_eq!(arns.len(), 2);
+    assert_ne!(arns[0], arns[1]);
+    // Another tenant's Run of the same agent gets a sandbox of its own.
+    let minted = t
+        .admin
+        .call(Method::POST, "/v1/tenants/acme/keys", None, true)
+        .await
+        .unwrap();
+    let acme = Client::new(&t.stack.api_url, minted["key"].as_str().unwrap(), None);
+    let run_id = acme.create_run("coder", &sh("id -u")).await.unwrap();
+    let acme_run = acme
+        .wait_run(&run_id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_ne!(uid(&acme_run), uid(&mine), "two tenants: two sandboxes");
+    let acme_sb = sandbox_of(&acme, "coder").await;
+    assert_eq!(acme_sb["tenant"], "acme");
+    assert_ne!(
+        acme_sb["task_arn"],
+        sandbox_of(&t.client, "coder").await["task_arn"]
+    );
+    let listed = acme.get("/v1/sandboxes").await.unwrap();
+    assert_eq!(
+        listed["sandboxes"].as_array().unwrap().len(),
+        1,
+        "a tenant sees its own only"
+    );
+    // Four Runs racing to create one agent's sandbox create one.
+    put_agent(&t, "racer", json!({})).await;
+    let inputs: Vec<String> = (0..4).map(|i| sh(&format!("echo {i}"))).collect();
+    let ids =
+        futures::future::join_all(inputs.iter().map(|i| t.client.create_run("racer", i))).await;
+    for id in ids {
+        let run = t
+            .client
+            .wait_run(&id.unwrap(), Duration::from_secs(90))
+            .await
+            .unwrap();
+        assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    }
+    assert_eq!(
+        tasks_of(&t, "local", "racer").await.len(),
+        1,
+        "one task for the race"
+    );
+    assert_eq!(sandbox_of(&t.client, "racer").await["generation"], 1);
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn confinement_limits_and_forced_destruction_hold_on_the_local_stack() {
+    let t = start().await;
+    put_agent(
+        &t,
+        "jailed",
+        json!({"limits": {"memory_mb": 256, "call_timeout_s": 3}}),
+    )
+    .await;
+    let outside = format!("/var/tmp/armada-outside-{}.txt", t.stack.template.stack());
+    let (_, run) = t.ask("jailed", &sh(&format!("echo x > {outside}"))).await;
+    assert_ne!(tool_result(&run, "shell_exec")["exit_code"], 0, "{run}");
+    assert!(!std::path::Path::new(&outside).exists());
+    let (_, run) = t
+        .ask(
+            "jailed",
+            &sh("setsid sh -c 'sleep 300' </dev/null >/dev/null 2>&1 & echo started"),
+        )
+        .await;
+    assert_eq!(
+        tool_result(&run, "shell_exec")["reaped_processes"],
+        1,
+        "{run}"
+    );
+    let first = sandbox_of(&t.client, "jailed").await;
+    // A memory bomb is killed and reported as OOM; the sandbox is destroyed.
+    let (_, run) = t
+        .ask(
+            "jailed",
+            &py("a = []\nwhile True:\n    a.append(bytearray(8 * 1024 * 1024))\n"),
+        )
+        .await;
+    assert_eq!(
+        tool_result(&run, "python_exec")["error"]["code"],
+        "OOM",
+        "{run}"
+    );
+    let client = &t.client;
+    eventually("the OOM'd sandbox is destroyed", || async {
+        sandbox_of(client, "jailed").await["state"] == "DESTROYED"
+    })
+    .await;
+    let arn = first["task_arn"].as_str().unwrap().to_string();
+    eventually("its task is stopped", || async {
+        task_status(&t, &arn).await == "STOPPED"
+    })
+    .await;
+    // `sleep 600` is killed at the call timeout; the next call gets a fresh sandbox.
+    let started = std::time::Instant::now();
+    let (_, run) = t.ask("jailed", &sh("sleep 600")).await;
+    assert_eq!(
+        tool_result(&run, "shell_exec")["error"]["code"],
+        "TIMEOUT",
+        "{run}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let (_, run) = t.ask("jailed", &sh("echo fresh")).await;
+    assert_eq!(tool_result(&run, "shell_exec")["stdout"], "fresh\n");
+    let sb = sandbox_of(&t.client, "jailed").await;
+    assert_eq!(
+        sb["generation"], 3,
+        "OOM and timeout each forced a new sandbox: {sb}"
+    );
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn profiles_decide_reads_and_network_and_a_project_cannot_weaken_a_global_one() {
+    let t = start().await;
+    let readable = format!("/var/tmp/armada-readable-{}.txt", t.stack.template.stack());
+    std::fs::write(&readable, "anyone may read this").unwrap();
+    put_agent(&t, "strictbox", json!({"profile": "strict"})).await;
+    let (_, run) = t.ask("coder", &sh(&format!("cat {readable}"))).await;
+    assert_eq!(
+        tool_result(&run, "shell_exec")["stdout"],
+        "anyone may read this",
+        "workspace reads outside its workspace"
+    );
+    let (_, run) = t.ask("strictbox", &sh(&format!("cat {readable}"))).await;
+    assert_ne!(
+        tool_result(&run, "shell_exec")["exit_code"],
+        0,
+        "strict does not: {run}"
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connect = format!(
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n    print('connected')\nexcept OSError as e:\n    print('refused')\n"
+    );
+    let (_, run) = t.ask("strictbox", &py(&connect)).await;
+    assert_eq!(
+        tool_result(&run, "python_exec")["stdout"],
+        "refused\n",
+        "{run}"
+    );
+    let sb = sandbox_of(&t.client, "strictbox").await;
+    assert_eq!(sb["controls"]["network"]["status"], "enforced", "{sb}");
+    // A global profile, and an agent whose project defines the same name, weaker.
+    t.admin
+        .call(
+            Method::PUT,
+            "/v1/profiles/team",
+            Some(&json!({"extends": "strict", "restrict_network": true})),
+            true,
+        )
+        .await
+        .unwrap();
+    let def = put_agent(
+        &t,
+        "teamwork",
+        json!({"profile": "team", "profiles": {"team": {"extends": "devbox"}}}),
+    )
+    .await;
+    assert_eq!(def["shadowed_profiles"], json!(["team"]), "{def}");
+    let (_, run) = t.ask("teamwork", &sh(&format!("cat {readable}"))).await;
+    assert_ne!(
+        tool_result(&run, "shell_exec")["exit_code"],
+        0,
+        "the global (strict) definition holds: {run}"
+    );
+    let (_, run) = t.ask("teamwork", &py(&connect)).await;
+    assert_eq!(tool_result(&run, "python_exec")["stdout"], "refused\n");
+    std::fs::remove_file(&readable).unwrap();
+    drop(listener);
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forbidden_mount_is_refused_and_a_rw_mount_needs_approval() {
+    let t = start().await;
+    let (status, body) = t
+        .raw(
+            Method::PUT,
+            "/v1/agents/mounty",
+            Some(&t.stack.admin_key),
+            Some(
+                &json!({
+                    "model": {"provider": "scripted", "model_id": "m", "context_window": 4096},
+                    "system_prompt": "x",
+                    "skills": ["shell_exec"],
+                    "sandbox": {"user": "u1", "mounts": [{"path": "/etc", "mode": "ro"}]}
+                })
+                .to_string(),
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "INVALID_FIELD");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("sandbox.mounts[0]"),
+        "{body}"
+    );
+    // A definition that got past the API (edited in the registry) still
+    // cannot start: the sandbox refuses at start and the Run fails closed.
+    let mut def = AgentDefinition::from_json(
+        "smuggled",
+        &json!({
+            "model": {"provider": "scripted", "model_id": "m", "context_window": 4096},
+            "system_prompt": "x",
+            "skills": ["shell_exec"],
+            "sandbox": {"user": "u1"}
+        }),
+    )
+    .unwrap();
+    def.sandbox.mounts.push(MountDecl {
+        path: "/var/run/docker.sock".into(),
+        mode: armada_domain::sandbox::MountMode::Rw,
+    });
+    t.stack.svc.registry.put_agent(&def).await.unwrap();
+    let (_, run) = t.ask("smuggled", &sh("echo should not run")).await;
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "SANDBOX_UNAVAILABLE", "{run}");
+    let sb = sandbox_of(&t.client, "smuggled").await;
+    assert_eq!(sb["state"], "FAILED");
+    assert!(
+        sb["failure"].as_str().unwrap().contains("refused at start"),
+        "{sb}"
+    );
+    // A read-write sub-path of the user's workspace makes calls destructive.
+    put_agent(
+        &t,
+        "writer",
+        json!({"user": "u1", "mounts": [{"path": "/data/users/u1/workspace/repo", "mode": "rw"}]}),
+    )
+    .await;
+    let id = t
+        .client
+        .create_run("writer", &sh("rm -rf repo"))
+        .await
+        .unwrap();
+    let client = &t.client;
+    eventually("the run pauses for approval", || async {
+        client.get(&format!("/v1/runs/{id}")).await.unwrap()["state"] == "AWAITING_HITL"
+    })
+    .await;
+    assert!(t
+        .event_types(&id)
+        .await
+        .contains(&"approval_required".to_string()));
+    assert!(
+        tasks_of(&t, "local", "writer").await.is_empty(),
+        "nothing ran"
+    );
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_an_agent_leaves_no_task_or_files_and_admins_destroy_sandboxes() {
+    let t = start().await;
+    put_agent(&t, "temp", json!({})).await;
+    let (_, run) = t.ask("temp", &sh("echo data > kept.txt && ls")).await;
+    assert_eq!(tool_result(&run, "shell_exec")["stdout"], "kept.txt\n");
+    let arn = sandbox_of(&t.client, "temp").await["task_arn"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dir = task_dir(&t, &arn);
+    assert!(dir.join("sandbox/workspace/kept.txt").exists());
+    let deleted = t
+        .admin
+        .call(Method::DELETE, "/v1/agents/temp", None, true)
+        .await
+        .unwrap();
+    assert_eq!(deleted["sandboxes_destroyed"], json!(["local"]));
+    eventually("the task is stopped", || async {
+        task_status(&t, &arn).await == "STOPPED"
+    })
+    .await;
+    eventually("its files are gone", || async { !dir.exists() }).await;
+    let (status, _) = t
+        .raw(
+            Method::GET,
+            "/v1/sandboxes/temp",
+            Some(&t.stack.tenant_key),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 404);
+    // Destroying is for admins, who name the tenant.
+    t.ask("coder", &sh("true")).await;
+    let (status, _) = t
+        .raw(
+            Method::DELETE,
+            "/v1/sandboxes/coder",
+            Some(&t.stack.tenant_key),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 403);
+    let (status, _) = t
+        .raw(
+            Method::DELETE,
+            "/v1/sandboxes/coder",
+            Some(&t.stack.admin_key),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 400);
+    let gone = t
+        .admin
+        .call(
+            Method::DELETE,
+            "/v1/sandboxes/coder?tenant=local",
+            None,
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(gone["state"], "DESTROYED", "{gone}");
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sandbox_sent_another_tenants_call_is_destroyed_and_it_is_recorded() {
+    let t = start().await;
+    t.ask("coder", &sh("true")).await;
+    let rec = t
+        .stack
+        .svc
+        .sandboxes
+        .get("local", "coder")
+        .await
+        .unwrap()
+        .unwrap();
+    let intruding = HandMessage::Invoke(Invocation {
+        run_id: "run_intruder".into(),
+        tenant: "intruder".into(),
+        agent: "coder".into(),
+        generation: rec.generation,
+        step: 0,
+        call_id: "c1".into(),
+        attempt: 1,
+        skill: "shell_exec".into(),
+        args: json!({"command": "cat /etc/hostname"}),
+        timeout_s: 10,
+    });
+    t.stack
+        .svc
+        .provider
+        .send(rec.hand_queue_url.as_deref().unwrap(), &intruding)
+        .await
+        .unwrap();
+    let client = &t.client;
+    eventually("the sandbox is destroyed", || async {
+        sandbox_of(client, "coder").await["state"] == "DESTROYED"
+    })
+    .await;
+    let sb = sandbox_of(&t.client, "coder").await;
+    assert!(
+        sb["failure"].as_str().unwrap().starts_with("security:"),
+        "{sb}"
+    );
+    // The next call of the rightful owner gets a fresh sandbox.
+    let (_, run) = t.ask("coder", &sh("echo ok")).await;
+    assert_eq!(tool_result(&run, "shell_exec")["stdout"], "ok\n");
+    assert_eq!(sandbox_of(&t.client, "coder").await["generation"], 2);
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_whose_sandbox_dies_is_never_sent_again() {
+    let t = start().await;
+    let id = t.client.create_run("coder", &sh("sleep 30")).await.unwrap();
+    let svc = &t.stack.svc;
+    eventually("the call has started", || async {
+        let run = svc.runs.get(&id).await.unwrap().unwrap();
+        let Some(call) = run.ledger.values().next() else {
+            return false;
+        };
+        let mark = svc
+            .sandboxes
+            .mark(&armada_core::store::sandboxes::CallRef {
+                run_id: id.clone(),
+                call_id: call.call_id.clone(),
+                attempt: 1,
+            })
+            .await
+            .unwrap();
+        mark.is_some()
+    })
+    .await;
+    t.admin
+        .call(
+            Method::DELETE,
+            "/v1/sandboxes/coder?tenant=local",
+            None,
+            true,
+        )
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "TOOL_INDETERMINATE", "{run}");
+    let types = t.event_types(&id).await;
+    assert_eq!(
+        types.iter().filter(|t| *t == "tool_dispatched").count(),
+        1,
+        "dispatched once, never again: {types:?}"
+    );
+    assert!(types.contains(&"tool_indeterminate".to_string()));
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serve_starts_a_server_reachable_from_the_host() {
+    let t = start().await;
+    let (_, run) = t
+        .ask(
+            "coder",
+            r#"/tool file_write {"path": "site/index.html", "content": "hello from the sandbox"}"#,
+        )
+        .await;
+    assert_eq!(outcome(&run), "COMPLETED");
+    let (_, run) = t
+        .ask(
+            "coder",
+            r#"/tool serve {"command": "cd site && exec python3 -m http.server $PORT --bind 127.0.0.1"}"#,
+        )
+        .await;
+    let r = tool_result(&run, "serve");
+    let url = r["url"].as_str().unwrap_or_else(|| panic!("{r}"));
+    assert!(url.starts_with("http://127.0.0.1:391"), "{url}");
+    let body = reqwest::get(format!("{url}/index.html"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(body, "hello from the sandbox");
+    let sb = sandbox_of(&t.client, "coder").await;
+    assert_eq!(sb["ports"][0]["container"], 8081, "{sb}");
     t.stack.stop().await;
 }

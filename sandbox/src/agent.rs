@@ -471,23 +471,30 @@ impl Agent {
         }
         tracing::info!(sandbox = %self.cfg.key(), generation = self.cfg.generation, "sandbox ready");
         self.recover_inflight().await?;
-        let mut last_beat = Instant::now();
+        // The heartbeat goes on during calls too: a long call is not a dead
+        // sandbox. It also notices the sandbox being destroyed meanwhile.
+        let (gone_tx, mut gone) = tokio::sync::watch::channel(None::<String>);
+        let beat = tokio::spawn(heartbeat(
+            self.store.clone(),
+            self.cfg.tenant.clone(),
+            self.cfg.agent.clone(),
+            self.cfg.generation,
+            Duration::from_secs(u64::from(self.cfg.heartbeat_seconds)),
+            gone_tx,
+        ));
+        let exit = self.serve_queue(&mut stop, &mut gone).await;
+        beat.abort();
+        exit
+    }
+
+    async fn serve_queue(
+        &mut self,
+        stop: &mut tokio::sync::watch::Receiver<bool>,
+        gone: &mut tokio::sync::watch::Receiver<Option<String>>,
+    ) -> Result<Exit> {
         loop {
-            if last_beat.elapsed() >= Duration::from_secs(u64::from(self.cfg.heartbeat_seconds)) {
-                let now = now_ms();
-                let g = self.cfg.generation;
-                if let Some(r) = self.update(|r| r.heartbeat(g, now).is_ok()).await? {
-                    if r.state.is_gone() {
-                        return Ok(Exit::Destroyed(
-                            r.failure.unwrap_or_else(|| "destroyed".into()),
-                        ));
-                    }
-                } else {
-                    return Ok(Exit::Destroyed(
-                        "the sandbox moved to a new generation".into(),
-                    ));
-                }
-                last_beat = Instant::now();
+            if let Some(why) = gone.borrow().clone() {
+                return Ok(Exit::Destroyed(why));
             }
             let receive = self
                 .aws
@@ -856,6 +863,43 @@ impl Agent {
         let held: Vec<u16> = self.ports.keys().copied().collect();
         for c in held {
             self.release_port(c).await;
+        }
+    }
+}
+
+/// Beats every `every` while this generation is the sandbox's; says why
+/// when it is not any more (destroyed, or a new generation).
+async fn heartbeat(
+    store: SandboxStore,
+    tenant: String,
+    agent: String,
+    generation: u64,
+    every: Duration,
+    gone: tokio::sync::watch::Sender<Option<String>>,
+) {
+    loop {
+        tokio::time::sleep(every).await;
+        let now = now_ms();
+        let r = store
+            .modify(&tenant, &agent, |rec| match rec {
+                Some(mut r) if r.generation == generation && !r.state.is_gone() => {
+                    let _ = r.heartbeat(generation, now);
+                    Change::Write(Box::new(r), None)
+                }
+                Some(r) if r.generation == generation => Change::Keep(Some(
+                    r.failure
+                        .unwrap_or_else(|| format!("the sandbox is {}", r.state)),
+                )),
+                _ => Change::Keep(Some("the sandbox moved to a new generation".into())),
+            })
+            .await;
+        match r {
+            Ok(Some(why)) => {
+                let _ = gone.send(Some(why));
+                return;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "heartbeat not recorded"),
         }
     }
 }

@@ -188,15 +188,16 @@ impl Runner {
                 let _ = stdin.shutdown().await;
             });
         }
+        // Returns how many processes were still there to kill.
         let kill_everything = move |cg: Option<&Cgroup>| {
-            let mut n = 0;
+            let left = cg.map_or(0, |c| c.all_procs().len());
             if let Some(pg) = pgid {
                 crate::sys::killpg(pg, libc::SIGKILL);
             }
             if let Some(cg) = cg {
-                n = cg.kill_all().unwrap_or(0);
+                let _ = cg.kill_all();
             }
-            n
+            left
         };
         let (status, timed_out) = match tokio::time::timeout(call.timeout, child.wait()).await {
             Ok(s) => (s.ok(), false),

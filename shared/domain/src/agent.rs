@@ -158,12 +158,14 @@ impl SandboxSpec {
     }
 
     /// Whether a mount gives the sandbox write access below the workspace
-    /// root, which makes its calls destructive (they need an approval).
+    /// root, which makes its calls destructive (they need an approval). A
+    /// mount the policy refuses is not judged here: the sandbox refuses to
+    /// start with it.
     pub fn destructive(&self) -> bool {
         let user = self.user.as_deref().unwrap_or_default();
         self.mounts
             .iter()
-            .any(|m| check_mount(&m.path, m.mode, user).unwrap_or(true))
+            .any(|m| check_mount(&m.path, m.mode, user) == Ok(true))
     }
 
     fn from_fields(f: &Fields<'_>) -> Result<Self, FieldError> {

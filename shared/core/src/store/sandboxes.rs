@@ -145,7 +145,8 @@ impl SandboxStore {
                 .dynamo
                 .scan()
                 .table_name(&self.table)
-                .filter_expression("agent = :a AND attribute_exists(tenant)")
+                .filter_expression("#agent = :a AND attribute_exists(tenant)")
+                .expression_attribute_names("#agent", "agent")
                 .expression_attribute_values(":a", s(agent))
                 .consistent_read(true)
                 .set_exclusive_start_key(start)
