@@ -728,3 +728,60 @@ async fn serve_starts_a_server_reachable_from_the_host() {
     assert_eq!(sb["ports"][0]["container"], 8081, "{sb}");
     t.stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_sandbox_hibernates_frozen_and_wakes_with_its_state() {
+    let t = start().await;
+    put_agent(&t, "sleepy", json!({"idle_hibernate_s": 2})).await;
+    let (_, run) = t.ask("sleepy", &sh("echo remembered > state.txt")).await;
+    assert_eq!(outcome(&run), "COMPLETED");
+    let before = sandbox_of(&t.client, "sleepy").await;
+    let client = &t.client;
+    eventually("the idle sandbox hibernates", || async {
+        sandbox_of(client, "sleepy").await["state"] == "HIBERNATED"
+    })
+    .await;
+    let arn = before["task_arn"].as_str().unwrap();
+    let task_group = armada_sandbox::cgroup::Cgroup::current()
+        .unwrap()
+        .child(&format!("armada-{}", t.stack.template.stack()))
+        .unwrap()
+        .child(arn.rsplit('/').next().unwrap())
+        .unwrap();
+    assert!(task_group.frozen(), "its processes are frozen");
+    assert!(!task_group.all_procs().is_empty(), "and still there");
+    let (_, run) = t.ask("sleepy", &sh("cat state.txt")).await;
+    assert_eq!(tool_result(&run, "shell_exec")["stdout"], "remembered\n");
+    let after = sandbox_of(&t.client, "sleepy").await;
+    assert_eq!(after["task_arn"], before["task_arn"], "the same task woke");
+    assert_eq!(after["generation"], before["generation"]);
+    assert!(!task_group.frozen());
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resident_agents_sandbox_is_prewarmed_and_never_hibernates() {
+    let t = start().await;
+    put_agent(
+        &t,
+        "resident",
+        json!({"resident": true, "idle_hibernate_s": 1}),
+    )
+    .await;
+    let (_, run) = t.ask("resident", "hello").await;
+    assert_eq!(run["output"], "echo: hello", "a chat run");
+    let client = &t.client;
+    eventually("the sandbox is warm", || async {
+        client
+            .get("/v1/sandboxes/resident")
+            .await
+            .is_ok_and(|s| s["state"] == "READY")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(sandbox_of(&t.client, "resident").await["state"], "READY");
+    let (_, run) = t.ask("resident", &sh("echo warm")).await;
+    assert_eq!(tool_result(&run, "shell_exec")["stdout"], "warm\n");
+    assert_eq!(tasks_of(&t, "local", "resident").await.len(), 1);
+    t.stack.stop().await;
+}

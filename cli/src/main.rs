@@ -66,6 +66,16 @@ enum Cmd {
         #[command(subcommand)]
         cmd: AgentsCmd,
     },
+    /// Inspect and destroy agents' sandboxes.
+    Sandboxes {
+        #[command(subcommand)]
+        cmd: SandboxesCmd,
+    },
+    /// Global sandbox profiles (they win over agents' project profiles).
+    Profiles {
+        #[command(subcommand)]
+        cmd: ProfilesCmd,
+    },
     /// Mint an admin key and print it with its SHA-256 (for `sam deploy`).
     Keygen,
     /// Measure latency, throughput and AWS calls per Run against the floor.
@@ -109,6 +119,30 @@ enum AgentsCmd {
         name: String,
     },
     List,
+}
+
+#[derive(Subcommand)]
+enum SandboxesCmd {
+    /// The tenant's sandboxes: state, task, ports, holder, controls.
+    List,
+    /// One agent's sandbox, with what each control enforces.
+    Show { agent: String },
+    /// Destroy an agent's sandbox (admin key; the tenant is ARMADA_TENANT or --tenant).
+    Destroy {
+        agent: String,
+        #[arg(long, env = "ARMADA_TENANT", default_value = "local")]
+        tenant: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ProfilesCmd {
+    List,
+    /// Define a global custom profile from a JSON file (admin key).
+    Put {
+        name: String,
+        file: PathBuf,
+    },
 }
 
 fn print(v: &Value) {
@@ -206,6 +240,47 @@ async fn run(cli: Cli) -> Result<()> {
                 }
                 AgentsCmd::Get { name } => print(&c.get(&format!("/v1/agents/{name}")).await?),
                 AgentsCmd::List => print(&c.get("/v1/agents").await?),
+            }
+            Ok(())
+        }
+        Cmd::Sandboxes { cmd } => {
+            let c = Client::from_env(root().as_deref())?;
+            match cmd {
+                SandboxesCmd::List => print(&c.get("/v1/sandboxes").await?),
+                SandboxesCmd::Show { agent } => {
+                    print(&c.get(&format!("/v1/sandboxes/{agent}")).await?)
+                }
+                SandboxesCmd::Destroy { agent, tenant } => print(
+                    &c.call(
+                        reqwest::Method::DELETE,
+                        &format!("/v1/sandboxes/{agent}?tenant={tenant}"),
+                        None,
+                        true,
+                    )
+                    .await?,
+                ),
+            }
+            Ok(())
+        }
+        Cmd::Profiles { cmd } => {
+            let c = Client::from_env(root().as_deref())?;
+            match cmd {
+                ProfilesCmd::List => print(&c.get("/v1/profiles").await?),
+                ProfilesCmd::Put { name, file } => {
+                    let text = std::fs::read_to_string(&file)
+                        .with_context(|| format!("reading {}", file.display()))?;
+                    let body: Value =
+                        serde_json::from_str(&text).context("the file is not JSON")?;
+                    print(
+                        &c.call(
+                            reqwest::Method::PUT,
+                            &format!("/v1/profiles/{name}"),
+                            Some(&body),
+                            true,
+                        )
+                        .await?,
+                    )
+                }
             }
             Ok(())
         }
@@ -353,6 +428,28 @@ async fn run_demo(stack: &LocalStack) -> Result<()> {
         "  session {sid}: {} turns stored",
         s["turns"].as_array().map(|t| t.len()).unwrap_or(0)
     );
+    println!("\n== Code in a sandbox: the coder agent's own confined task");
+    let q = r#"/tool shell_exec {"command": "echo 'print(6 * 7)' > answer.py && python3 answer.py && id -u && touch /etc/nope"}"#;
+    let run_id = c.create_run("coder", q).await?;
+    let run = c.wait_run(&run_id, Duration::from_secs(120)).await?;
+    println!("  you       {q}");
+    println!("  coder     {}", run["output"].as_str().unwrap_or_default());
+    let sb = c.get("/v1/sandboxes/coder").await?;
+    println!(
+        "  sandbox   {} {} (profile {})",
+        sb["state"].as_str().unwrap_or_default(),
+        sb["task_arn"].as_str().unwrap_or_default(),
+        sb["profile"].as_str().unwrap_or_default()
+    );
+    if let Some(controls) = sb["controls"].as_object() {
+        for (name, c) in controls {
+            println!(
+                "    {name:<10} {:<12} {}",
+                c["status"].as_str().unwrap_or_default(),
+                c["reason"].as_str().unwrap_or_default()
+            );
+        }
+    }
     println!();
     Ok(())
 }

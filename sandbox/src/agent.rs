@@ -80,6 +80,9 @@ pub struct AgentConfig {
     pub ports: PortMode,
     /// Long-poll wait of the hand queue.
     pub wait_seconds: i32,
+    /// How an idle sandbox sleeps: `freeze` (its host freezes the task's
+    /// processes; the local data plane does) or not at all.
+    pub hibernate: bool,
 }
 
 impl AgentConfig {
@@ -149,6 +152,7 @@ impl AgentConfig {
                 .map(|v| v.parse())
                 .transpose()?
                 .unwrap_or(20),
+            hibernate: opt("ARMADA_HIBERNATE_MODE").as_deref() == Some("freeze"),
         })
     }
 
@@ -492,9 +496,21 @@ impl Agent {
         stop: &mut tokio::sync::watch::Receiver<bool>,
         gone: &mut tokio::sync::watch::Receiver<Option<String>>,
     ) -> Result<Exit> {
+        let idle = Duration::from_secs(u64::from(self.cfg.idle_seconds));
+        // Look for calls often enough to notice idleness in time.
+        let wait = self.cfg.wait_seconds.min(
+            i32::try_from(self.cfg.idle_seconds / 2)
+                .unwrap_or(i32::MAX)
+                .max(1),
+        );
+        let mut last_active = Instant::now();
         loop {
             if let Some(why) = gone.borrow().clone() {
                 return Ok(Exit::Destroyed(why));
+            }
+            if self.may_hibernate() && last_active.elapsed() >= idle {
+                self.hibernate(idle).await?;
+                last_active = Instant::now();
             }
             let receive = self
                 .aws
@@ -502,11 +518,7 @@ impl Agent {
                 .receive_message()
                 .queue_url(&self.cfg.hand_queue_url)
                 .max_number_of_messages(1)
-                .wait_time_seconds(
-                    self.cfg
-                        .wait_seconds
-                        .min(i32::try_from(self.cfg.heartbeat_seconds).unwrap_or(20)),
-                )
+                .wait_time_seconds(wait)
                 .send();
             let out = tokio::select! {
                 r = receive => r,
@@ -542,10 +554,30 @@ impl Agent {
                             self.shutdown_services();
                             return Ok(exit);
                         }
+                        last_active = Instant::now();
                     }
                 }
             }
         }
+    }
+
+    /// Resident sandboxes stay warm; one serving a dev server stays up.
+    fn may_hibernate(&self) -> bool {
+        self.cfg.hibernate && !self.cfg.resident && self.services.is_empty()
+    }
+
+    /// Idle and held by nobody: ask to be put to sleep. The host freezes
+    /// the task's processes and wakes them when a Run asks for the sandbox.
+    async fn hibernate(&self, idle: Duration) -> Result<()> {
+        let (now, g) = (now_ms(), self.cfg.generation);
+        let idle_ms = i64::try_from(idle.as_millis()).unwrap_or(i64::MAX);
+        let r = self
+            .update(|r| r.hibernate(g, idle_ms, now).is_ok())
+            .await?;
+        if r.is_some_and(|r| r.state == SandboxState::Hibernating) {
+            tracing::info!(sandbox = %self.cfg.key(), "idle: hibernating");
+        }
+        Ok(())
     }
 
     async fn delete(&self, receipt: &str) {

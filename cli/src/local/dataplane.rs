@@ -17,7 +17,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use tokio::sync::watch;
 
 use armada_core::hands::{task_env, SandboxProvider, TaskInfo};
-use armada_core::store::sandboxes::SandboxStore;
+use armada_core::store::sandboxes::{Change, SandboxStore};
+use armada_domain::sandbox::lifecycle::SandboxState;
 use armada_domain::sandbox::{host_port, Limits, CONTAINER_PORTS};
 use armada_sandbox::cgroup::Cgroup;
 
@@ -41,6 +42,10 @@ struct LocalTask {
     child: tokio::process::Child,
     cgroup: Option<Cgroup>,
     dir: PathBuf,
+    tenant: String,
+    agent: String,
+    generation: u64,
+    frozen: bool,
 }
 
 pub struct DataPlane {
@@ -51,6 +56,7 @@ pub struct DataPlane {
     tasks: HashMap<String, LocalTask>,
     /// Tasks seen stopped: the emulator keeps listing them; never look again.
     done: HashSet<String>,
+    ticks: u64,
 }
 
 impl std::fmt::Debug for DataPlane {
@@ -139,6 +145,7 @@ impl DataPlane {
             parent,
             tasks: HashMap::new(),
             done: HashSet::new(),
+            ticks: 0,
         }
     }
 
@@ -165,6 +172,10 @@ impl DataPlane {
     }
 
     async fn tick(&mut self) -> Result<()> {
+        self.ticks += 1;
+        if self.ticks % 5 == 0 {
+            self.hibernation().await;
+        }
         let listed = self.provider.list(None).await?;
         let fresh: Vec<String> = listed
             .iter()
@@ -259,6 +270,7 @@ impl DataPlane {
             .env("ARMADA_SANDBOX_UID", uid_for(&info.arn).to_string())
             .env("ARMADA_PORT_MODE", "host")
             .env("ARMADA_PORT_POOL", "local")
+            .env("ARMADA_HIBERNATE_MODE", "freeze")
             .env("ARMADA_TASK_ARN", &info.arn)
             .env("AWS_ENDPOINT_URL", &self.opts.endpoint)
             .env("AWS_REGION", &self.opts.region)
@@ -278,9 +290,88 @@ impl DataPlane {
         }
         let child = cmd.spawn().context("starting armada-sandbox agent")?;
         tracing::info!(task = %info.arn, pid = child.id(), "sandbox task running locally");
-        self.tasks
-            .insert(info.arn.clone(), LocalTask { child, cgroup, dir });
+        self.tasks.insert(
+            info.arn.clone(),
+            LocalTask {
+                child,
+                cgroup,
+                dir,
+                tenant: info.env.get(task_env::TENANT).cloned().unwrap_or_default(),
+                agent: info.env.get(task_env::AGENT).cloned().unwrap_or_default(),
+                generation: info
+                    .env
+                    .get(task_env::GENERATION)
+                    .and_then(|g| g.parse().ok())
+                    .unwrap_or(0),
+                frozen: false,
+            },
+        );
         Ok(())
+    }
+
+    /// Freezes the processes of tasks whose sandbox is hibernating, and
+    /// thaws those whose sandbox a Run asked for (seed 000 §C: pause and
+    /// resume, state intact).
+    async fn hibernation(&mut self) {
+        let now = self.store_now();
+        for t in self.tasks.values_mut() {
+            let Some(cg) = &t.cgroup else { continue };
+            let rec = match self.store.get(&t.tenant, &t.agent).await {
+                Ok(Some(r)) if r.generation == t.generation => r,
+                _ => continue,
+            };
+            let g = t.generation;
+            match (rec.state, t.frozen) {
+                (SandboxState::Hibernating, false) => {
+                    let cg = cg.clone();
+                    if matches!(
+                        tokio::task::spawn_blocking(move || cg.freeze()).await,
+                        Ok(Ok(()))
+                    ) {
+                        t.frozen = true;
+                        let r = self
+                            .store
+                            .modify(&t.tenant, &t.agent, |cur| match cur {
+                                Some(mut r) => match r.hibernated(g, now) {
+                                    Ok(()) => Change::Write(Box::new(r), ()),
+                                    Err(_) => Change::Keep(()),
+                                },
+                                None => Change::Keep(()),
+                            })
+                            .await;
+                        if let Err(e) = r {
+                            tracing::warn!(error = %e, "could not record a hibernation");
+                        }
+                        tracing::info!(sandbox = %rec.key(), "sandbox hibernated: its processes are frozen");
+                    }
+                }
+                (SandboxState::Waking, _) => {
+                    if t.frozen && cg.thaw().is_err() {
+                        continue;
+                    }
+                    t.frozen = false;
+                    let _ = self
+                        .store
+                        .modify(&t.tenant, &t.agent, |cur| match cur {
+                            Some(mut r) => match r.woke(g, now) {
+                                Ok(()) => Change::Write(Box::new(r), ()),
+                                Err(_) => Change::Keep(()),
+                            },
+                            None => Change::Keep(()),
+                        })
+                        .await;
+                    tracing::info!(sandbox = %rec.key(), "sandbox woke");
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn store_now(&self) -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
     }
 
     /// Kills a task's processes, frees its ports and removes its files.

@@ -119,6 +119,15 @@ impl Dispatcher {
             tracing::info!(run_id, state = %run.state, "already started; duplicate dropped");
             return Outcome::Done;
         }
+        if run.prewarm_sandbox {
+            // A resident agent: its sandbox is made warm now, not at the
+            // first call. A failure here only costs the warm start.
+            if let Ok(Some(agent)) = self.svc.registry.agent(&run.agent).await {
+                if let Err(e) = sandboxing::prewarm(&self.svc, &run.tenant, &agent).await {
+                    tracing::warn!(run_id, error = %e, "could not prewarm the sandbox");
+                }
+            }
+        }
         match &run.session_id {
             Some(sid) => self.advance_session(sid, &run).await,
             None => self.send_first_step(&run).await,

@@ -347,6 +347,12 @@ async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, Value), ApiE
             usage: Usage::default(),
             ledger: Default::default(),
             sandbox_key: None,
+            prewarm_sandbox: new.agent.sandbox.resident
+                && new
+                    .agent
+                    .skills
+                    .iter()
+                    .any(|s| armada_domain::skills::builtin(s).is_some_and(|m| m.in_sandbox())),
         };
         let created = run.push_event(
             "run_created",

@@ -89,6 +89,37 @@ pub async fn acquire(
     Ok(Holding { record, acquired })
 }
 
+/// A resident agent's sandbox is made (or woken) ahead of its first call,
+/// without being held: the Run that starts it finds it warm.
+pub async fn prewarm(
+    svc: &Services,
+    tenant: &str,
+    agent: &AgentDefinition,
+) -> Result<SandboxRecord, SandboxError> {
+    let now = now_ms(svc);
+    let profile = agent.sandbox.profile.clone();
+    let record = svc
+        .sandboxes
+        .modify(tenant, &agent.name, |rec| {
+            let mut r = rec
+                .clone()
+                .unwrap_or_else(|| SandboxRecord::new(tenant, &agent.name, &profile, now));
+            match r.prewarm(&profile, now) {
+                Some(_) => Change::Write(Box::new(r.clone()), r),
+                None => Change::Keep(r),
+            }
+        })
+        .await?;
+    let needs_task = matches!(
+        record.state,
+        SandboxState::Provisioning | SandboxState::Waking
+    ) && record.task_arn.is_none();
+    if needs_task {
+        return start_task(svc, &record, agent).await;
+    }
+    Ok(record)
+}
+
 /// Starts the task of `rec`'s generation: resolves the profile (global
 /// profiles first), creates the hand queue, runs the task and records it.
 pub async fn start_task(

@@ -367,6 +367,9 @@ pub struct Run {
     /// the Run ends).
     #[serde(default)]
     pub sandbox_key: Option<String>,
+    /// The agent is resident: its sandbox is warmed when the Run starts.
+    #[serde(default)]
+    pub prewarm_sandbox: bool,
 }
 
 /// How a harness message relates to the Run it names.

@@ -372,6 +372,38 @@ impl SandboxRecord {
         Ok(())
     }
 
+    /// A hibernated sandbox's processes run again (the task was kept, frozen).
+    pub fn woke(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
+        self.generation_is(generation)?;
+        if self.state != SandboxState::Waking {
+            return Err(LifecycleError::State {
+                state: self.state,
+                what: "waking",
+            });
+        }
+        self.heartbeat_at_ms = now_ms;
+        self.set_state(SandboxState::Ready, now_ms);
+        Ok(())
+    }
+
+    /// Makes sure an identity has a sandbox without anyone holding it (a
+    /// resident agent's prewarm). Returns whether a task must be started.
+    pub fn prewarm(&mut self, profile: &str, now_ms: i64) -> Option<Start> {
+        match self.state {
+            SandboxState::Provisioning | SandboxState::Ready | SandboxState::Waking => None,
+            SandboxState::Hibernating | SandboxState::Hibernated => {
+                self.set_state(SandboxState::Waking, now_ms);
+                Some(Start::Wake)
+            }
+            SandboxState::Destroying | SandboxState::Destroyed | SandboxState::Failed => {
+                let holder = self.holder_run_id.take();
+                self.regenerate("", profile, now_ms);
+                self.holder_run_id = holder;
+                Some(Start::Create)
+            }
+        }
+    }
+
     /// The start of this generation took too long. The first time the
     /// caller starts the task again; the second time the sandbox fails.
     pub fn start_timed_out(
@@ -493,6 +525,18 @@ mod tests {
         assert_eq!((r.state, r.generation), (SandboxState::Waking, 1));
         r.agent_ready(1, "arn", controls(), 2100).unwrap();
         assert_eq!(r.state, SandboxState::Ready);
+    }
+
+    #[test]
+    fn a_prewarm_creates_without_holding() {
+        let mut r = rec();
+        assert_eq!(r.prewarm("workspace", 1), Some(Start::Create));
+        assert_eq!((r.generation, r.holder_run_id.clone()), (1, None));
+        assert_eq!(r.prewarm("workspace", 2), None, "already there");
+        assert_eq!(
+            r.acquire("a", "workspace", 3),
+            Acquired::Held { start: None }
+        );
     }
 
     #[test]
