@@ -173,7 +173,7 @@ impl DataPlane {
 
     async fn tick(&mut self) -> Result<()> {
         self.ticks += 1;
-        if self.ticks % 5 == 0 {
+        if self.ticks.is_multiple_of(5) {
             self.hibernation().await;
         }
         let listed = self.provider.list(None).await?;
