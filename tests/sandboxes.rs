@@ -785,3 +785,110 @@ async fn a_resident_agents_sandbox_is_prewarmed_and_never_hibernates() {
     assert_eq!(tasks_of(&t, "local", "resident").await.len(), 1);
     t.stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sandbox_that_does_not_start_is_retried_once_then_the_run_fails() {
+    let mut p = fast();
+    p.insert("SandboxStartTimeoutSeconds".into(), "2".into());
+    let t = TestStack::start_full(
+        p,
+        None,
+        vec![("ARMADA_TEST_STALL_AGENT".into(), "stuck".into())],
+    )
+    .await;
+    put_agent(&t, "stuck", json!({})).await;
+    let (_, run) = t.ask("stuck", &sh("echo never")).await;
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "SANDBOX_UNAVAILABLE", "{run}");
+    let sb = sandbox_of(&t.client, "stuck").await;
+    assert_eq!(sb["state"], "FAILED", "{sb}");
+    assert!(
+        sb["failure"]
+            .as_str()
+            .unwrap()
+            .contains("did not start within 2 s, twice"),
+        "{sb}"
+    );
+    let tasks = tasks_of(&t, "local", "stuck").await;
+    assert_eq!(tasks.len(), 2, "started, then started again once");
+    for arn in &tasks {
+        assert_eq!(task_status(&t, arn).await, "STOPPED");
+    }
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crashing_agent_is_restarted_once_then_destroyed() {
+    let t = TestStack::start_full(
+        fast(),
+        None,
+        vec![("ARMADA_TEST_PANIC_ON".into(), "PANIC-MARK".into())],
+    )
+    .await;
+    let (_, run) = t.ask("coder", &sh("echo PANIC-MARK")).await;
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(
+        run["error"]["code"], "TOOL_INDETERMINATE",
+        "the call it crashed in is not repeated: {run}"
+    );
+    let first = sandbox_of(&t.client, "coder").await;
+    assert_eq!(first["state"], "READY", "restarted once: {first}");
+    let (_, run) = t.ask("coder", &sh("echo still here")).await;
+    assert_eq!(tool_result(&run, "shell_exec")["stdout"], "still here\n");
+    let (_, run) = t.ask("coder", &sh("echo PANIC-MARK again")).await;
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    let sb = sandbox_of(&t.client, "coder").await;
+    assert_eq!(sb["state"], "DESTROYED", "{sb}");
+    assert!(
+        sb["failure"].as_str().unwrap().contains("crashed twice"),
+        "{sb}"
+    );
+    assert_eq!(sb["task_arn"], first["task_arn"], "one task crashed twice");
+    let arn = first["task_arn"].as_str().unwrap().to_string();
+    eventually("its task is stopped", || async {
+        task_status(&t, &arn).await == "STOPPED"
+    })
+    .await;
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_serve_call_waits_while_the_port_pool_is_full() {
+    let t = start().await;
+    let store = &t.stack.svc.sandboxes;
+    let hosts: Vec<u16> = (39137..=39146).collect();
+    for h in &hosts {
+        assert!(store
+            .take_port("local", *h, "arn:other-task", 1)
+            .await
+            .unwrap());
+    }
+    put_agent(&t, "impatient", json!({"limits": {"call_timeout_s": 2}})).await;
+    let serve = r#"/tool serve {"command": "exec python3 -m http.server $PORT --bind 127.0.0.1"}"#;
+    let (_, run) = t.ask("impatient", serve).await;
+    assert_eq!(
+        tool_result(&run, "serve")["error"]["code"],
+        "PORTS_EXHAUSTED",
+        "it waited its call's time for a port: {run}"
+    );
+    let id = t.client.create_run("coder", serve).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiting = t.client.get(&format!("/v1/runs/{id}")).await.unwrap();
+    assert_eq!(
+        waiting["state"], "AWAITING_TOOL",
+        "the call queues: {waiting}"
+    );
+    store
+        .release_port("local", 39146, "arn:other-task")
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let r = tool_result(&run, "serve");
+    assert_eq!(r["url"], "http://127.0.0.1:39146", "{r}");
+    assert_eq!(r["port"], 8090);
+    t.stack.stop().await;
+}

@@ -436,6 +436,11 @@ impl Agent {
     }
 
     async fn serve(&mut self, mut stop: tokio::sync::watch::Receiver<bool>) -> Result<Exit> {
+        if faults::stall_at_start(&self.cfg.agent) {
+            // A task that never comes up (a hung image pull, say).
+            let _ = stop.changed().await;
+            return Ok(Exit::Stopped);
+        }
         if let Err(why) = self.check_mounts() {
             return self.fail_closed(&format!("refused at start: {why}")).await;
         }
@@ -720,6 +725,7 @@ impl Agent {
             receipt_handle: receipt.to_string(),
         };
         std::fs::write(self.inflight_path(), serde_json::to_vec(&inflight)?)?;
+        faults::panic_on(&inv);
         let answer = if inv.skill == SERVE {
             self.serve_call(&inv).await
         } else {
@@ -839,6 +845,11 @@ impl Agent {
                 let (bind, url) = match &self.cfg.ports {
                     PortMode::Host { public_host, .. } => {
                         let h = host_port(c).unwrap_or(c);
+                        // A shared host: a port something else listens on
+                        // is not in the pool, whatever the registry says.
+                        if std::net::TcpListener::bind(("0.0.0.0", h)).is_err() {
+                            continue;
+                        }
                         (h, format!("http://{public_host}:{h}"))
                     }
                     PortMode::Container { public_host } => (c, format!("http://{public_host}:{c}")),
@@ -895,6 +906,27 @@ impl Agent {
         let held: Vec<u16> = self.ports.keys().copied().collect();
         for c in held {
             self.release_port(c).await;
+        }
+    }
+}
+
+/// Faults the tests inject through the task's environment (the local data
+/// plane passes them on): never set in a deployment.
+mod faults {
+    use super::Invocation;
+
+    /// `ARMADA_TEST_STALL_AGENT=<agent>`: that agent's sandbox never starts.
+    pub fn stall_at_start(agent: &str) -> bool {
+        std::env::var("ARMADA_TEST_STALL_AGENT").is_ok_and(|a| a == agent)
+    }
+
+    /// `ARMADA_TEST_PANIC_ON=<marker>`: the agent panics in a call whose
+    /// arguments contain the marker.
+    pub fn panic_on(inv: &Invocation) {
+        if let Ok(marker) = std::env::var("ARMADA_TEST_PANIC_ON") {
+            if !marker.is_empty() && inv.args.to_string().contains(&marker) {
+                panic!("injected panic in call {}", inv.call_id);
+            }
         }
     }
 }

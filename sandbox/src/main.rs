@@ -72,10 +72,6 @@ async fn agent() -> i32 {
             return 1;
         }
     };
-    if std::env::var("ARMADA_TEST_PANIC_AT_START").as_deref() == Ok("1") {
-        // Fault injection for the supervisor's tests.
-        panic!("injected panic at start");
-    }
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         if let Ok(mut term) =
@@ -111,11 +107,11 @@ async fn supervise() -> i32 {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let mut crashes = 0;
     loop {
-        let mut child = match tokio::process::Command::new(&exe)
-            .arg("agent")
-            .env(SUPERVISED, "1")
-            .spawn()
-        {
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.arg("agent").env(SUPERVISED, "1");
+        // Spawned from the main thread, which lives as long as we do.
+        armada_sandbox::sys::die_with_parent(&mut cmd);
+        let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the agent");

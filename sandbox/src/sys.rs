@@ -184,3 +184,17 @@ pub fn join_cgroups_before_exec(
     }
     Ok(())
 }
+
+/// The child is killed (SIGKILL) when the thread that spawned it exits, so
+/// no sandbox process outlives the host process that runs it.
+pub fn die_with_parent(cmd: &mut tokio::process::Command) {
+    // SAFETY: prctl with integer arguments between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

@@ -72,6 +72,16 @@ impl TestStack {
         parameters: HashMap<String, String>,
         hooks: Option<Arc<dyn StepHooks>>,
     ) -> Self {
+        Self::start_full(parameters, hooks, vec![]).await
+    }
+
+    /// As [`Self::start_with`], with variables added to every sandbox
+    /// agent's environment (fault injection).
+    pub async fn start_full(
+        parameters: HashMap<String, String>,
+        hooks: Option<Arc<dyn StepHooks>>,
+        sandbox_env: Vec<(String, String)>,
+    ) -> Self {
         armada_core::telemetry::init_with("warn");
         let ep = emulator_endpoint();
         emulator::wait_until_up(&ep, Duration::from_secs(60))
@@ -85,6 +95,7 @@ impl TestStack {
         opts.harness_concurrency = 2;
         opts.dispatcher_concurrency = 1;
         opts.parameters = parameters;
+        opts.sandbox_env = sandbox_env;
         if let Some(h) = hooks {
             opts.hooks = h;
         }

@@ -135,7 +135,12 @@ impl DataPlane {
         stack: &str,
     ) -> Self {
         let parent = Cgroup::current()
-            .and_then(|c| c.child(&format!("armada-{stack}")))
+            .and_then(|c| {
+                // Left over from an earlier run of this stack: its processes go.
+                let group = c.child(&format!("armada-{stack}"))?;
+                group.kill_all()?;
+                Ok(group)
+            })
             .map_err(|e| tracing::warn!(error = %e, "no cgroup for sandboxes: their limits will not be enforced"))
             .ok();
         DataPlane {
@@ -288,6 +293,8 @@ impl DataPlane {
         if let Some(cg) = &cgroup {
             armada_sandbox::sys::join_cgroups_before_exec(&mut cmd, &cg.join_files())?;
         }
+        // Should this process die without stopping its tasks, they go too.
+        armada_sandbox::sys::die_with_parent(&mut cmd);
         let child = cmd.spawn().context("starting armada-sandbox agent")?;
         tracing::info!(task = %info.arn, pid = child.id(), "sandbox task running locally");
         self.tasks.insert(

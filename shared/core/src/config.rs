@@ -81,6 +81,9 @@ pub struct SandboxConfig {
     pub stale_seconds: u32,
     /// How often a sandbox agent reports it is alive (`ARMADA_SANDBOX_HEARTBEAT_SECONDS`, default 10).
     pub heartbeat_seconds: u32,
+    /// A sandbox not ready after this long is started again, once
+    /// (`ARMADA_SANDBOX_START_TIMEOUT_SECONDS`, default 30 as seed 000 says).
+    pub start_timeout_seconds: u32,
 }
 
 impl Config {
@@ -173,6 +176,11 @@ impl Config {
                 check_seconds: num("ARMADA_SANDBOX_CHECK_SECONDS", 30)?.max(1) as u32,
                 stale_seconds: num("ARMADA_SANDBOX_STALE_SECONDS", 60)?.max(1) as u32,
                 heartbeat_seconds: num("ARMADA_SANDBOX_HEARTBEAT_SECONDS", 10)?.max(1) as u32,
+                start_timeout_seconds: num(
+                    "ARMADA_SANDBOX_START_TIMEOUT_SECONDS",
+                    u64::from(armada_domain::sandbox::START_TIMEOUT_S),
+                )?
+                .max(1) as u32,
             },
         })
     }

@@ -8,7 +8,6 @@ use serde_json::Value;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::sandbox::hand::{CallMark, HandMessage, Invocation};
 use armada_domain::sandbox::lifecycle::{Acquired, SandboxRecord, SandboxState};
-use armada_domain::sandbox::START_TIMEOUT_S;
 
 use crate::error::StoreError;
 use crate::hands::TaskRequest;
@@ -359,7 +358,7 @@ pub async fn watch_call(
     }
 }
 
-/// A start that took longer than seed 000's 30 s is retried once; the
+/// A start that took longer than the start timeout (seed 000: 30 s) is retried once; the
 /// second time the sandbox fails. Returns the record as it now is.
 pub async fn check_start(
     svc: &Services,
@@ -368,7 +367,8 @@ pub async fn check_start(
 ) -> Result<SandboxRecord, SandboxError> {
     let now = now_ms(svc);
     let starting = matches!(rec.state, SandboxState::Provisioning | SandboxState::Waking);
-    if !starting || now - rec.state_changed_at_ms < i64::from(START_TIMEOUT_S) * 1000 {
+    let timeout_s = svc.cfg.sandbox.start_timeout_seconds;
+    if !starting || now - rec.state_changed_at_ms < i64::from(timeout_s) * 1000 {
         return Ok(rec.clone());
     }
     let (generation, attempt) = (rec.generation, rec.start_attempts);
@@ -376,7 +376,7 @@ pub async fn check_start(
     let (retry, updated) = svc
         .sandboxes
         .modify(&rec.tenant, &rec.agent, |cur| match cur {
-            Some(mut r) => match r.start_timed_out(generation, attempt, now) {
+            Some(mut r) => match r.start_timed_out(generation, attempt, timeout_s, now) {
                 Ok(retry) => Change::Write(Box::new(r.clone()), (Some(retry), r)),
                 Err(_) => Change::Keep((None, r)),
             },
@@ -386,7 +386,10 @@ pub async fn check_start(
     if let Some(arn) = &old_task {
         let _ = svc
             .provider
-            .stop(arn, "the sandbox did not start within 30 s")
+            .stop(
+                arn,
+                &format!("the sandbox did not start within {timeout_s} s"),
+            )
             .await;
     }
     match (retry, agent) {

@@ -410,6 +410,7 @@ impl SandboxRecord {
         &mut self,
         generation: u64,
         attempt: u32,
+        timeout_s: u32,
         now_ms: i64,
     ) -> Result<bool, LifecycleError> {
         self.generation_is(generation)?;
@@ -430,8 +431,7 @@ impl SandboxRecord {
             Ok(true)
         } else {
             self.failure = Some(format!(
-                "the sandbox did not start within {} s, twice",
-                super::START_TIMEOUT_S
+                "the sandbox did not start within {timeout_s} s, twice"
             ));
             self.set_state(SandboxState::Failed, now_ms);
             Ok(false)
@@ -543,12 +543,12 @@ mod tests {
     fn a_start_that_times_out_is_retried_once_then_fails() {
         let mut r = rec();
         r.acquire("a", "workspace", 0);
-        assert_eq!(r.start_timed_out(1, 1, 30_000), Ok(true));
+        assert_eq!(r.start_timed_out(1, 1, 30, 30_000), Ok(true));
         assert!(
-            r.start_timed_out(1, 1, 30_001).is_err(),
+            r.start_timed_out(1, 1, 30, 30_001).is_err(),
             "only once per attempt"
         );
-        assert_eq!(r.start_timed_out(1, 2, 60_000), Ok(false));
+        assert_eq!(r.start_timed_out(1, 2, 30, 60_000), Ok(false));
         assert_eq!(r.state, SandboxState::Failed);
         assert!(r.failure.is_some());
     }
