@@ -89,6 +89,9 @@ enum Cmd {
         /// Skip the function binaries' size, init time and RSS.
         #[arg(long)]
         no_binaries: bool,
+        /// Agents (samples) for the sandbox measurements; 0 skips them.
+        #[arg(long, default_value_t = 5)]
+        sandboxes: usize,
     },
 }
 
@@ -289,6 +292,7 @@ async fn run(cli: Cli) -> Result<()> {
             session_messages,
             concurrency,
             no_binaries,
+            sandboxes,
         } => {
             armada_cli::bench::run(
                 &local::find_root()?,
@@ -297,6 +301,7 @@ async fn run(cli: Cli) -> Result<()> {
                     session_messages,
                     concurrency,
                     binaries: !no_binaries,
+                    sandbox_samples: sandboxes,
                 },
             )
             .await

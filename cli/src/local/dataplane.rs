@@ -178,9 +178,9 @@ impl DataPlane {
 
     async fn tick(&mut self) -> Result<()> {
         self.ticks += 1;
-        if self.ticks.is_multiple_of(5) {
-            self.hibernation().await;
-        }
+        // Frozen tasks are looked at every tick (a Run waits for them to
+        // wake), running ones every fifth (idleness is not urgent).
+        self.hibernation(self.ticks.is_multiple_of(5)).await;
         let listed = self.provider.list(None).await?;
         let fresh: Vec<String> = listed
             .iter()
@@ -319,10 +319,13 @@ impl DataPlane {
     /// Freezes the processes of tasks whose sandbox is hibernating, and
     /// thaws those whose sandbox a Run asked for (seed 000 §C: pause and
     /// resume, state intact).
-    async fn hibernation(&mut self) {
+    async fn hibernation(&mut self, running_too: bool) {
         let now = self.store_now();
         for t in self.tasks.values_mut() {
             let Some(cg) = &t.cgroup else { continue };
+            if !t.frozen && !running_too {
+                continue;
+            }
             let rec = match self.store.get(&t.tenant, &t.agent).await {
                 Ok(Some(r)) if r.generation == t.generation => r,
                 _ => continue,
