@@ -641,7 +641,11 @@ async fn call_interval_ms(stack: &LocalStack, run_id: &str) -> Result<f64> {
 }
 
 async fn put_bench_agent(stack: &LocalStack, name: &str, idle_s: u32) -> Result<()> {
-    let admin = Client::new(&stack.api_url, &stack.admin_key, Some(stack.admin_key.clone()));
+    let admin = Client::new(
+        &stack.api_url,
+        &stack.admin_key,
+        Some(stack.admin_key.clone()),
+    );
     admin
         .call(
             reqwest::Method::PUT,
@@ -703,8 +707,9 @@ async fn sandboxes(stack: &LocalStack, client: &Client, n: usize) -> Result<()> 
     }
     let (cold, warm, wake) = (sorted(cold), sorted(warm), sorted(wake));
     let (cold_run, warm_run, wake_run) = (sorted(cold_run), sorted(warm_run), sorted(wake_run));
-    println!("
-Sandboxes ({n} agents; a `true` call; call = harness dispatch to result, run = POST to answer):");
+    println!(
+        "\nSandboxes ({n} agents; a `true` call; call = harness dispatch to result, run = POST to answer):"
+    );
     for (name, c, r) in [
         ("cold start (new sandbox)", &cold, &cold_run),
         ("warm reuse", &warm, &warm_run),
@@ -735,7 +740,9 @@ async fn confinement_overhead(stack: &LocalStack, n: usize) -> Result<()> {
     use armada_sandbox::jail::Action;
     use armada_sandbox::runner::{Call, Runner};
     let jail = crate::local::dataplane::locate_agent_binary(&std::env::current_dir()?)?;
-    let root = PathBuf::from("/var/tmp/armada").join(stack.template.stack()).join("bench-jail");
+    let root = PathBuf::from("/var/tmp/armada")
+        .join(stack.template.stack())
+        .join("bench-jail");
     let profiles = Profiles::default();
     let group = Cgroup::current()
         .and_then(|c| c.child(&format!("armada-bench-{}", std::process::id())))
@@ -786,11 +793,25 @@ async fn confinement_overhead(stack: &LocalStack, n: usize) -> Result<()> {
         }
     }
     let (direct, off, confined) = (sorted(direct), sorted(off), sorted(confined));
-    println!("
-Confinement, per call of `true` ({n} each, p50 / p95):");
-    println!("  spawned directly          {:>6.2} / {:>6.2} ms", pct(&direct, 0.5), pct(&direct, 0.95));
-    println!("  through the jail, nothing {:>6.2} / {:>6.2} ms", pct(&off, 0.5), pct(&off, 0.95));
-    println!("  fully confined            {:>6.2} / {:>6.2} ms", pct(&confined, 0.5), pct(&confined, 0.95));
+    println!(
+        "
+Confinement, per call of `true` ({n} each, p50 / p95):"
+    );
+    println!(
+        "  spawned directly          {:>6.2} / {:>6.2} ms",
+        pct(&direct, 0.5),
+        pct(&direct, 0.95)
+    );
+    println!(
+        "  through the jail, nothing {:>6.2} / {:>6.2} ms",
+        pct(&off, 0.5),
+        pct(&off, 0.95)
+    );
+    println!(
+        "  fully confined            {:>6.2} / {:>6.2} ms",
+        pct(&confined, 0.5),
+        pct(&confined, 0.95)
+    );
     println!(
         "  confinement adds {:.2} ms per call over a direct spawn ({:.2} ms over the bare jail)",
         pct(&confined, 0.5) - pct(&direct, 0.5),

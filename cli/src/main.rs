@@ -148,6 +148,14 @@ enum ProfilesCmd {
     },
 }
 
+/// PUTs a JSON file's contents with the admin key.
+async fn put_json_file(c: &Client, path: &str, file: &Path) -> Result<Value> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let body: Value = serde_json::from_str(&text).context("the file is not JSON")?;
+    c.call(reqwest::Method::PUT, path, Some(&body), true).await
+}
+
 fn print(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
@@ -227,19 +235,7 @@ async fn run(cli: Cli) -> Result<()> {
             let c = Client::from_env(root().as_deref())?;
             match cmd {
                 AgentsCmd::Put { name, file } => {
-                    let text = std::fs::read_to_string(&file)
-                        .with_context(|| format!("reading {}", file.display()))?;
-                    let body: Value =
-                        serde_json::from_str(&text).context("the file is not JSON")?;
-                    print(
-                        &c.call(
-                            reqwest::Method::PUT,
-                            &format!("/v1/agents/{name}"),
-                            Some(&body),
-                            true,
-                        )
-                        .await?,
-                    )
+                    print(&put_json_file(&c, &format!("/v1/agents/{name}"), &file).await?)
                 }
                 AgentsCmd::Get { name } => print(&c.get(&format!("/v1/agents/{name}")).await?),
                 AgentsCmd::List => print(&c.get("/v1/agents").await?),
@@ -270,19 +266,7 @@ async fn run(cli: Cli) -> Result<()> {
             match cmd {
                 ProfilesCmd::List => print(&c.get("/v1/profiles").await?),
                 ProfilesCmd::Put { name, file } => {
-                    let text = std::fs::read_to_string(&file)
-                        .with_context(|| format!("reading {}", file.display()))?;
-                    let body: Value =
-                        serde_json::from_str(&text).context("the file is not JSON")?;
-                    print(
-                        &c.call(
-                            reqwest::Method::PUT,
-                            &format!("/v1/profiles/{name}"),
-                            Some(&body),
-                            true,
-                        )
-                        .await?,
-                    )
+                    print(&put_json_file(&c, &format!("/v1/profiles/{name}"), &file).await?)
                 }
             }
             Ok(())

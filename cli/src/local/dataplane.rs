@@ -18,7 +18,7 @@ use tokio::sync::watch;
 
 use armada_core::hands::{task_env, SandboxProvider, TaskInfo};
 use armada_core::store::sandboxes::{Change, SandboxStore};
-use armada_domain::sandbox::lifecycle::SandboxState;
+use armada_domain::sandbox::lifecycle::{SandboxRecord, SandboxState};
 use armada_domain::sandbox::{host_port, Limits, CONTAINER_PORTS};
 use armada_sandbox::cgroup::Cgroup;
 
@@ -110,6 +110,23 @@ pub fn locate_agent_binary(repo_root: &Path) -> Result<PathBuf> {
             exe.display()
         )
     })
+}
+
+/// Applies a lifecycle step to a task's sandbox record (if it applies).
+async fn record<E>(
+    store: &SandboxStore,
+    t: &LocalTask,
+    mut step: impl FnMut(&mut SandboxRecord) -> Result<(), E>,
+) -> Result<(), armada_core::error::StoreError> {
+    store
+        .modify(&t.tenant, &t.agent, |cur| match cur {
+            Some(mut r) => match step(&mut r) {
+                Ok(()) => Change::Write(Box::new(r), ()),
+                Err(_) => Change::Keep(()),
+            },
+            None => Change::Keep(()),
+        })
+        .await
 }
 
 fn task_id(arn: &str) -> String {
@@ -339,16 +356,7 @@ impl DataPlane {
                         Ok(Ok(()))
                     ) {
                         t.frozen = true;
-                        let r = self
-                            .store
-                            .modify(&t.tenant, &t.agent, |cur| match cur {
-                                Some(mut r) => match r.hibernated(g, now) {
-                                    Ok(()) => Change::Write(Box::new(r), ()),
-                                    Err(_) => Change::Keep(()),
-                                },
-                                None => Change::Keep(()),
-                            })
-                            .await;
+                        let r = record(&self.store, t, |r| r.hibernated(g, now)).await;
                         if let Err(e) = r {
                             tracing::warn!(error = %e, "could not record a hibernation");
                         }
@@ -360,16 +368,7 @@ impl DataPlane {
                         continue;
                     }
                     t.frozen = false;
-                    let _ = self
-                        .store
-                        .modify(&t.tenant, &t.agent, |cur| match cur {
-                            Some(mut r) => match r.woke(g, now) {
-                                Ok(()) => Change::Write(Box::new(r), ()),
-                                Err(_) => Change::Keep(()),
-                            },
-                            None => Change::Keep(()),
-                        })
-                        .await;
+                    let _ = record(&self.store, t, |r| r.woke(g, now)).await;
                     tracing::info!(sandbox = %rec.key(), "sandbox woke");
                 }
                 _ => {}

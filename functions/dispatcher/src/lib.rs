@@ -450,28 +450,57 @@ impl Dispatcher {
         Outcome::Done
     }
 
-    /// A waiting Run ran out of wall-clock time: it ends TIMED_OUT (fenced
-    /// by taking the next epoch, as a claim would).
+    /// A waiting Run ran out of wall-clock time: it ends TIMED_OUT.
     async fn time_out(&self, run: Run, now: i64) -> Outcome {
-        let prev = run.stamp();
-        let mut next = run;
-        if next.apply(&RunEvent::DeadlineExceeded, now).is_err() {
-            return Outcome::Done;
-        }
-        next.epoch += 1;
-        next.lease_until_ms = 0;
         let error = RunError::new(
             "TIMED_OUT",
             "the run exceeded its wall-clock budget while waiting",
         );
-        let ev = next.push_event("run_timed_out", json!({"error": error}), now);
-        next.error = Some(error);
-        let (run_id, tenant) = (next.run_id.clone(), next.tenant.clone());
-        match self.svc.runs.save(prev, &next, &[ev], vec![]).await {
-            Ok(()) => self.settle(&run_id, &tenant).await,
-            Err(StoreError::Conflict { .. }) => Outcome::Done,
+        let (run_id, tenant) = (run.run_id.clone(), run.tenant.clone());
+        match self
+            .end_from_outside(
+                run,
+                RunEvent::DeadlineExceeded,
+                "run_timed_out",
+                error,
+                json!({}),
+                now,
+            )
+            .await
+        {
+            Ok(true) => self.settle(&run_id, &tenant).await,
+            Ok(false) | Err(StoreError::Conflict { .. }) => Outcome::Done,
             Err(e) => retry(e),
         }
+    }
+
+    /// Ends a Run from outside the harness, taking the next epoch as a
+    /// claim would, so a worker still on the Run cannot commit after it.
+    /// `Ok(false)` when the Run cannot take `event` (it ended already).
+    async fn end_from_outside(
+        &self,
+        run: Run,
+        event: RunEvent,
+        kind: &str,
+        error: RunError,
+        extra: serde_json::Value,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let prev = run.stamp();
+        let mut next = run;
+        if next.apply(&event, now).is_err() {
+            return Ok(false);
+        }
+        next.epoch += 1;
+        next.lease_until_ms = 0;
+        let mut data = json!({"error": error});
+        if let (Some(d), Some(x)) = (data.as_object_mut(), extra.as_object()) {
+            d.extend(x.clone());
+        }
+        let ev = next.push_event(kind, data, now);
+        next.error = Some(error);
+        self.svc.runs.save(prev, &next, &[ev], vec![]).await?;
+        Ok(true)
     }
 
     /// A message that kept failing: fail its Run with the reason, then settle it.
@@ -515,27 +544,25 @@ impl Dispatcher {
                 return self.settle(&run_id, &tenant).await;
             }
             let now = self.svc.clock.now_ms();
-            let prev = run.stamp();
-            let mut next = run;
-            if next.apply(&RunEvent::Failed, now).is_err() {
-                return Outcome::Done;
-            }
-            next.epoch += 1;
-            next.lease_until_ms = 0;
             let error = RunError::new(
                 "DEAD_LETTERED",
                 format!(
                     "the run's {what} message failed on every delivery and was moved to {queue}"
                 ),
             );
-            let ev = next.push_event(
-                "run_failed",
-                json!({"error": error, "receives": receives}),
-                now,
-            );
-            next.error = Some(error);
-            match self.svc.runs.save(prev, &next, &[ev], vec![]).await {
-                Ok(()) => return self.settle(&run_id, &tenant).await,
+            match self
+                .end_from_outside(
+                    run,
+                    RunEvent::Failed,
+                    "run_failed",
+                    error,
+                    json!({"receives": receives}),
+                    now,
+                )
+                .await
+            {
+                Ok(true) => return self.settle(&run_id, &tenant).await,
+                Ok(false) => return Outcome::Done,
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return retry(e),
             }

@@ -325,14 +325,8 @@ impl Harness {
         let epoch = run.epoch;
         let result = async {
             let prev = run.stamp();
-            let Some(agent) = svc.registry.agent(&run.agent).await? else {
-                let err = RunError::new(
-                    "AGENT_NOT_FOUND",
-                    format!("agent '{}' no longer exists", run.agent),
-                );
-                return self
-                    .finish(&mut run, prev, RunEvent::Failed, Some(err), vec![])
-                    .await;
+            let Some(agent) = self.agent_or_end(&mut run, prev).await? else {
+                return Ok(());
             };
             let mut events = Vec::new();
             if let Some(err) = self.apply_outcome(&mut run, call_id, outcome, &mut events, now) {
@@ -439,6 +433,24 @@ impl Harness {
         ends_run
     }
 
+    /// The Run's agent; a Run whose agent was deleted ends here.
+    async fn agent_or_end(
+        &self,
+        run: &mut Run,
+        prev: Stamp,
+    ) -> Result<Option<AgentDefinition>, StepError> {
+        if let Some(agent) = self.svc.registry.agent(&run.agent).await? {
+            return Ok(Some(agent));
+        }
+        let err = RunError::new(
+            "AGENT_NOT_FOUND",
+            format!("agent '{}' no longer exists", run.agent),
+        );
+        self.finish(run, prev, RunEvent::Failed, Some(err), vec![])
+            .await?;
+        Ok(None)
+    }
+
     /// The claimed part of a step.
     async fn execute(&self, mut run: Run, now: i64) -> Result<(), StepError> {
         let svc = &self.svc;
@@ -455,14 +467,8 @@ impl Harness {
                 )
                 .await;
         }
-        let Some(agent) = svc.registry.agent(&run.agent).await? else {
-            let err = RunError::new(
-                "AGENT_NOT_FOUND",
-                format!("agent '{}' no longer exists", run.agent),
-            );
-            return self
-                .finish(&mut run, prev, RunEvent::Failed, Some(err), vec![])
-                .await;
+        let Some(agent) = self.agent_or_end(&mut run, prev).await? else {
+            return Ok(());
         };
         let mut events = Vec::new();
 

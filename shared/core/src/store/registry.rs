@@ -137,28 +137,23 @@ impl Registry {
     /// The global sandbox profiles (custom profiles defined platform-wide;
     /// they win over any agent's project profiles of the same name).
     pub async fn profiles(&self) -> Result<BTreeMap<String, ProfileDef>, StoreError> {
-        let mut out = BTreeMap::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .dynamo
-                .query()
-                .table_name(&self.table)
-                .index_name("by_kind")
-                .key_condition_expression("kind = :k")
-                .expression_attribute_values(":k", s("profile"))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(classify)?;
-            for item in page.items() {
-                out.insert(get_s(item, "name")?, get_json(item, "doc")?);
-            }
-            match page.last_evaluated_key() {
-                Some(k) => start = Some(k.clone()),
-                None => return Ok(out),
-            }
-        }
+        let items: Vec<Item> = self
+            .dynamo
+            .query()
+            .table_name(&self.table)
+            .index_name("by_kind")
+            .key_condition_expression("kind = :k")
+            .expression_attribute_values(":k", s("profile"))
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Result<_, _>>()
+            .await
+            .map_err(classify)?;
+        items
+            .iter()
+            .map(|item| Ok((get_s(item, "name")?, get_json(item, "doc")?)))
+            .collect()
     }
 
     pub async fn put_profile(&self, name: &str, def: &ProfileDef) -> Result<(), StoreError> {

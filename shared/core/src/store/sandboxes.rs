@@ -112,55 +112,39 @@ impl SandboxStore {
 
     /// The sandboxes of one tenant (the `by_tenant` index).
     pub async fn list(&self, tenant: &str) -> Result<Vec<SandboxRecord>, StoreError> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .dynamo
-                .query()
-                .table_name(&self.table)
-                .index_name("by_tenant")
-                .key_condition_expression("tenant = :t")
-                .expression_attribute_values(":t", s(tenant))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(classify)?;
-            for item in page.items() {
-                out.push(Self::from_item(item)?);
-            }
-            match page.last_evaluated_key() {
-                Some(k) => start = Some(k.clone()),
-                None => return Ok(out),
-            }
-        }
+        let items: Vec<Item> = self
+            .dynamo
+            .query()
+            .table_name(&self.table)
+            .index_name("by_tenant")
+            .key_condition_expression("tenant = :t")
+            .expression_attribute_values(":t", s(tenant))
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Result<_, _>>()
+            .await
+            .map_err(classify)?;
+        items.iter().map(Self::from_item).collect()
     }
 
     /// Every tenant's sandbox of one agent (a scan: deleting an agent is rare).
     pub async fn list_agent(&self, agent: &str) -> Result<Vec<SandboxRecord>, StoreError> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .dynamo
-                .scan()
-                .table_name(&self.table)
-                .filter_expression("#agent = :a AND attribute_exists(tenant)")
-                .expression_attribute_names("#agent", "agent")
-                .expression_attribute_values(":a", s(agent))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(classify)?;
-            for item in page.items() {
-                out.push(Self::from_item(item)?);
-            }
-            match page.last_evaluated_key() {
-                Some(k) => start = Some(k.clone()),
-                None => return Ok(out),
-            }
-        }
+        let items: Vec<Item> = self
+            .dynamo
+            .scan()
+            .table_name(&self.table)
+            .filter_expression("#agent = :a AND attribute_exists(tenant)")
+            .expression_attribute_names("#agent", "agent")
+            .expression_attribute_values(":a", s(agent))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Result<_, _>>()
+            .await
+            .map_err(classify)?;
+        items.iter().map(Self::from_item).collect()
     }
 
     /// Reads the record of an identity, lets `f` decide, and writes what it

@@ -55,6 +55,25 @@ pub struct Controls {
     pub mounts: Control,
 }
 
+impl Controls {
+    /// Every control with the same status (tests, and `off` reports).
+    pub fn uniform(status: Enforcement, reason: &str) -> Self {
+        let c = || Control {
+            status,
+            reason: reason.to_string(),
+        };
+        Controls {
+            filesystem: c(),
+            network: c(),
+            syscalls: c(),
+            memory: c(),
+            cpu: c(),
+            pids: c(),
+            mounts: c(),
+        }
+    }
+}
+
 /// What a capability set needs in force before a sandbox may serve it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Required {
@@ -126,19 +145,7 @@ mod tests {
     use crate::sandbox::Profiles;
 
     fn all(status: Enforcement) -> Controls {
-        let c = || Control {
-            status,
-            reason: String::new(),
-        };
-        Controls {
-            filesystem: c(),
-            network: c(),
-            syscalls: c(),
-            memory: c(),
-            cpu: c(),
-            pids: c(),
-            mounts: c(),
-        }
+        Controls::uniform(status, "")
     }
 
     #[test]

@@ -554,16 +554,6 @@ mod tests {
     }
 
     fn controls() -> Controls {
-        use super::super::controls::Control;
-        let c = || Control::enforced("test");
-        Controls {
-            filesystem: c(),
-            network: c(),
-            syscalls: c(),
-            memory: c(),
-            cpu: c(),
-            pids: c(),
-            mounts: c(),
-        }
+        Controls::uniform(super::super::controls::Enforcement::Enforced, "test")
     }
 }
