@@ -793,10 +793,7 @@ async fn confinement_overhead(stack: &LocalStack, n: usize) -> Result<()> {
         }
     }
     let (direct, off, confined) = (sorted(direct), sorted(off), sorted(confined));
-    println!(
-        "
-Confinement, per call of `true` ({n} each, p50 / p95):"
-    );
+    println!("\nConfinement, per call of `true` ({n} each, p50 / p95):");
     println!(
         "  spawned directly          {:>6.2} / {:>6.2} ms",
         pct(&direct, 0.5),
