@@ -761,6 +761,7 @@ async fn confinement_overhead(stack: &LocalStack, n: usize) -> Result<()> {
             egress_ports: vec![443],
             data_root: root.join("data"),
             cgroup,
+            mounts: vec![],
         };
         e.prepare()?;
         Ok(e)

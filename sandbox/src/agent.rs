@@ -261,6 +261,7 @@ impl Agent {
             egress_ports: cfg.egress_ports.clone(),
             data_root: cfg.data_root.clone(),
             cgroup: usable,
+            mounts: cfg.mounts.clone(),
         };
         Agent {
             runner: Runner::new(env, jail_exe),

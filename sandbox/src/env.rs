@@ -6,10 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
-use armada_domain::sandbox::{CapabilitySet, Limits, DEVICES, HOME, SYSTEM, TMP, WORKSPACE};
+use armada_domain::sandbox::{
+    CapabilitySet, Limits, MountMode, DEVICES, HOME, SYSTEM, TMP, WORKSPACE,
+};
+use armada_domain::skills::MountDecl;
 
 use crate::cgroup::Cgroup;
-use crate::jail::{FsRules, JailSpec, Step, TcpRules};
+use crate::jail::{Bind, FsRules, JailSpec, Step, TcpRules};
 use crate::runner::Call;
 
 /// System directories a strict profile may read.
@@ -46,6 +49,8 @@ pub struct SandboxEnv {
     pub data_root: PathBuf,
     /// The sandbox's own cgroup (the task's), when there is one to use.
     pub cgroup: Option<Cgroup>,
+    /// Declared mounts: sub-paths of the user's workspace under `/data`.
+    pub mounts: Vec<MountDecl>,
 }
 
 impl SandboxEnv {
@@ -131,9 +136,17 @@ impl SandboxEnv {
         let mut write = expand(&self.caps.writable);
         // Every profile keeps the devices a shell cannot work without.
         write.extend(DEVICE_FILES.iter().map(PathBuf::from));
+        let mut read = expand(&self.caps.readable);
+        for b in self.binds() {
+            if b.writable {
+                write.push(b.path);
+            } else {
+                read.push(b.path);
+            }
+        }
         Some(FsRules {
             read_all: self.caps.read_all,
-            read: expand(&self.caps.readable),
+            read,
             write,
         })
     }
@@ -146,6 +159,19 @@ impl SandboxEnv {
             out.push(self.data_root.clone());
         }
         out
+    }
+
+    /// The declared mounts as host paths (their `/data` is `data_root`).
+    fn binds(&self) -> Vec<Bind> {
+        self.mounts
+            .iter()
+            .flat_map(|m| {
+                self.real(&m.path).into_iter().map(move |path| Bind {
+                    path,
+                    writable: m.mode == MountMode::Rw,
+                })
+            })
+            .collect()
     }
 
     /// Memory for one call: the sandbox's limit less what its agent needs.
@@ -223,6 +249,7 @@ impl SandboxEnv {
             cgroup_procs: call_cgroup.map(Cgroup::join_files).unwrap_or_default(),
             fs: self.fs_rules(),
             hide: if enforce { self.hidden() } else { vec![] },
+            binds: if enforce { self.binds() } else { vec![] },
             private_tmp: enforce.then(|| scratch.to_path_buf()),
             isolate_network: enforce && self.caps.restrict_network,
             tcp,

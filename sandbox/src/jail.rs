@@ -51,6 +51,13 @@ pub struct TcpRules {
     pub connect: Vec<u16>,
 }
 
+/// A path kept visible beneath a covered one, read-only unless `writable`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bind {
+    pub path: PathBuf,
+    pub writable: bool,
+}
+
 /// What the jail does once confined.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -79,6 +86,9 @@ pub struct JailSpec {
     pub fs: Option<FsRules>,
     /// Paths covered by an empty read-only filesystem (deny).
     pub hide: Vec<PathBuf>,
+    /// Paths under a hidden one that stay visible (declared mounts).
+    #[serde(default)]
+    pub binds: Vec<Bind>,
     /// Bound over /tmp in a mount namespace of the call's own.
     pub private_tmp: Option<PathBuf>,
     /// Only a loopback interface (restrict_network).
@@ -423,7 +433,7 @@ fn confine(spec: &JailSpec, report: &mut JailReport) -> Result<(), String> {
     crate::sys::setsid().map_err(|e| format!("setsid: {e}"))?;
 
     // 3. namespaces
-    let want_mounts = spec.private_tmp.is_some() || !spec.hide.is_empty();
+    let want_mounts = spec.private_tmp.is_some() || !spec.hide.is_empty() || !spec.binds.is_empty();
     if want_mounts {
         match mount_namespace(spec) {
             Ok(detail) => report.note(Step::Mounts, Enforcement::Enforced, detail),
@@ -544,6 +554,43 @@ fn confine(spec: &JailSpec, report: &mut JailReport) -> Result<(), String> {
     Ok(())
 }
 
+/// Covers `path` with an empty filesystem in which only the declared
+/// mounts appear, each bound from its descriptor; read-only ones are made
+/// read-only, and so is the cover.
+fn cover_keeping(path: &Path, inner: &[&(&Bind, std::fs::File)]) -> std::io::Result<()> {
+    use crate::sys::mount;
+    use std::os::unix::io::AsRawFd;
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    mount(
+        Some(Path::new("none")),
+        path,
+        Some("tmpfs"),
+        flags,
+        Some("size=64k,mode=755"),
+    )?;
+    for (b, f) in inner {
+        std::fs::create_dir_all(&b.path)?;
+        let src = PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
+        mount(Some(&src), &b.path, None, libc::MS_BIND, None)?;
+        if !b.writable {
+            mount(
+                None,
+                &b.path,
+                None,
+                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | flags,
+                None,
+            )?;
+        }
+    }
+    mount(
+        None,
+        path,
+        None,
+        libc::MS_REMOUNT | libc::MS_RDONLY | flags,
+        Some("size=64k,mode=755"),
+    )
+}
+
 fn mount_namespace(spec: &JailSpec) -> Result<String, String> {
     use crate::sys::mount;
     crate::sys::unshare(libc::CLONE_NEWNS).map_err(|e| format!("mount namespace: {e}"))?;
@@ -568,11 +615,31 @@ fn mount_namespace(spec: &JailSpec) -> Result<String, String> {
         .map_err(|e| format!("private /tmp: {e}"))?;
         done.push("private /tmp".to_string());
     }
+    // Declared mounts are reached through descriptors opened before
+    // anything is covered, then bound back at their own paths.
+    let mut sources = Vec::new();
+    for b in &spec.binds {
+        let f =
+            std::fs::File::open(&b.path).map_err(|e| format!("mount {}: {e}", b.path.display()))?;
+        sources.push((b, f));
+    }
     for path in &spec.hide {
         let Ok(meta) = std::fs::symlink_metadata(path) else {
             continue;
         };
-        if meta.is_dir() {
+        let inner: Vec<&(&Bind, std::fs::File)> = sources
+            .iter()
+            .filter(|(b, _)| b.path.starts_with(path) && b.path != *path)
+            .collect();
+        let covered = if !meta.is_dir() {
+            mount(
+                Some(Path::new("/dev/null")),
+                path,
+                None,
+                libc::MS_BIND,
+                None,
+            )
+        } else if inner.is_empty() {
             mount(
                 Some(Path::new("none")),
                 path,
@@ -581,16 +648,17 @@ fn mount_namespace(spec: &JailSpec) -> Result<String, String> {
                 Some("size=4k,mode=000"),
             )
         } else {
-            mount(
-                Some(Path::new("/dev/null")),
-                path,
-                None,
-                libc::MS_BIND,
-                None,
-            )
-        }
-        .map_err(|e| format!("covering {}: {e}", path.display()))?;
+            cover_keeping(path, &inner)
+        };
+        covered.map_err(|e| format!("covering {}: {e}", path.display()))?;
         done.push(format!("hid {}", path.display()));
+        for (b, _) in inner {
+            done.push(format!(
+                "mounted {} {}",
+                b.path.display(),
+                if b.writable { "rw" } else { "ro" }
+            ));
+        }
     }
     Ok(done.join(", "))
 }

@@ -52,6 +52,7 @@ fn fixture_with(profile: &str, profiles: &Profiles, memory_mb: u32) -> Fixture {
         egress_ports: vec![443],
         data_root: root.join("data"),
         cgroup: Some(cgroup.clone()),
+        mounts: vec![],
     };
     env.prepare().unwrap();
     Fixture {
@@ -337,4 +338,36 @@ async fn reqwest_get(url: &str) -> String {
     let mut buf = String::new();
     s.read_to_string(&mut buf).await.unwrap();
     buf.split("\r\n\r\n").nth(1).unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+async fn only_declared_mounts_of_the_data_root_are_visible_and_ro_stays_ro() {
+    use armada_domain::sandbox::MountMode;
+    use armada_domain::skills::MountDecl;
+    let mut f = fixture("workspace");
+    let data = f.runner.env.data_root.clone();
+    let repo = data.join("users/u1/workspace/repo");
+    let other = data.join("users/u2/workspace");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(repo.join("README"), "the repo").unwrap();
+    std::fs::write(other.join("secret"), "u2's").unwrap();
+    for d in [&data, &repo, &other] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let r = sh(&f, &format!("cat {}/README", repo.display())).await;
+    assert_ne!(r["exit_code"], 0, "zero mounts by default: {r}");
+    f.runner.env.mounts = vec![MountDecl {
+        path: "/data/users/u1/workspace/repo".into(),
+        mode: MountMode::Ro,
+    }];
+    let r = sh(&f, &format!("cat {}/README", repo.display())).await;
+    assert_eq!(r["stdout"], "the repo", "{r}");
+    let r = sh(&f, &format!("echo x > {}/new", repo.display())).await;
+    assert_ne!(r["exit_code"], 0, "read-only: {r}");
+    let r = sh(&f, &format!("cat {}/secret", other.display())).await;
+    assert_ne!(r["exit_code"], 0, "another user's data stays hidden: {r}");
+    let r = sh(&f, &format!("ls {}", data.display())).await;
+    assert_eq!(r["stdout"], "users\n", "nothing else of /data shows: {r}");
 }
