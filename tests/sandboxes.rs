@@ -892,3 +892,81 @@ async fn a_serve_call_waits_while_the_port_pool_is_full() {
     assert_eq!(r["port"], 8090);
     t.stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn skill_manifests_in_the_registry_place_stricter_never_weaker() {
+    let t = start().await;
+    let (status, body) = t
+        .raw(
+            Method::PUT,
+            "/v1/skills/summarise",
+            Some(&t.stack.admin_key),
+            Some(r#"{"executor": "shell_exec", "kind": "text_processing"}"#),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("kind:"),
+        "{body}"
+    );
+    // A web search through a headless tool: its kind alone would not need
+    // a sandbox; the manifest asks for one, with a 2 s timeout.
+    let m = t
+        .admin
+        .call(
+            Method::PUT,
+            "/v1/skills/browse",
+            Some(&json!({"executor": "shell_exec", "kind": "web_search",
+                         "requires_sandbox": true, "timeout_s": 2, "risk": "low"})),
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(m["executor"], "shell_exec");
+    let listed = t.client.get("/v1/skills").await.unwrap();
+    assert!(listed["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["name"] == "browse"));
+    let def = t
+        .admin
+        .call(
+            Method::PUT,
+            "/v1/agents/browser",
+            Some(&json!({
+                "model": {"provider": "scripted", "model_id": "m", "context_window": 4096},
+                "system_prompt": "x",
+                "skills": ["browse"]
+            })),
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        def["manifests"]["browse"]["timeout_s"], 2,
+        "frozen with the definition"
+    );
+    let (_, run) = t
+        .ask(
+            "browser",
+            r#"/tool browse {"command": "echo in a sandbox; sleep 30"}"#,
+        )
+        .await;
+    let r = tool_result(&run, "browse");
+    assert_eq!(
+        r["error"]["code"], "TIMEOUT",
+        "the manifest's timeout holds: {r}"
+    );
+    assert_eq!(r["stdout"], "in a sandbox\n");
+    assert_eq!(
+        tasks_of(&t, "local", "browser").await.len(),
+        1,
+        "it ran in a sandbox"
+    );
+    t.stack.stop().await;
+}

@@ -284,7 +284,11 @@ pub async fn load_agents(registry: &Registry, root: &Path) -> Result<Vec<String>
             .and_then(|s| s.to_str())
             .unwrap_or_default()
             .to_string();
-        let def = AgentDefinition::from_json(&name, &body)
+        let mut def = AgentDefinition::from_json(&name, &body)
+            .with_context(|| format!("validating {}", path.display()))?;
+        registry
+            .resolve_manifests(&mut def)
+            .await?
             .with_context(|| format!("validating {}", path.display()))?;
         registry.put_agent(&def).await?;
         names.push(name);

@@ -51,18 +51,19 @@ fn ledger_copy(result: &Value) -> Value {
     }
 }
 
-fn uses_sandbox(agent: &AgentDefinition) -> bool {
-    agent
-        .skills
-        .iter()
-        .any(|s| skills::builtin(s).is_some_and(|m| m.in_sandbox()))
-}
-
 /// A call's timeout: the skill's manifest, capped by the sandbox's limit.
 fn call_timeout(agent: &AgentDefinition, skill: &str) -> u32 {
-    let manifest =
-        skills::builtin(skill).map_or(agent.sandbox.limits.call_timeout_s, |m| m.timeout_s);
+    let manifest = agent
+        .manifest(skill)
+        .map_or(agent.sandbox.limits.call_timeout_s, |m| m.timeout_s);
     manifest.min(agent.sandbox.limits.call_timeout_s)
+}
+
+/// The built-in that executes a skill's calls.
+fn executor(agent: &AgentDefinition, skill: &str) -> String {
+    agent
+        .manifest(skill)
+        .map_or_else(|| skill.to_string(), |m| m.executor().to_string())
 }
 
 /// Messages dropped as duplicates or overtaken.
@@ -486,7 +487,7 @@ impl Harness {
             // `eager`: the sandbox is there before the first model call.
             if agent.sandbox.provisioning == Provisioning::Eager
                 && run.sandbox_key.is_none()
-                && uses_sandbox(&agent)
+                && agent.uses_sandbox()
             {
                 run.sandbox_key = Some(sandbox_key(&run.tenant, &run.agent));
                 svc.runs.save(prev, &run, &[], vec![]).await?;
@@ -534,7 +535,7 @@ impl Harness {
             let specs: Vec<_> = agent
                 .skills
                 .iter()
-                .filter_map(|s| skills::tool_spec(s))
+                .filter_map(|s| agent.manifest(s).map(|m| m.tool_spec()))
                 .collect();
             let reply = match svc
                 .models
@@ -600,8 +601,8 @@ impl Harness {
             // dispatched, sandbox calls as planned (they are dispatched
             // once the sandbox is held).
             for c in &reply.tool_calls {
-                let in_sandbox = agent.skills.contains(&c.name)
-                    && skills::builtin(&c.name).is_some_and(|m| m.in_sandbox());
+                let manifest = agent.manifest(&c.name);
+                let in_sandbox = manifest.as_ref().is_some_and(|m| m.in_sandbox());
                 if in_sandbox {
                     run.sandbox_key = Some(sandbox_key(&run.tenant, &run.agent));
                 }
@@ -617,7 +618,9 @@ impl Harness {
                         } else {
                             ToolCallState::Dispatched
                         },
-                        idempotent: skills::call_is_idempotent(&c.name, &c.args),
+                        idempotent: manifest
+                            .as_ref()
+                            .is_some_and(|m| skills::call_is_idempotent(m, &c.args)),
                         result: None,
                         sandbox: in_sandbox,
                         attempt: 1,
@@ -705,7 +708,7 @@ impl Harness {
         agent: &AgentDefinition,
         now: i64,
     ) -> Result<Option<RunEventRecord>, StepError> {
-        if agent.sandbox.provisioning != Provisioning::Eager || !uses_sandbox(agent) {
+        if agent.sandbox.provisioning != Provisioning::Eager || !agent.uses_sandbox() {
             return Ok(None);
         }
         let holding = match sandboxing::acquire(&self.svc, &run.tenant, &run.run_id, agent).await {
@@ -746,7 +749,7 @@ impl Harness {
             .cloned()
             .collect();
         if !planned.is_empty() {
-            if agent.sandbox.destructive() {
+            if agent.destructive() {
                 // A read-write sub-path of the user's workspace: every call
                 // needs a human's approval (seed 000 §F).
                 events.push(run.push_event(
@@ -786,7 +789,7 @@ impl Harness {
                             step: run.step,
                             call_id: c.call_id.clone(),
                             attempt: c.attempt,
-                            skill: c.skill.clone(),
+                            skill: executor(agent, &c.skill),
                             args: c.args.clone(),
                             timeout_s: call_timeout(agent, &c.skill),
                         };

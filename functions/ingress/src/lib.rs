@@ -120,6 +120,12 @@ async fn route(svc: &Arc<Services>, req: &Request, method: &str, path: &str) -> 
             delete_agent(svc, name).await
         }
         (["v1", "profiles"], "GET") => list_profiles(svc).await,
+        (["v1", "skills"], "GET") => list_skills(svc).await,
+        (["v1", "skills", name], "GET") => get_skill(svc, name).await,
+        (["v1", "skills", name], "PUT") => {
+            admin(&who)?;
+            put_skill(svc, req, name).await
+        }
         (["v1", "profiles", name], "PUT") => {
             admin(&who)?;
             put_profile(svc, req, name).await
@@ -681,7 +687,11 @@ async fn get_agent(svc: &Services, name: &str) -> ApiResult {
 
 async fn put_agent(svc: &Services, req: &Request, name: &str) -> ApiResult {
     let body = body_json(req)?;
-    let def = AgentDefinition::from_json(name, &body)?;
+    let mut def = AgentDefinition::from_json(name, &body)?;
+    svc.registry
+        .resolve_manifests(&mut def)
+        .await
+        .map_err(store_err)??;
     // The profile must resolve now, global profiles first: a placement that
     // could never be met is refused here rather than at the first call.
     let global = svc.registry.profiles().await.map_err(store_err)?;
@@ -724,6 +734,38 @@ async fn delete_agent(svc: &Services, name: &str) -> ApiResult {
         200,
         json!({"agent": name, "deleted": true, "sandboxes_destroyed": destroyed}),
     ))
+}
+
+/// Every skill: the built-ins, then the registry's (which may reuse a
+/// built-in's name to change its manifest, within the same rules).
+async fn list_skills(svc: &Services) -> ApiResult {
+    let custom = svc.registry.list_skills().await.map_err(store_err)?;
+    let mut all: Vec<Value> = armada_domain::skills::BUILTIN
+        .iter()
+        .filter(|b| !custom.iter().any(|c| c.name == **b))
+        .filter_map(|b| armada_domain::skills::builtin(b))
+        .map(|m| json!(m))
+        .collect();
+    all.extend(custom.iter().map(|m| json!(m)));
+    Ok((200, json!({"skills": all})))
+}
+
+async fn get_skill(svc: &Services, name: &str) -> ApiResult {
+    match svc.registry.skill(name).await.map_err(store_err)? {
+        Some(m) => Ok((200, json!(m))),
+        None => armada_domain::skills::builtin(name)
+            .map(|m| (200, json!(m)))
+            .ok_or_else(|| ApiError::not_found(&format!("skill '{name}'"))),
+    }
+}
+
+/// Defines a skill manifest. Agents registered afterwards freeze it; those
+/// registered before keep the manifest they froze.
+async fn put_skill(svc: &Services, req: &Request, name: &str) -> ApiResult {
+    let body = body_json(req)?;
+    let m = armada_domain::skills::SkillManifest::from_json(name, &body)?;
+    svc.registry.put_skill(&m).await.map_err(store_err)?;
+    Ok((200, json!(m)))
 }
 
 async fn list_profiles(svc: &Services) -> ApiResult {

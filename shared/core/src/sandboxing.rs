@@ -142,6 +142,9 @@ pub async fn start_task(
         .provider
         .hand_queue(&rec.tenant, &rec.agent, rec.generation)
         .await?;
+    // The sandbox mounts what the definition and its skills' manifests declare.
+    let mut spec = agent.sandbox.clone();
+    spec.mounts = agent.sandbox_mounts();
     let arn = svc
         .provider
         .start(&TaskRequest {
@@ -150,7 +153,7 @@ pub async fn start_task(
             generation: rec.generation,
             hand_queue_url: &queue,
             caps: &caps,
-            spec: &agent.sandbox,
+            spec: &spec,
         })
         .await?;
     tracing::info!(sandbox = %rec.key(), generation = rec.generation, task = %arn, "sandbox task started");

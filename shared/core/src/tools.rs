@@ -60,13 +60,13 @@ impl InlineTools {
         call: &ToolCall,
         now_ms: i64,
     ) -> Result<Value, ToolFailure> {
-        if !agent.skills.iter().any(|s| s == &call.name) {
+        let Some(manifest) = agent.manifest(&call.name) else {
             return Err(ToolFailure::new(
                 "DENIED",
                 format!("agent '{}' has no skill '{}'", agent.name, call.name),
             ));
-        }
-        match call.name.as_str() {
+        };
+        match manifest.executor() {
             CURRENT_TIME => Ok(json!({"now": rfc3339(now_ms)})),
             HTTP_REQUEST => self.http_request(agent, &call.args).await,
             other => Err(ToolFailure::new(

@@ -8,7 +8,7 @@ use crate::fields::{FieldError, Fields};
 use crate::sandbox::{
     check_mount, CapabilitySet, Limits, ProfileDef, ProfileError, Profiles, CAPS,
 };
-use crate::skills::{self, MountDecl};
+use crate::skills::{self, MountDecl, SkillManifest};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -70,7 +70,7 @@ pub const MAX_MODEL_TURNS: u32 = 100;
 pub const MAX_TOOL_CALLS: u32 = 500;
 pub const MAX_RUN_TIMEOUT_S: u32 = 3600;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentDefinition {
     pub name: String,
     #[serde(default)]
@@ -87,6 +87,10 @@ pub struct AgentDefinition {
     /// Where the agent's sandbox skills run.
     #[serde(default)]
     pub sandbox: SandboxSpec,
+    /// The manifests of its skills as they were when it was registered
+    /// (its placement requirements are frozen with the definition).
+    #[serde(default)]
+    pub manifests: BTreeMap<String, SkillManifest>,
     /// Incremented by every update.
     #[serde(default)]
     pub version: u64,
@@ -155,17 +159,6 @@ impl SandboxSpec {
         let profiles = Profiles::load(global, self.profiles.clone())?;
         let caps = profiles.resolve(&self.profile)?;
         Ok((caps, profiles.shadowed))
-    }
-
-    /// Whether a mount gives the sandbox write access below the workspace
-    /// root, which makes its calls destructive (they need an approval). A
-    /// mount the policy refuses is not judged here: the sandbox refuses to
-    /// start with it.
-    pub fn destructive(&self) -> bool {
-        let user = self.user.as_deref().unwrap_or_default();
-        self.mounts
-            .iter()
-            .any(|m| check_mount(&m.path, m.mode, user) == Ok(true))
     }
 
     fn from_fields(f: &Fields<'_>) -> Result<Self, FieldError> {
@@ -326,10 +319,10 @@ impl AgentDefinition {
         let description = f.opt_str("description")?.unwrap_or_default().to_string();
         let skills = f.opt_str_list("skills")?.unwrap_or_default();
         for (i, s) in skills.iter().enumerate() {
-            if skills::builtin(s).is_none() {
+            if !valid_name(s) {
                 return Err(FieldError::new(
                     &format!("skills[{i}]"),
-                    &format!("unknown skill '{s}'"),
+                    &format!("'{s}' is not a skill name"),
                 ));
             }
         }
@@ -366,8 +359,78 @@ impl AgentDefinition {
             limits,
             http_allow_hosts,
             sandbox,
+            manifests: BTreeMap::new(),
             version: 0,
         })
+    }
+}
+
+impl AgentDefinition {
+    /// Freezes the manifests of the agent's skills: a registry manifest
+    /// (`lookup`) or a built-in. An unknown skill, or a manifest mount the
+    /// agent's user may not have, is refused naming the field.
+    pub fn resolve_manifests(
+        &mut self,
+        lookup: impl Fn(&str) -> Option<SkillManifest>,
+    ) -> Result<(), FieldError> {
+        let user = self.sandbox.user.clone().unwrap_or_default();
+        let mut manifests = BTreeMap::new();
+        for (i, s) in self.skills.iter().enumerate() {
+            let field = format!("skills[{i}]");
+            let m = lookup(s)
+                .or_else(|| skills::builtin(s))
+                .ok_or_else(|| FieldError::new(&field, &format!("unknown skill '{s}'")))?;
+            for mount in &m.mounts {
+                check_mount(&mount.path, mount.mode, &user).map_err(|e| {
+                    FieldError::new(&field, &format!("skill '{s}' mounts {}: {e}", mount.path))
+                })?;
+            }
+            manifests.insert(s.clone(), m);
+        }
+        self.manifests = manifests;
+        Ok(())
+    }
+
+    /// A skill's manifest as frozen (definitions stored before manifests
+    /// were frozen fall back to the built-ins).
+    pub fn manifest(&self, skill: &str) -> Option<SkillManifest> {
+        if !self.skills.iter().any(|s| s == skill) {
+            return None;
+        }
+        self.manifests
+            .get(skill)
+            .cloned()
+            .or_else(|| skills::builtin(skill))
+    }
+
+    /// Whether any of its skills runs in a sandbox.
+    pub fn uses_sandbox(&self) -> bool {
+        self.skills
+            .iter()
+            .any(|s| self.manifest(s).is_some_and(|m| m.in_sandbox()))
+    }
+
+    /// The sandbox's mounts: the definition's and its skills' manifests'.
+    pub fn sandbox_mounts(&self) -> Vec<MountDecl> {
+        let mut all = self.sandbox.mounts.clone();
+        for s in &self.skills {
+            for m in self.manifest(s).map(|m| m.mounts).unwrap_or_default() {
+                if !all.contains(&m) {
+                    all.push(m);
+                }
+            }
+        }
+        all
+    }
+
+    /// Whether its sandbox calls are destructive: a read-write sub-path of
+    /// the user's workspace is mounted (they need an approval). A mount the
+    /// policy refuses is not judged here: the sandbox refuses to start.
+    pub fn destructive(&self) -> bool {
+        let user = self.sandbox.user.as_deref().unwrap_or_default();
+        self.sandbox_mounts()
+            .iter()
+            .any(|m| check_mount(&m.path, m.mode, user) == Ok(true))
     }
 }
 
@@ -411,8 +474,9 @@ mod tests {
         );
         let mut b = body();
         b["skills"] = json!(["rm_rf"]);
+        let mut def = AgentDefinition::from_json("a", &b).unwrap();
         assert_eq!(
-            AgentDefinition::from_json("a", &b).unwrap_err().field,
+            def.resolve_manifests(|_| None).unwrap_err().field,
             "skills[0]"
         );
         assert_eq!(

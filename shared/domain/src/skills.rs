@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::chat::ToolSpec;
+use crate::fields::FieldError;
 use crate::sandbox::{
     self, MountMode, Placement, SkillKind, DEFAULT_CALL_TIMEOUT_S, MAX_CALL_TIMEOUT_S,
 };
@@ -48,9 +49,134 @@ pub struct SkillManifest {
     pub idempotent: bool,
     /// JSON schema of the arguments, as offered to the model.
     pub parameters: Value,
+    /// The built-in that executes it (default: the skill's own name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<String>,
 }
 
 impl SkillManifest {
+    /// The built-in executor that runs a call of this skill.
+    pub fn executor(&self) -> &str {
+        self.executor.as_deref().unwrap_or(&self.name)
+    }
+
+    /// A manifest from a registry request: it names a built-in executor and
+    /// may make its placement stricter, never weaker.
+    pub fn from_json(name: &str, body: &Value) -> Result<Self, FieldError> {
+        use crate::fields::Fields;
+        if !crate::agent::valid_name(name) {
+            return Err(FieldError::new(
+                "name",
+                "must be 1-64 characters of a-z, 0-9, '-' or '_'",
+            ));
+        }
+        let f = Fields::new(body)?;
+        f.only(&[
+            "description",
+            "kind",
+            "requires_sandbox",
+            "timeout_s",
+            "mounts",
+            "ports",
+            "risk",
+            "idempotent",
+            "parameters",
+            "executor",
+        ])?;
+        let executor = f.opt_str("executor")?.unwrap_or(name).to_string();
+        let base = builtin(&executor).ok_or_else(|| {
+            FieldError::new(
+                "executor",
+                &format!(
+                    "'{executor}' is not a built-in skill (one of {})",
+                    BUILTIN.join(", ")
+                ),
+            )
+        })?;
+        let kind: SkillKind = match f.opt_str("kind")? {
+            None => base.kind,
+            Some(k) => serde_json::from_value(json!(k)).map_err(|_| {
+                FieldError::new(
+                    "kind",
+                    "must be one of code_execution, service_deployment, build_install, llm_call, database_query, external_api, text_processing, web_search",
+                )
+            })?,
+        };
+        let requires_sandbox = f.opt_bool("requires_sandbox")?.unwrap_or(false);
+        let placement = sandbox::placement(kind, requires_sandbox);
+        if placement != base.placement() {
+            let why = if base.in_sandbox() {
+                format!("'{executor}' runs in a sandbox: a manifest may make placement stricter, never weaker")
+            } else {
+                format!("'{executor}' runs in the harness and cannot run in a sandbox")
+            };
+            return Err(FieldError::new("kind", &why));
+        }
+        let timeout_s = match f.opt_u64("timeout_s")? {
+            None => base.timeout_s,
+            Some(t) if (1..=u64::from(MAX_CALL_TIMEOUT_S)).contains(&t) => t as u32,
+            Some(_) => {
+                return Err(FieldError::new(
+                    "timeout_s",
+                    &format!("must be between 1 and {MAX_CALL_TIMEOUT_S}"),
+                ))
+            }
+        };
+        let mut mounts = Vec::new();
+        if let Some(ms) = f.opt_array("mounts")? {
+            for (i, m) in ms.iter().enumerate() {
+                let field = format!("mounts[{i}]");
+                let decl: MountDecl = serde_json::from_value(m.clone()).map_err(|_| {
+                    FieldError::new(&field, "must be {\"path\": str, \"mode\": \"ro\" | \"rw\"}")
+                })?;
+                // The user is the agent's: checked again when an agent uses it.
+                let user = decl
+                    .path
+                    .strip_prefix("/data/users/")
+                    .and_then(|r| r.split('/').next())
+                    .unwrap_or_default()
+                    .to_string();
+                sandbox::check_mount(&decl.path, decl.mode, &user)
+                    .map_err(|e| FieldError::new(&field, &e.to_string()))?;
+                mounts.push(decl);
+            }
+        }
+        let ports = match f.opt_u64("ports")? {
+            None => base.ports,
+            Some(p) if p <= 10 => p as u8,
+            Some(_) => return Err(FieldError::new("ports", "must be at most 10 (the pool)")),
+        };
+        let risk = match f.opt_str("risk")? {
+            None => base.risk,
+            Some(r) => serde_json::from_value(json!(r))
+                .map_err(|_| FieldError::new("risk", "must be low, medium or high"))?,
+        };
+        Ok(SkillManifest {
+            name: name.to_string(),
+            description: f
+                .opt_str("description")?
+                .map(str::to_string)
+                .unwrap_or(base.description),
+            kind,
+            requires_sandbox,
+            timeout_s,
+            mounts,
+            ports,
+            risk,
+            idempotent: f.opt_bool("idempotent")?.unwrap_or(base.idempotent),
+            parameters: match body.get("parameters") {
+                None | Some(Value::Null) => base.parameters,
+                Some(p) if p.is_object() => p.clone(),
+                Some(_) => {
+                    return Err(FieldError::new(
+                        "parameters",
+                        "must be a JSON schema object",
+                    ))
+                }
+            },
+            executor: (executor != name).then_some(executor),
+        })
+    }
     pub fn placement(&self) -> Placement {
         sandbox::placement(self.kind, self.requires_sandbox)
     }
@@ -112,6 +238,7 @@ pub fn builtin(name: &str) -> Option<SkillManifest> {
             risk,
             idempotent,
             parameters,
+            executor: None,
         };
     let manifest = match name {
         CURRENT_TIME => m(
@@ -204,13 +331,13 @@ pub fn builtin(name: &str) -> Option<SkillManifest> {
 
 /// Whether this particular call may be repeated: a GET/HEAD request may,
 /// other methods may not; otherwise the manifest decides.
-pub fn call_is_idempotent(name: &str, args: &serde_json::Value) -> bool {
-    match name {
+pub fn call_is_idempotent(manifest: &SkillManifest, args: &serde_json::Value) -> bool {
+    match manifest.executor() {
         HTTP_REQUEST => matches!(
             args.get("method").and_then(|m| m.as_str()).unwrap_or("GET"),
             "GET" | "HEAD"
         ),
-        other => builtin(other).is_some_and(|s| s.idempotent),
+        _ => manifest.idempotent,
     }
 }
 
@@ -231,11 +358,44 @@ mod tests {
             assert!(!builtin(name).unwrap().in_sandbox(), "{name}");
         }
         assert!(builtin("rm_rf").is_none());
-        assert!(call_is_idempotent(FILE_READ, &json!({})));
-        assert!(!call_is_idempotent(SHELL_EXEC, &json!({})));
+        let m = |n| builtin(n).unwrap();
+        assert!(call_is_idempotent(&m(FILE_READ), &json!({})));
+        assert!(!call_is_idempotent(&m(SHELL_EXEC), &json!({})));
         assert!(!call_is_idempotent(
-            HTTP_REQUEST,
+            &m(HTTP_REQUEST),
             &json!({"method": "POST"})
         ));
+    }
+
+    #[test]
+    fn a_manifest_may_make_placement_stricter_never_weaker() {
+        let headless = SkillManifest::from_json(
+            "browse",
+            &json!({"executor": "shell_exec", "kind": "web_search", "requires_sandbox": true, "timeout_s": 60}),
+        )
+        .unwrap();
+        assert!(headless.in_sandbox());
+        assert_eq!(
+            (headless.executor(), headless.timeout_s),
+            ("shell_exec", 60)
+        );
+        let weaker = SkillManifest::from_json(
+            "summarise",
+            &json!({"executor": "shell_exec", "kind": "text_processing"}),
+        );
+        assert_eq!(weaker.unwrap_err().field, "kind");
+        let into_sandbox = SkillManifest::from_json(
+            "fetch",
+            &json!({"executor": "http_request", "requires_sandbox": true}),
+        );
+        assert_eq!(into_sandbox.unwrap_err().field, "kind");
+        let long =
+            SkillManifest::from_json("x", &json!({"executor": "shell_exec", "timeout_s": 3600}));
+        assert_eq!(long.unwrap_err().field, "timeout_s");
+        let mount = SkillManifest::from_json(
+            "y",
+            &json!({"executor": "shell_exec", "mounts": [{"path": "/etc", "mode": "ro"}]}),
+        );
+        assert_eq!(mount.unwrap_err().field, "mounts[0]");
     }
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use armada_domain::agent::AgentDefinition;
 use armada_domain::sandbox::ProfileDef;
+use armada_domain::skills::SkillManifest;
 
 use super::item::{get_json, get_s, json, n, opt_s, s, Item};
 use crate::error::{classify, StoreError};
@@ -154,6 +155,61 @@ impl Registry {
             .iter()
             .map(|item| Ok((get_s(item, "name")?, get_json(item, "doc")?)))
             .collect()
+    }
+
+    /// A skill manifest defined in the registry (built-ins are not here).
+    pub async fn skill(&self, name: &str) -> Result<Option<SkillManifest>, StoreError> {
+        self.get(&format!("skill#{name}"))
+            .await?
+            .map(|i| get_json(&i, "doc"))
+            .transpose()
+    }
+
+    pub async fn put_skill(&self, m: &SkillManifest) -> Result<(), StoreError> {
+        let mut item = Item::new();
+        item.insert("pk".into(), s(format!("skill#{}", m.name)));
+        item.insert("kind".into(), s("skill"));
+        item.insert("name".into(), s(&m.name));
+        item.insert("doc".into(), json(m));
+        self.dynamo
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    pub async fn list_skills(&self) -> Result<Vec<SkillManifest>, StoreError> {
+        let items: Vec<Item> = self
+            .dynamo
+            .query()
+            .table_name(&self.table)
+            .index_name("by_kind")
+            .key_condition_expression("kind = :k")
+            .expression_attribute_values(":k", s("skill"))
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Result<_, _>>()
+            .await
+            .map_err(classify)?;
+        items.iter().map(|i| get_json(i, "doc")).collect()
+    }
+
+    /// Freezes an agent's skill manifests: registry ones, else built-ins.
+    pub async fn resolve_manifests(
+        &self,
+        def: &mut AgentDefinition,
+    ) -> Result<Result<(), armada_domain::fields::FieldError>, StoreError> {
+        let mut found = std::collections::HashMap::new();
+        for s in &def.skills {
+            if let Some(m) = self.skill(s).await? {
+                found.insert(s.clone(), m);
+            }
+        }
+        Ok(def.resolve_manifests(|s| found.get(s).cloned()))
     }
 
     pub async fn put_profile(&self, name: &str, def: &ProfileDef) -> Result<(), StoreError> {
