@@ -970,3 +970,54 @@ async fn skill_manifests_in_the_registry_place_stricter_never_weaker() {
     );
     t.stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_fargate_an_idle_sandbox_saves_its_workspace_stops_and_wakes_from_it() {
+    // The data plane in Fargate's mode: no freezing, tasks stop.
+    let t = TestStack::start_full(
+        fast(),
+        None,
+        vec![("ARMADA_HIBERNATE_MODE".into(), "snapshot".into())],
+    )
+    .await;
+    put_agent(&t, "napper", json!({"idle_hibernate_s": 2})).await;
+    let (_, run) = t
+        .ask("napper", &sh("mkdir -p src && echo kept > src/state.txt"))
+        .await;
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    let before = sandbox_of(&t.client, "napper").await;
+    let first_task = before["task_arn"].as_str().unwrap().to_string();
+    let client = &t.client;
+    eventually("the idle sandbox hibernates to a snapshot", || async {
+        let sb = sandbox_of(client, "napper").await;
+        sb["state"] == "HIBERNATED" && sb["task_arn"].is_null()
+    })
+    .await;
+    eventually("its task is stopped", || async {
+        task_status(&t, &first_task).await == "STOPPED"
+    })
+    .await;
+    let (_, run) = t
+        .ask(
+            "napper",
+            &sh("cat src/state.txt; touch src/new && echo writable"),
+        )
+        .await;
+    assert_eq!(
+        tool_result(&run, "shell_exec")["stdout"],
+        "kept\nwritable\n",
+        "{run}"
+    );
+    let after = sandbox_of(&t.client, "napper").await;
+    assert_eq!(after["state"], "READY");
+    assert_eq!(
+        after["generation"], before["generation"],
+        "the same sandbox woke"
+    );
+    assert_ne!(
+        after["task_arn"].as_str().unwrap(),
+        first_task,
+        "in a new task"
+    );
+    t.stack.stop().await;
+}

@@ -80,9 +80,23 @@ pub struct AgentConfig {
     pub ports: PortMode,
     /// Long-poll wait of the hand queue.
     pub wait_seconds: i32,
-    /// How an idle sandbox sleeps: `freeze` (its host freezes the task's
-    /// processes; the local data plane does) or not at all.
-    pub hibernate: bool,
+    /// How an idle sandbox sleeps.
+    pub hibernate: Hibernation,
+    /// A saved workspace to restore before starting (a wake by snapshot).
+    pub restore: Option<String>,
+}
+
+/// How an idle sandbox sleeps (`ARMADA_HIBERNATE_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hibernation {
+    /// It does not.
+    Never,
+    /// Its host freezes the task's processes and thaws them on a wake
+    /// (the local data plane).
+    Freeze,
+    /// Its workspace goes to S3 and the task stops; a wake starts a new
+    /// task that restores it (Fargate, which cannot pause a task).
+    Snapshot,
 }
 
 impl AgentConfig {
@@ -152,7 +166,12 @@ impl AgentConfig {
                 .map(|v| v.parse())
                 .transpose()?
                 .unwrap_or(20),
-            hibernate: opt("ARMADA_HIBERNATE_MODE").as_deref() == Some("freeze"),
+            hibernate: match opt("ARMADA_HIBERNATE_MODE").as_deref() {
+                Some("freeze") => Hibernation::Freeze,
+                Some("snapshot") => Hibernation::Snapshot,
+                _ => Hibernation::Never,
+            },
+            restore: opt(task_env::RESTORE),
         })
     }
 
@@ -204,6 +223,8 @@ pub enum Exit {
     Destroyed(String),
     /// Asked to stop (SIGTERM).
     Stopped,
+    /// Hibernated by snapshot: the task stops, the sandbox lives on.
+    Hibernated,
 }
 
 pub struct Agent {
@@ -445,6 +466,15 @@ impl Agent {
         if let Err(why) = self.check_mounts() {
             return self.fail_closed(&format!("refused at start: {why}")).await;
         }
+        if let Some(key) = self.cfg.restore.clone() {
+            if let Err(e) = self.restore(&key).await {
+                return self
+                    .fail_closed(&format!(
+                        "could not restore the workspace from {key}: {e:#}"
+                    ))
+                    .await;
+            }
+        }
         let controls = match self.measure().await {
             Ok(c) => c,
             Err(e) => return self.fail_closed(&format!("could not confine: {e:#}")).await,
@@ -515,7 +545,9 @@ impl Agent {
                 return Ok(Exit::Destroyed(why));
             }
             if self.may_hibernate() && last_active.elapsed() >= idle {
-                self.hibernate(idle).await?;
+                if let Some(exit) = self.hibernate(idle).await? {
+                    return Ok(exit);
+                }
                 last_active = Instant::now();
             }
             let receive = self
@@ -569,20 +601,111 @@ impl Agent {
 
     /// Resident sandboxes stay warm; one serving a dev server stays up.
     fn may_hibernate(&self) -> bool {
-        self.cfg.hibernate && !self.cfg.resident && self.services.is_empty()
+        self.cfg.hibernate != Hibernation::Never && !self.cfg.resident && self.services.is_empty()
     }
 
-    /// Idle and held by nobody: ask to be put to sleep. The host freezes
-    /// the task's processes and wakes them when a Run asks for the sandbox.
-    async fn hibernate(&self, idle: Duration) -> Result<()> {
+    /// Idle and held by nobody: go to sleep. Frozen by the host, or saved
+    /// to S3 with the task stopping (`Some(Exit::Hibernated)`).
+    async fn hibernate(&self, idle: Duration) -> Result<Option<Exit>> {
         let (now, g) = (now_ms(), self.cfg.generation);
         let idle_ms = i64::try_from(idle.as_millis()).unwrap_or(i64::MAX);
         let r = self
             .update(|r| r.hibernate(g, idle_ms, now).is_ok())
             .await?;
-        if r.is_some_and(|r| r.state == SandboxState::Hibernating) {
-            tracing::info!(sandbox = %self.cfg.key(), "idle: hibernating");
+        if !r.is_some_and(|r| r.state == SandboxState::Hibernating) {
+            return Ok(None);
         }
+        tracing::info!(sandbox = %self.cfg.key(), mode = ?self.cfg.hibernate, "idle: hibernating");
+        if self.cfg.hibernate != Hibernation::Snapshot {
+            return Ok(None);
+        }
+        let key = self.snapshot().await?;
+        let now = now_ms();
+        let after = self
+            .update(|r| match r.state {
+                SandboxState::Hibernating => r.snapshotted(g, &key, now).is_ok(),
+                // A Run asked for it meanwhile: stay up.
+                SandboxState::Waking => r.woke(g, now).is_ok(),
+                _ => false,
+            })
+            .await?;
+        Ok(match after.map(|r| r.state) {
+            Some(SandboxState::Hibernated) => Some(Exit::Hibernated),
+            _ => None,
+        })
+    }
+
+    fn snapshot_key(&self) -> String {
+        format!(
+            "sandboxes/{}/{}/g{}/workspace.tar.gz",
+            self.cfg.tenant, self.cfg.agent, self.cfg.generation
+        )
+    }
+
+    /// Saves the workspace and home to the payload bucket.
+    async fn snapshot(&self) -> Result<String> {
+        let file = self.cfg.root.join("snapshot.tar.gz");
+        let status = tokio::process::Command::new("tar")
+            .arg("-C")
+            .arg(&self.cfg.root)
+            .args(["-czf"])
+            .arg(&file)
+            .args(["workspace", "home"])
+            .status()
+            .await
+            .context("running tar")?;
+        if !status.success() {
+            anyhow::bail!("tar failed: {status}");
+        }
+        let key = self.snapshot_key();
+        let body = aws_sdk_s3::primitives::ByteStream::from_path(&file)
+            .await
+            .context("reading the snapshot")?;
+        self.aws
+            .s3
+            .put_object()
+            .bucket(&self.cfg.payload_bucket)
+            .key(&key)
+            .body(body)
+            .send()
+            .await
+            .context("storing the snapshot")?;
+        let _ = std::fs::remove_file(&file);
+        Ok(key)
+    }
+
+    /// Restores a saved workspace and home, owned by this sandbox's uid.
+    async fn restore(&self, key: &str) -> Result<()> {
+        self.runner.env.prepare()?;
+        let out = self
+            .aws
+            .s3
+            .get_object()
+            .bucket(&self.cfg.payload_bucket)
+            .key(key)
+            .send()
+            .await
+            .context("fetching the snapshot")?;
+        let bytes = out.body.collect().await?.into_bytes();
+        let file = self.cfg.root.join("restore.tar.gz");
+        std::fs::write(&file, &bytes)?;
+        let status = tokio::process::Command::new("tar")
+            .arg("-C")
+            .arg(&self.cfg.root)
+            .arg("-xzf")
+            .arg(&file)
+            .status()
+            .await
+            .context("running tar")?;
+        let _ = std::fs::remove_file(&file);
+        if !status.success() {
+            anyhow::bail!("tar failed: {status}");
+        }
+        // The new task has a uid of its own.
+        for d in [self.runner.env.workspace(), self.runner.env.home()] {
+            chown_tree(&d, self.cfg.uid)?;
+        }
+        tracing::info!(sandbox = %self.cfg.key(), key, "workspace restored");
         Ok(())
     }
 
@@ -967,6 +1090,16 @@ async fn heartbeat(
             Err(e) => tracing::warn!(error = %e, "heartbeat not recorded"),
         }
     }
+}
+
+fn chown_tree(path: &Path, uid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid))?;
+    if std::fs::symlink_metadata(path)?.is_dir() {
+        for e in std::fs::read_dir(path)? {
+            chown_tree(&e?.path(), uid)?;
+        }
+    }
+    Ok(())
 }
 
 /// The task's root directory is the sandbox's (and goes with it).

@@ -84,6 +84,10 @@ async fn agent() -> i32 {
     let agent = Agent::new(cfg, aws, jail_exe);
     match agent.run(rx).await {
         Ok(Exit::Stopped) => 0,
+        Ok(Exit::Hibernated) => {
+            tracing::info!("sandbox hibernated to a snapshot; the task stops");
+            0
+        }
         Ok(Exit::Destroyed(why)) => {
             tracing::warn!(%why, "sandbox destroyed; the task stops");
             0

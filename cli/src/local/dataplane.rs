@@ -38,6 +38,17 @@ pub struct DataPlaneOptions {
     pub poll: Duration,
 }
 
+impl DataPlaneOptions {
+    /// Whether idle sandboxes are frozen here (the default) rather than
+    /// saved and stopped as on Fargate (`ARMADA_HIBERNATE_MODE=snapshot`).
+    fn freezes(&self) -> bool {
+        !self
+            .extra_env
+            .iter()
+            .any(|(k, v)| k == "ARMADA_HIBERNATE_MODE" && v != "freeze")
+    }
+}
+
 struct LocalTask {
     child: tokio::process::Child,
     cgroup: Option<Cgroup>,
@@ -197,7 +208,9 @@ impl DataPlane {
         self.ticks += 1;
         // Frozen tasks are looked at every tick (a Run waits for them to
         // wake), running ones every fifth (idleness is not urgent).
-        self.hibernation(self.ticks.is_multiple_of(5)).await;
+        if self.opts.freezes() {
+            self.hibernation(self.ticks.is_multiple_of(5)).await;
+        }
         let listed = self.provider.list(None).await?;
         let fresh: Vec<String> = listed
             .iter()

@@ -46,6 +46,8 @@ pub mod task_env {
     pub const IDLE_SECONDS: &str = "ARMADA_SANDBOX_IDLE_SECONDS";
     pub const RESIDENT: &str = "ARMADA_SANDBOX_RESIDENT";
     pub const HEARTBEAT_SECONDS: &str = "ARMADA_SANDBOX_HEARTBEAT_SECONDS";
+    /// A saved workspace to restore before starting (a wake by snapshot).
+    pub const RESTORE: &str = "ARMADA_SANDBOX_RESTORE";
 }
 
 #[derive(Debug, Clone)]
@@ -67,6 +69,8 @@ pub struct TaskRequest<'a> {
     pub hand_queue_url: &'a str,
     pub caps: &'a CapabilitySet,
     pub spec: &'a SandboxSpec,
+    /// The workspace snapshot to restore (waking a hibernated sandbox).
+    pub restore: Option<&'a str>,
 }
 
 /// A task as ECS describes it.
@@ -216,6 +220,7 @@ impl SandboxProvider {
             (IDLE_SECONDS, req.spec.idle_hibernate_s.to_string()),
             (RESIDENT, req.spec.resident.to_string()),
             (HEARTBEAT_SECONDS, self.cfg.heartbeat_seconds.to_string()),
+            (RESTORE, req.restore.unwrap_or_default().to_string()),
         ];
         let overrides = TaskOverride::builder()
             .container_overrides(

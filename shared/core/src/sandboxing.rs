@@ -154,6 +154,10 @@ pub async fn start_task(
             hand_queue_url: &queue,
             caps: &caps,
             spec: &spec,
+            // Waking from a snapshot: the new task restores the workspace.
+            restore: (rec.state == SandboxState::Waking)
+                .then_some(rec.snapshot_key.as_deref())
+                .flatten(),
         })
         .await?;
     tracing::info!(sandbox = %rec.key(), generation = rec.generation, task = %arn, "sandbox task started");

@@ -108,6 +108,10 @@ pub struct SandboxRecord {
     pub start_attempts: u32,
     /// Why the sandbox failed or was destroyed.
     pub failure: Option<String>,
+    /// Where a hibernated sandbox's workspace was saved, when its task was
+    /// stopped rather than frozen (Fargate).
+    #[serde(default)]
+    pub snapshot_key: Option<String>,
 }
 
 /// The identity a sandbox belongs to.
@@ -164,6 +168,7 @@ impl SandboxRecord {
             state_changed_at_ms: now_ms,
             start_attempts: 0,
             failure: None,
+            snapshot_key: None,
         }
     }
 
@@ -196,6 +201,7 @@ impl SandboxRecord {
         self.ports.clear();
         self.controls = None;
         self.failure = None;
+        self.snapshot_key = None;
         self.heartbeat_at_ms = 0;
         self.start_attempts = 1;
         self.profile = profile.to_string();
@@ -372,6 +378,21 @@ impl SandboxRecord {
         Ok(())
     }
 
+    /// Hibernation by snapshot: the workspace is saved under `key` and the
+    /// task stops; a wake starts a new task of the same generation from it.
+    pub fn snapshotted(
+        &mut self,
+        generation: u64,
+        key: &str,
+        now_ms: i64,
+    ) -> Result<(), LifecycleError> {
+        self.hibernated(generation, now_ms)?;
+        self.snapshot_key = Some(key.to_string());
+        self.task_arn = None;
+        self.start_attempts = 1;
+        Ok(())
+    }
+
     /// A hibernated sandbox's processes run again (the task was kept, frozen).
     pub fn woke(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
         self.generation_is(generation)?;
@@ -427,7 +448,8 @@ impl SandboxRecord {
         if self.start_attempts < 2 {
             self.start_attempts += 1;
             self.task_arn = None;
-            self.set_state(SandboxState::Provisioning, now_ms);
+            // Still starting (or waking): the clock starts again.
+            self.set_state(self.state, now_ms);
             Ok(true)
         } else {
             self.failure = Some(format!(
@@ -525,6 +547,21 @@ mod tests {
         assert_eq!((r.state, r.generation), (SandboxState::Waking, 1));
         r.agent_ready(1, "arn", controls(), 2100).unwrap();
         assert_eq!(r.state, SandboxState::Ready);
+        // By snapshot: the task goes, the generation stays.
+        r.release("b", 3000);
+        r.hibernate(1, 100, 3200).unwrap();
+        r.snapshotted(1, "snap", 3300).unwrap();
+        assert_eq!(
+            (r.state, r.task_arn.clone()),
+            (SandboxState::Hibernated, None)
+        );
+        assert_eq!(
+            r.acquire("c", "workspace", 4000),
+            Acquired::Held {
+                start: Some(Start::Wake)
+            }
+        );
+        assert_eq!(r.snapshot_key.as_deref(), Some("snap"));
     }
 
     #[test]
