@@ -233,6 +233,36 @@ async fn local_resources_are_exactly_the_templates() {
     for b in buckets.keys() {
         aws.s3.head_bucket().bucket(b).send().await.unwrap();
     }
+    // The sandbox cluster and one task definition per tier, as declared.
+    let clusters = declared(&doc, "AWS::ECS::Cluster", "ClusterName", &stack);
+    assert_eq!(clusters.len(), 1);
+    for name in clusters.keys() {
+        let d = aws
+            .ecs
+            .describe_clusters()
+            .clusters(name)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(d.clusters().len(), 1, "{name}");
+    }
+    let tasks = declared(&doc, "AWS::ECS::TaskDefinition", "Family", &stack);
+    assert_eq!(tasks.len(), 2, "standard and large tiers");
+    for (family, props) in &tasks {
+        let d = aws
+            .ecs
+            .describe_task_definition()
+            .task_definition(family)
+            .send()
+            .await
+            .unwrap();
+        let td = d.task_definition().unwrap();
+        assert_eq!(td.cpu(), props["Cpu"].as_str(), "{family}");
+        assert_eq!(td.memory(), props["Memory"].as_str(), "{family}");
+        let c = &td.container_definitions()[0];
+        assert_eq!(c.name(), props["ContainerDefinitions"][0]["Name"].as_str());
+        assert_eq!(c.command(), ["agent"], "{family}");
+    }
     t.stack.stop().await;
 }
 
