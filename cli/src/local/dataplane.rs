@@ -80,7 +80,9 @@ impl std::fmt::Debug for DataPlane {
 }
 
 /// Finds `armada-sandbox` beside the running executable (a test binary sits
-/// one directory deeper, in `deps/`), building it when it is missing.
+/// one directory deeper, in `deps/`). Under `cargo run` it is (re)built
+/// first, so `armada up` never runs a stale agent; a test build has it
+/// fresh already (cargo builds every binary of the workspace for tests).
 pub fn locate_agent_binary(repo_root: &Path) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let dirs: Vec<PathBuf> = exe
@@ -94,8 +96,11 @@ pub fn locate_agent_binary(repo_root: &Path) -> Result<PathBuf> {
             .map(|d| d.join("armada-sandbox"))
             .find(|p| p.is_file())
     };
-    if let Some(p) = find() {
-        return Ok(p);
+    let in_tests = dirs.first().is_some_and(|d| d.ends_with("deps"));
+    let under_cargo = std::env::var_os("CARGO").is_some();
+    match find() {
+        Some(p) if in_tests || !under_cargo => return Ok(p),
+        _ => {}
     }
     let release = dirs.iter().any(|d| d.ends_with("release"));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
