@@ -1021,3 +1021,47 @@ async fn on_fargate_an_idle_sandbox_saves_its_workspace_stops_and_wakes_from_it(
     );
     t.stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_result_larger_than_a_queue_message_travels_through_s3() {
+    let t = start().await;
+    // 200 KiB of quotes: its JSON (escaped) is twice that, over SQS's limit.
+    let (_, run) = t
+        .ask(
+            "coder",
+            &py("open('quotes.txt', 'w').write('\"' * 200 * 1024)\nprint('written')"),
+        )
+        .await;
+    assert_eq!(
+        tool_result(&run, "python_exec")["stdout"],
+        "written\n",
+        "{run}"
+    );
+    let (run_id, run) = t
+        .ask("coder", r#"/tool file_read {"path": "quotes.txt"}"#)
+        .await;
+    assert_eq!(outcome(&run), "COMPLETED", "{}", run["state"]);
+    let r = tool_result(&run, "file_read");
+    let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
+    assert_eq!(
+        r["truncated"], true,
+        "the model sees the start of it: {keys:?}"
+    );
+    assert!(r["bytes"].as_u64().unwrap() > 400 * 1024);
+    let keys = t
+        .stack
+        .aws
+        .s3
+        .list_objects_v2()
+        .bucket(&t.stack.svc.cfg.payload_bucket)
+        .prefix(format!("sandboxes/local/{run_id}/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        keys.contents().len(),
+        1,
+        "the outcome went through the bucket"
+    );
+    t.stack.stop().await;
+}

@@ -582,10 +582,18 @@ impl Agent {
                 };
                 match msg {
                     HandMessage::EndRun { run_id, .. } => {
-                        if let Err(e) = self.runner.env.drop_scratch(&run_id) {
-                            tracing::warn!(run_id, error = %e, "could not remove a run's scratch");
-                        }
+                        let cleaned = self.runner.env.drop_scratch(&run_id);
                         self.delete(&receipt).await;
+                        if let Err(e) = cleaned {
+                            // A Run's files could not be removed: the next
+                            // Run would see them. The sandbox goes instead.
+                            let why =
+                                format!("force-destroyed: cleanup after run {run_id} failed: {e}");
+                            let now = now_ms();
+                            self.update(|r| r.destroy(&why, now)).await?;
+                            self.shutdown_services();
+                            return Ok(Exit::Destroyed(why));
+                        }
                     }
                     HandMessage::Invoke(inv) => {
                         if let Some(exit) = self.invoke(inv, &receipt).await? {

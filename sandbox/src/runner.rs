@@ -16,7 +16,7 @@ use crate::cgroup::Cgroup;
 use crate::env::SandboxEnv;
 use crate::jail::{Action, JailReport, SPEC_ENV};
 
-/// Output kept per stream; the rest is counted, not kept.
+/// Output kept per stream of a command; the rest is counted, not kept.
 pub const OUTPUT_CAP: usize = 16 * 1024;
 
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +83,7 @@ pub struct Runner {
     seq: AtomicU64,
 }
 
-async fn capture<R: AsyncRead + Unpin>(mut r: R) -> Captured {
+async fn capture<R: AsyncRead + Unpin>(mut r: R, cap: usize) -> Captured {
     let mut kept = Vec::new();
     let mut total = 0u64;
     let mut buf = [0u8; 8192];
@@ -92,7 +92,7 @@ async fn capture<R: AsyncRead + Unpin>(mut r: R) -> Captured {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 total += n as u64;
-                let room = OUTPUT_CAP.saturating_sub(kept.len());
+                let room = cap.saturating_sub(kept.len());
                 kept.extend_from_slice(&buf[..n.min(room)]);
             }
         }
@@ -180,8 +180,19 @@ impl Runner {
         .stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(RunnerError::Spawn)?;
         let pgid = child.id().map(|p| p as i32);
-        let out = child.stdout.take().map(|s| tokio::spawn(capture(s)));
-        let err = child.stderr.take().map(|s| tokio::spawn(capture(s)));
+        // A file read's stdout is the file: it is kept up to its own limit.
+        let out_cap = match &call.action {
+            Action::ReadFile { max_bytes, .. } => usize::try_from(*max_bytes).unwrap_or(OUTPUT_CAP),
+            Action::Exec { .. } | Action::WriteFile { .. } => OUTPUT_CAP,
+        };
+        let out = child
+            .stdout
+            .take()
+            .map(|s| tokio::spawn(capture(s, out_cap)));
+        let err = child
+            .stderr
+            .take()
+            .map(|s| tokio::spawn(capture(s, OUTPUT_CAP)));
         if let (Some(input), Some(mut stdin)) = (call.stdin.clone(), child.stdin.take()) {
             tokio::spawn(async move {
                 let _ = stdin.write_all(&input).await;

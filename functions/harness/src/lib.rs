@@ -41,6 +41,20 @@ const LEDGER_RESULT_BYTES: usize = 4 * 1024;
 /// Attempts of a call whose sandbox died before it started.
 const MAX_SANDBOX_ATTEMPTS: u32 = 3;
 
+/// A tool result as its event (and so the model) keeps it: whole up to
+/// 64 KiB of JSON, else the start of it, marked truncated. Events are items
+/// of at most 400 KB, and a model's context is smaller still.
+const EVENT_RESULT_BYTES: usize = 64 * 1024;
+
+fn event_result(result: &Value) -> Value {
+    let text = result.to_string();
+    if text.len() <= EVENT_RESULT_BYTES {
+        return result.clone();
+    }
+    let (preview, _) = clip(&text, EVENT_RESULT_BYTES);
+    json!({"truncated": true, "bytes": text.len(), "preview": preview})
+}
+
 /// The ledger keeps small results whole and a note for large ones.
 fn ledger_copy(result: &Value) -> Value {
     let text = result.to_string();
@@ -428,7 +442,7 @@ impl Harness {
         }
         events.push(run.push_event(
             "tool_result",
-            json!({"call_id": call_id, "name": rec.skill, "state": state, "result": result}),
+            json!({"call_id": call_id, "name": rec.skill, "state": state, "result": event_result(&result)}),
             now,
         ));
         ends_run
@@ -689,7 +703,7 @@ impl Harness {
             }
             events.push(run.push_event(
                 "tool_result",
-                json!({"call_id": rec.call_id, "name": rec.skill, "state": state, "result": result}),
+                json!({"call_id": rec.call_id, "name": rec.skill, "state": state, "result": event_result(&result)}),
                 svc.clock.now_ms(),
             ));
         }
