@@ -343,11 +343,9 @@ async fn confinement_limits_and_forced_destruction_hold_on_the_local_stack() {
             &sh("setsid sh -c 'sleep 300' </dev/null >/dev/null 2>&1 & echo started"),
         )
         .await;
-    assert_eq!(
-        tool_result(&run, "shell_exec")["reaped_processes"],
-        1,
-        "{run}"
-    );
+    // The escaped shell, and its sleep if it had forked yet.
+    let reaped = tool_result(&run, "shell_exec")["reaped_processes"].as_u64();
+    assert!(reaped.unwrap_or(0) >= 1, "{run}");
     let first = sandbox_of(&t.client, "jailed").await;
     // A memory bomb is killed and reported as OOM; the sandbox is destroyed.
     let (_, run) = t

@@ -230,7 +230,8 @@ async fn an_escaped_setsid_child_is_reaped() {
     )
     .await;
     assert_eq!(r["exit_code"], 0, "{r}");
-    assert_eq!(r["reaped_processes"], 1, "{r}");
+    // The escaped shell, and its sleep if it had forked yet.
+    assert!(r["reaped_processes"].as_u64().unwrap_or(0) >= 1, "{r}");
     assert!(f.cgroup.all_procs().is_empty(), "the escaped child is gone");
 }
 
