@@ -231,16 +231,11 @@ impl SandboxSpec {
         spec.user = f.opt_str("user")?.map(str::to_string);
         if let Some(mounts) = f.opt_array("mounts")? {
             for (i, m) in mounts.iter().enumerate() {
-                let field = format!("sandbox.mounts[{i}]");
-                let decl: MountDecl = serde_json::from_value(m.clone()).map_err(|_| {
-                    FieldError::new(&field, "must be {\"path\": str, \"mode\": \"ro\" | \"rw\"}")
-                })?;
                 let user = spec.user.as_deref().ok_or_else(|| {
                     FieldError::new("sandbox.user", "is required when mounts are declared")
                 })?;
-                check_mount(&decl.path, decl.mode, user)
-                    .map_err(|e| FieldError::new(&field, &e.to_string()))?;
-                spec.mounts.push(decl);
+                spec.mounts
+                    .push(MountDecl::parse(m, &format!("sandbox.mounts[{i}]"), user)?);
             }
         }
         if let Some(ps) = f.opt_obj("profiles")? {

@@ -28,6 +28,19 @@ pub struct MountDecl {
     pub mode: MountMode,
 }
 
+impl MountDecl {
+    /// A mount as written in a request, checked against the mount policy
+    /// for `user`; errors name `field`.
+    pub fn parse(v: &Value, field: &str, user: &str) -> Result<Self, FieldError> {
+        let decl: MountDecl = serde_json::from_value(v.clone()).map_err(|_| {
+            FieldError::new(field, "must be {\"path\": str, \"mode\": \"ro\" | \"rw\"}")
+        })?;
+        sandbox::check_mount(&decl.path, decl.mode, user)
+            .map_err(|e| FieldError::new(field, &e.to_string()))?;
+        Ok(decl)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SkillManifest {
     pub name: String,
@@ -125,20 +138,14 @@ impl SkillManifest {
         let mut mounts = Vec::new();
         if let Some(ms) = f.opt_array("mounts")? {
             for (i, m) in ms.iter().enumerate() {
-                let field = format!("mounts[{i}]");
-                let decl: MountDecl = serde_json::from_value(m.clone()).map_err(|_| {
-                    FieldError::new(&field, "must be {\"path\": str, \"mode\": \"ro\" | \"rw\"}")
-                })?;
                 // The user is the agent's: checked again when an agent uses it.
-                let user = decl
-                    .path
-                    .strip_prefix("/data/users/")
+                let user = m
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .and_then(|p| p.strip_prefix("/data/users/"))
                     .and_then(|r| r.split('/').next())
-                    .unwrap_or_default()
-                    .to_string();
-                sandbox::check_mount(&decl.path, decl.mode, &user)
-                    .map_err(|e| FieldError::new(&field, &e.to_string()))?;
-                mounts.push(decl);
+                    .unwrap_or_default();
+                mounts.push(MountDecl::parse(m, &format!("mounts[{i}]"), user)?);
             }
         }
         let ports = match f.opt_u64("ports")? {

@@ -81,31 +81,31 @@ impl Registry {
         Ok(version)
     }
 
+    /// Every item of a kind (the `by_kind` index), all pages.
+    async fn of_kind(&self, kind: &str) -> Result<Vec<Item>, StoreError> {
+        self.dynamo
+            .query()
+            .table_name(&self.table)
+            .index_name("by_kind")
+            .key_condition_expression("kind = :k")
+            .expression_attribute_values(":k", s(kind))
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Result<Vec<Item>, _>>()
+            .await
+            .map_err(classify)
+    }
+
     pub async fn list_agents(&self) -> Result<Vec<(AgentDefinition, u64)>, StoreError> {
-        let mut agents = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .dynamo
-                .query()
-                .table_name(&self.table)
-                .index_name("by_kind")
-                .key_condition_expression("kind = :k")
-                .expression_attribute_values(":k", s("agent"))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(classify)?;
-            for item in out.items() {
+        self.of_kind("agent")
+            .await?
+            .iter()
+            .map(|item| {
                 let def: AgentDefinition = get_json(item, "doc")?;
-                let version = super::item::get_n(item, "version").unwrap_or(1);
-                agents.push((def, version));
-            }
-            match out.last_evaluated_key() {
-                Some(k) => start = Some(k.clone()),
-                None => return Ok(agents),
-            }
-        }
+                Ok((def, super::item::get_n(item, "version").unwrap_or(1)))
+            })
+            .collect()
     }
 
     pub async fn agent_version(
@@ -138,20 +138,8 @@ impl Registry {
     /// The global sandbox profiles (custom profiles defined platform-wide;
     /// they win over any agent's project profiles of the same name).
     pub async fn profiles(&self) -> Result<BTreeMap<String, ProfileDef>, StoreError> {
-        let items: Vec<Item> = self
-            .dynamo
-            .query()
-            .table_name(&self.table)
-            .index_name("by_kind")
-            .key_condition_expression("kind = :k")
-            .expression_attribute_values(":k", s("profile"))
-            .into_paginator()
-            .items()
-            .send()
-            .collect::<Result<_, _>>()
-            .await
-            .map_err(classify)?;
-        items
+        self.of_kind("profile")
+            .await?
             .iter()
             .map(|item| Ok((get_s(item, "name")?, get_json(item, "doc")?)))
             .collect()
@@ -182,20 +170,11 @@ impl Registry {
     }
 
     pub async fn list_skills(&self) -> Result<Vec<SkillManifest>, StoreError> {
-        let items: Vec<Item> = self
-            .dynamo
-            .query()
-            .table_name(&self.table)
-            .index_name("by_kind")
-            .key_condition_expression("kind = :k")
-            .expression_attribute_values(":k", s("skill"))
-            .into_paginator()
-            .items()
-            .send()
-            .collect::<Result<_, _>>()
-            .await
-            .map_err(classify)?;
-        items.iter().map(|i| get_json(i, "doc")).collect()
+        self.of_kind("skill")
+            .await?
+            .iter()
+            .map(|i| get_json(i, "doc"))
+            .collect()
     }
 
     /// Freezes an agent's skill manifests: registry ones, else built-ins.
