@@ -374,7 +374,7 @@ impl Dispatcher {
                 };
                 let watch =
                     tryo!(sandboxing::watch_call(&self.svc, rec.as_ref(), &call, generation).await);
-                let outcome = match watch {
+                let (outcome, why_destroy) = match watch {
                     CallWatch::Wait => continue,
                     CallWatch::NotRun(why) => {
                         // A silent sandbox that never started the call is
@@ -382,41 +382,25 @@ impl Dispatcher {
                         let failed = rec
                             .as_ref()
                             .is_some_and(|r| r.state == SandboxState::Failed);
-                        if let Some(r) = rec.as_ref().filter(|r| !r.state.is_gone()) {
-                            tryo!(
-                                sandboxing::destroy(
-                                    &self.svc,
-                                    &r.tenant,
-                                    &r.agent,
-                                    "the sandbox stopped answering"
-                                )
-                                .await
-                            );
-                        }
-                        CallOutcome::NotRun {
-                            code: if failed {
-                                codes::SANDBOX_UNAVAILABLE.to_string()
-                            } else {
-                                SANDBOX_LOST.to_string()
-                            },
+                        let code = if failed {
+                            codes::SANDBOX_UNAVAILABLE
+                        } else {
+                            SANDBOX_LOST
+                        };
+                        let outcome = CallOutcome::NotRun {
+                            code: code.to_string(),
                             message: why,
-                        }
+                        };
+                        (outcome, "the sandbox stopped answering")
                     }
-                    CallWatch::Lost(why) => {
-                        if let Some(r) = rec.as_ref().filter(|r| !r.state.is_gone()) {
-                            tryo!(
-                                sandboxing::destroy(
-                                    &self.svc,
-                                    &r.tenant,
-                                    &r.agent,
-                                    "the sandbox stopped answering during a call"
-                                )
-                                .await
-                            );
-                        }
-                        CallOutcome::Lost { reason: why }
-                    }
+                    CallWatch::Lost(why) => (
+                        CallOutcome::Lost { reason: why },
+                        "the sandbox stopped answering during a call",
+                    ),
                 };
+                if let Some(r) = rec.as_ref().filter(|r| !r.state.is_gone()) {
+                    tryo!(sandboxing::destroy(&self.svc, &r.tenant, &r.agent, why_destroy).await);
+                }
                 tracing::warn!(run_id, call_id = %c.call_id, ?outcome, "watchdog answers for a sandbox call");
                 tryo!(
                     self.svc

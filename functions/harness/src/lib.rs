@@ -65,6 +65,25 @@ fn ledger_copy(result: &Value) -> Value {
     }
 }
 
+/// A sandbox call that may be sent again: its next attempt is planned.
+fn plan_again(
+    run: &mut Run,
+    rec: &ToolCallRecord,
+    reason: &str,
+    events: &mut Vec<RunEventRecord>,
+    now: i64,
+) {
+    if let Some(r) = run.ledger.get_mut(&rec.call_id) {
+        r.attempt += 1;
+        r.state = ToolCallState::Planned;
+    }
+    events.push(run.push_event(
+        "tool_retried",
+        json!({"call_id": rec.call_id, "name": rec.skill, "reason": reason, "attempt": rec.attempt + 1}),
+        now,
+    ));
+}
+
 /// A call's timeout: the skill's manifest, capped by the sandbox's limit.
 fn call_timeout(agent: &AgentDefinition, skill: &str) -> u32 {
     let manifest = agent
@@ -237,17 +256,22 @@ impl Harness {
 
     /// Reads a Run and claims `step` of it, or says why not (`None`: the
     /// message is stale or the Run unknown, and is dropped).
+    async fn read(&self, run_id: &str) -> Result<Option<Run>, StepError> {
+        let run = self.svc.runs.get(run_id).await?;
+        if run.is_none() {
+            tracing::warn!(run_id, "message for an unknown run dropped");
+        }
+        Ok(run)
+    }
+
     async fn claim(
         &self,
-        run_id: &str,
+        run: Run,
         tenant: &str,
         step: u32,
     ) -> Result<Option<(Run, i64)>, StepError> {
         let svc = &self.svc;
-        let Some(run) = svc.runs.get(run_id).await? else {
-            tracing::warn!(run_id, "message for an unknown run dropped");
-            return Ok(None);
-        };
+        let run_id = run.run_id.as_str();
         if run.tenant != tenant {
             tracing::error!(run_id, tenant, owner = %run.tenant, "security: message tenant does not own the run; dropped");
             return Ok(None);
@@ -294,7 +318,10 @@ impl Harness {
     }
 
     async fn step(&self, run_id: &str, tenant: &str, step: u32) -> Result<(), StepError> {
-        let Some((run, now)) = self.claim(run_id, tenant, step).await? else {
+        let Some(run) = self.read(run_id).await? else {
+            return Ok(());
+        };
+        let Some((run, now)) = self.claim(run, tenant, step).await? else {
             return Ok(());
         };
         let epoch = run.epoch;
@@ -323,7 +350,7 @@ impl Harness {
             }
         };
         // Judge the answer against the ledger before claiming anything.
-        let Some(current) = svc.runs.get(run_id).await? else {
+        let Some(current) = self.read(run_id).await? else {
             return Ok(());
         };
         let fresh = current.ledger.get(call_id).is_some_and(|r| {
@@ -334,7 +361,8 @@ impl Harness {
             tracing::info!(run_id, call_id, attempt, state = %current.state, "outcome for a settled call, an old attempt or an ended run dropped");
             return Ok(());
         }
-        let Some((mut run, now)) = self.claim(run_id, tenant, step).await? else {
+        // The answer belongs to the Run as just read: claim that version.
+        let Some((mut run, now)) = self.claim(current, tenant, step).await? else {
             return Ok(());
         };
         let epoch = run.epoch;
@@ -379,15 +407,7 @@ impl Harness {
             CallOutcome::NotRun { code, message } => {
                 if code == SANDBOX_LOST && rec.attempt < MAX_SANDBOX_ATTEMPTS {
                     // It never ran: safe to send again, to a new sandbox.
-                    if let Some(r) = run.ledger.get_mut(call_id) {
-                        r.attempt += 1;
-                        r.state = ToolCallState::Planned;
-                    }
-                    events.push(run.push_event(
-                        "tool_retried",
-                        json!({"call_id": call_id, "name": rec.skill, "reason": message, "attempt": rec.attempt + 1}),
-                        now,
-                    ));
+                    plan_again(run, &rec, &message, events, now);
                     return None;
                 }
                 let ends = match code.as_str() {
@@ -409,15 +429,7 @@ impl Harness {
             }
             CallOutcome::Lost { reason } => {
                 if ledger::recover(&rec) == Some(Recovery::Redo) {
-                    if let Some(r) = run.ledger.get_mut(call_id) {
-                        r.attempt += 1;
-                        r.state = ToolCallState::Planned;
-                    }
-                    events.push(run.push_event(
-                        "tool_retried",
-                        json!({"call_id": call_id, "name": rec.skill, "reason": reason, "attempt": rec.attempt + 1}),
-                        now,
-                    ));
+                    plan_again(run, &rec, &reason, events, now);
                     return None;
                 }
                 if let Some(r) = run.ledger.get_mut(call_id) {

@@ -154,19 +154,7 @@ impl Registry {
     }
 
     pub async fn put_skill(&self, m: &SkillManifest) -> Result<(), StoreError> {
-        let mut item = Item::new();
-        item.insert("pk".into(), s(format!("skill#{}", m.name)));
-        item.insert("kind".into(), s("skill"));
-        item.insert("name".into(), s(&m.name));
-        item.insert("doc".into(), json(m));
-        self.dynamo
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(classify)?;
-        Ok(())
+        self.put_doc("skill", &m.name, m).await
     }
 
     pub async fn list_skills(&self) -> Result<Vec<SkillManifest>, StoreError> {
@@ -192,11 +180,21 @@ impl Registry {
     }
 
     pub async fn put_profile(&self, name: &str, def: &ProfileDef) -> Result<(), StoreError> {
+        self.put_doc("profile", name, def).await
+    }
+
+    /// Creates or replaces a `<kind>#<name>` item holding `doc`.
+    async fn put_doc(
+        &self,
+        kind: &str,
+        name: &str,
+        doc: &impl serde::Serialize,
+    ) -> Result<(), StoreError> {
         let mut item = Item::new();
-        item.insert("pk".into(), s(format!("profile#{name}")));
-        item.insert("kind".into(), s("profile"));
+        item.insert("pk".into(), s(format!("{kind}#{name}")));
+        item.insert("kind".into(), s(kind));
         item.insert("name".into(), s(name));
-        item.insert("doc".into(), json(def));
+        item.insert("doc".into(), json(doc));
         self.dynamo
             .put_item()
             .table_name(&self.table)
