@@ -1,6 +1,8 @@
 //! The AWS API emulator: the moto server, installed on first use into a
 //! project-local venv (`.armada/venv`, pinned version) and started on
-//! loopback. An `AWS_ENDPOINT_URL` that points elsewhere (a LocalStack, say)
+//! loopback through our own entry point (`armada_moto.py`, which gives
+//! moto's `TransactWriteItems` a rollback that copies only the items it
+//! touches). An `AWS_ENDPOINT_URL` that points elsewhere (a LocalStack, say)
 //! is used as it is instead.
 
 use std::path::{Path, PathBuf};
@@ -18,6 +20,22 @@ pub fn state_dir(root: &Path) -> PathBuf {
 
 fn moto_bin(root: &Path) -> PathBuf {
     state_dir(root).join("venv/bin/moto_server")
+}
+
+/// The moto server with the project's transaction rollback (see the script).
+const ENTRY_POINT: &str = include_str!("armada_moto.py");
+
+/// Writes the entry point beside the venv (atomically: parallel test
+/// binaries start emulators at once) and returns its path.
+fn write_entry_point(root: &Path) -> Result<PathBuf> {
+    let path = state_dir(root).join("armada_moto.py");
+    if std::fs::read_to_string(&path).is_ok_and(|s| s == ENTRY_POINT) {
+        return Ok(path);
+    }
+    let tmp = state_dir(root).join(format!("armada_moto.py.{}", std::process::id()));
+    std::fs::write(&tmp, ENTRY_POINT)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
 }
 
 /// Installs moto into `.armada/venv` unless the pinned version is there.
@@ -127,17 +145,20 @@ pub async fn wait_until_up(endpoint: &str, timeout: Duration) -> Result<()> {
 /// Starts moto on 127.0.0.1:`port` as a process of its own (it outlives
 /// this one under `up --detach`); returns its pid.
 pub fn spawn(root: &Path, port: u16, die_with_parent: bool) -> Result<u32> {
-    let bin = install(root)?;
+    install(root)?;
+    let python = state_dir(root).join("venv/bin/python");
+    let entry = write_entry_point(root)?;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(state_dir(root).join(format!("moto-{port}.log")))?;
-    let mut cmd = Command::new(bin);
-    cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+    let mut cmd = Command::new(python);
+    cmd.arg(entry)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
     crate::local::process::detach(&mut cmd, die_with_parent);
-    let child = cmd.spawn().context("starting moto_server")?;
+    let child = cmd.spawn().context("starting the moto server")?;
     Ok(child.id())
 }

@@ -1,0 +1,121 @@
+"""The moto server as the local stack runs it.
+
+One change to moto's DynamoDB: ``TransactWriteItems`` keeps, for its
+rollback, a copy of just the items the transaction touches instead of a deep
+copy of every table it names. moto's own rollback makes each transaction cost
+O(items stored), so a local stack slowed and grew as it filled. Semantics are
+unchanged: a cancelled transaction leaves no trace, every item it wrote is
+put back as it was (or removed, if it did not exist).
+
+The patch is written against one moto version; any other refuses to start
+rather than run with a rollback nobody checked.
+"""
+
+import copy
+import sys
+import threading
+
+import moto
+import moto.dynamodb.models as ddb_models
+from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.table import Table
+
+PINNED = "5.2.5"
+
+
+class _TablesAreNotCopied:
+    """Stands in for the ``copy`` module inside moto.dynamodb.models.
+
+    That module deep-copies a Table only for the transaction rollback
+    (moto 5.2.5, ``transact_write_items``); handing back the table itself
+    makes moto's own restore a no-op, and the journal below does the real
+    one. Every other deep copy there (items, in ``update_item``) is real.
+    """
+
+    @staticmethod
+    def deepcopy(value, memo=None):
+        if isinstance(value, Table):
+            return value
+        return copy.deepcopy(value, memo)
+
+    def __getattr__(self, name):
+        return getattr(copy, name)
+
+
+def _key_values(table, op_type, op):
+    attrs = op["Item"] if op_type == "Put" else op.get("Key", {})
+    hash_value = DynamoType(attrs[table.hash_key_attr])
+    range_value = None
+    if table.range_key_attr is not None:
+        range_value = DynamoType(attrs[table.range_key_attr])
+    return hash_value, range_value
+
+
+def _journal(backend, transact_items):
+    """(table, hash, range, copy of the item or None) for every item named."""
+    entries = []
+    for entry in transact_items:
+        for op_type, op in entry.items():
+            table = backend.tables.get(op.get("TableName", ""))
+            if table is None:
+                continue
+            try:
+                hash_value, range_value = _key_values(table, op_type, op)
+            except (KeyError, TypeError):
+                continue  # moto itself rejects the malformed request
+            try:
+                current = table.get_item(hash_value, range_value)
+            except Exception:  # noqa: BLE001 - moto validates it again
+                continue
+            entries.append((table, hash_value, range_value, copy.deepcopy(current)))
+    return entries
+
+
+def _restore(entries):
+    # Newest first, so an item named twice ends as it was before the first.
+    for table, hash_value, range_value, original in reversed(entries):
+        if original is None:
+            if range_value is not None:
+                table.items.get(hash_value, {}).pop(range_value, None)
+                if hash_value in table.items and not table.items[hash_value]:
+                    del table.items[hash_value]
+            else:
+                table.items.pop(hash_value, None)
+        elif range_value is not None:
+            table.items[hash_value][range_value] = original
+        else:
+            table.items[hash_value] = original
+
+
+_moto_transact_write_items = DynamoDBBackend.transact_write_items
+# One transaction at a time, as DynamoDB isolates them: the journal is only a
+# faithful rollback if no other transaction writes the same items meanwhile.
+_transactions = threading.Lock()
+
+
+def transact_write_items(self, transact_items):
+    with _transactions:
+        entries = _journal(self, transact_items)
+        try:
+            return _moto_transact_write_items(self, transact_items)
+        except BaseException:
+            _restore(entries)
+            raise
+
+
+def install():
+    if moto.__version__ != PINNED:
+        sys.exit(
+            f"armada_moto: written for moto {PINNED}, found {moto.__version__}; "
+            "reinstall the pinned version (remove .armada/venv)"
+        )
+    ddb_models.copy = _TablesAreNotCopied()
+    DynamoDBBackend.transact_write_items = transact_write_items
+
+
+if __name__ == "__main__":
+    install()
+    from moto.server import main
+
+    main(sys.argv[1:])

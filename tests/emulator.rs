@@ -1,0 +1,200 @@
+//! The emulator as the project runs it (`cli/src/local/armada_moto.py`):
+//! moto with a transaction rollback that copies only the items a
+//! `TransactWriteItems` touches. A cancelled transaction must still leave
+//! no trace; a committed one must still write everything.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, ConditionCheck, Delete, KeySchemaElement,
+    KeyType, Put, ScalarAttributeType, TransactWriteItem, Update,
+};
+
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+
+use armada_core::aws::AwsClients;
+use armada_tests::{emulator_endpoint, TestStack};
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_string())
+}
+
+fn key(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
+    HashMap::from([("pk".to_string(), s(pk)), ("sk".to_string(), s(sk))])
+}
+
+fn item(pk: &str, sk: &str, v: &str) -> HashMap<String, AttributeValue> {
+    let mut k = key(pk, sk);
+    k.insert("v".into(), s(v));
+    k
+}
+
+async fn table(aws: &AwsClients) -> String {
+    let name = format!("{}-txn", TestStack::stack_name());
+    let attr = |n: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(n)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .unwrap()
+    };
+    let schema = |n: &str, t| {
+        KeySchemaElement::builder()
+            .attribute_name(n)
+            .key_type(t)
+            .build()
+            .unwrap()
+    };
+    aws.dynamo
+        .create_table()
+        .table_name(&name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(attr("pk"))
+        .attribute_definitions(attr("sk"))
+        .key_schema(schema("pk", KeyType::Hash))
+        .key_schema(schema("sk", KeyType::Range))
+        .send()
+        .await
+        .unwrap();
+    name
+}
+
+async fn get(aws: &AwsClients, t: &str, pk: &str, sk: &str) -> Option<String> {
+    aws.dynamo
+        .get_item()
+        .table_name(t)
+        .set_key(Some(key(pk, sk)))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .map(|i| i["v"].as_s().unwrap().clone())
+}
+
+async fn count(aws: &AwsClients, t: &str) -> i32 {
+    aws.dynamo.scan().table_name(t).send().await.unwrap().count
+}
+
+/// Put a new item, update, delete, a failing condition, then more writes:
+/// everything the transaction did before and after the failure is undone.
+fn transaction(t: &str, condition_holds: bool) -> Vec<TransactWriteItem> {
+    let put_new = Put::builder()
+        .table_name(t)
+        .set_item(Some(item("a", "1", "new")))
+        .build()
+        .unwrap();
+    let update = Update::builder()
+        .table_name(t)
+        .set_key(Some(key("b", "1")))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", s("changed"))
+        .build()
+        .unwrap();
+    let delete = Delete::builder()
+        .table_name(t)
+        .set_key(Some(key("c", "1")))
+        .build()
+        .unwrap();
+    let check = ConditionCheck::builder()
+        .table_name(t)
+        .set_key(Some(key("guard", "1")))
+        .condition_expression("v = :want")
+        .expression_attribute_values(":want", s(if condition_holds { "on" } else { "off" }))
+        .build()
+        .unwrap();
+    let put_after = Put::builder()
+        .table_name(t)
+        .set_item(Some(item("d", "1", "after")))
+        .build()
+        .unwrap();
+    let overwrite = Put::builder()
+        .table_name(t)
+        .set_item(Some(item("b", "2", "overwritten")))
+        .build()
+        .unwrap();
+    vec![
+        TransactWriteItem::builder().put(put_new).build(),
+        TransactWriteItem::builder().update(update).build(),
+        TransactWriteItem::builder().delete(delete).build(),
+        TransactWriteItem::builder().condition_check(check).build(),
+        TransactWriteItem::builder().put(put_after).build(),
+        TransactWriteItem::builder().put(overwrite).build(),
+    ]
+}
+
+async fn seed(aws: &AwsClients, t: &str) {
+    for (pk, sk, v) in [
+        ("b", "1", "old"),
+        ("b", "2", "old"),
+        ("c", "1", "doomed"),
+        ("guard", "1", "on"),
+    ] {
+        aws.dynamo
+            .put_item()
+            .table_name(t)
+            .set_item(Some(item(pk, sk, v)))
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_transaction_leaves_no_trace() {
+    let aws = AwsClients::load_local(&emulator_endpoint(), "us-east-1").await;
+    let t = table(&aws).await;
+    seed(&aws, &t).await;
+
+    let err = aws
+        .dynamo
+        .transact_write_items()
+        .set_transact_items(Some(transaction(&t, false)))
+        .send()
+        .await
+        .unwrap_err();
+    let reasons: Vec<String> = err
+        .as_service_error()
+        .and_then(|e| match e {
+            TransactWriteItemsError::TransactionCanceledException(c) => Some(c),
+            _ => None,
+        })
+        .map(|e| {
+            e.cancellation_reasons()
+                .iter()
+                .map(|r| r.code().unwrap_or_default().to_string())
+                .collect()
+        })
+        .expect("the transaction is cancelled");
+    assert_eq!(reasons[3], "ConditionalCheckFailed", "{reasons:?}");
+
+    assert_eq!(get(&aws, &t, "a", "1").await, None, "a new item is removed");
+    assert_eq!(get(&aws, &t, "b", "1").await.as_deref(), Some("old"));
+    assert_eq!(get(&aws, &t, "b", "2").await.as_deref(), Some("old"));
+    assert_eq!(get(&aws, &t, "c", "1").await.as_deref(), Some("doomed"));
+    assert_eq!(
+        get(&aws, &t, "d", "1").await,
+        None,
+        "writes after the failure too"
+    );
+    assert_eq!(count(&aws, &t).await, 4);
+
+    // The same transaction with its condition met writes all of it.
+    aws.dynamo
+        .transact_write_items()
+        .set_transact_items(Some(transaction(&t, true)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get(&aws, &t, "a", "1").await.as_deref(), Some("new"));
+    assert_eq!(get(&aws, &t, "b", "1").await.as_deref(), Some("changed"));
+    assert_eq!(
+        get(&aws, &t, "b", "2").await.as_deref(),
+        Some("overwritten")
+    );
+    assert_eq!(get(&aws, &t, "c", "1").await, None);
+    assert_eq!(get(&aws, &t, "d", "1").await.as_deref(), Some("after"));
+    assert_eq!(count(&aws, &t).await, 5);
+}
