@@ -172,6 +172,96 @@ async fn a_worker_killed_before_its_commit_is_recovered_once() {
     t.stack.stop().await;
 }
 
+/// Works slowly (8 s after the model call) at the first attempt at a Run
+/// whose input says `slow-once`, or never comes back from it (`hang-once`),
+/// as a worker whose host is about to be killed; `reached` counts arrivals.
+#[derive(Default)]
+struct Slow {
+    reached: std::sync::atomic::AtomicU32,
+}
+
+impl StepHooks for Slow {
+    fn after_model_call<'a>(&'a self, run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
+        Box::pin(async move {
+            let input = input_of(run);
+            if run.epoch == 1 && input.contains("slow-once") {
+                self.reached.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(8)).await;
+            }
+            if run.epoch == 1 && input.contains("hang-once") {
+                self.reached.fetch_add(1, Ordering::SeqCst);
+                futures::future::pending::<()>().await;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// A step that outlives its queue's visibility timeout and its lease many
+/// times over is not handed to another worker: while it lives it keeps its
+/// message hidden and its lease renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_live_slow_step_keeps_its_message_and_its_lease() {
+    let stall = Arc::new(Slow::default());
+    let t = TestStack::start_with(fast_redelivery("5"), Some(stall.clone())).await;
+    let (_, run) = t.ask("assistant", "slow-once please").await;
+    assert_eq!(run["output"], "echo: slow-once please", "{run}");
+    assert_eq!(run["epoch"], 1, "no second worker claimed it: {run}");
+    assert_eq!(stall.reached.load(Ordering::SeqCst), 1);
+    assert_eq!(t.stack.model_stats.requests.load(Ordering::Relaxed), 1);
+    t.stack.stop().await;
+}
+
+/// `kill -9` of the functions host while a Run is EXECUTING, then the host
+/// started again, with the template's default visibility and lease: the
+/// Run completes at epoch 2 within two minutes (the bound is one visibility
+/// timeout, 60 s by default), not after its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_whose_host_was_killed_resumes_within_two_minutes() {
+    let stall = Arc::new(Slow::default());
+    let name = TestStack::stack_name();
+    let first =
+        TestStack::start_as(name.clone(), HashMap::new(), Some(stall.clone()), vec![]).await;
+    let run_id = first
+        .client
+        .create_run("assistant", "hang-once please")
+        .await
+        .unwrap();
+    for _ in 0..300 {
+        if stall.reached.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        stall.reached.load(Ordering::SeqCst),
+        1,
+        "the step reached the model"
+    );
+    let view = first
+        .client
+        .get(&format!("/v1/runs/{run_id}"))
+        .await
+        .unwrap();
+    assert_eq!(view["state"], "EXECUTING", "{view}");
+    first.stack.kill();
+    let killed_at = std::time::Instant::now();
+
+    let second = TestStack::start_as(name, HashMap::new(), Some(stall.clone()), vec![]).await;
+    let run = second
+        .client
+        .wait_run(&run_id, Duration::from_secs(120))
+        .await
+        .expect("the run ends within two minutes of the crash");
+    let took = killed_at.elapsed();
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(run["output"], "echo: hang-once please", "{run}");
+    assert_eq!(run["epoch"], 2, "{run}");
+    assert!(took < Duration::from_secs(120), "recovered after {took:?}");
+    eprintln!("recovered {took:?} after the kill");
+    second.stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_message_that_keeps_failing_is_dead_lettered_and_its_run_fails() {
     let t = TestStack::start_with(fast_redelivery("2"), Some(Arc::new(Crash))).await;
@@ -189,8 +279,11 @@ async fn a_message_that_keeps_failing_is_dead_lettered_and_its_run_fails() {
     t.stack.stop().await;
 }
 
-/// Stalls the first attempt of a `stall-once` Run until a second worker has
-/// completed it, then lets the stale worker try to commit.
+/// Freezes the first attempt of a `stall-once` Run until a second worker has
+/// completed it, then lets the stale worker try to commit. The whole
+/// invocation is frozen, its visibility heartbeat and lease renewal too (as
+/// the platform freezes a Lambda, or a paused process): blocking the task
+/// stops every branch of it, while the rest of the stack runs on.
 struct Stall {
     svc: Arc<OnceLock<Arc<Services>>>,
 }
@@ -201,18 +294,25 @@ impl StepHooks for Stall {
             if !input_of(run).contains("stall-once") || run.epoch != 1 {
                 return Ok(());
             }
-            for _ in 0..300 {
-                if let Some(svc) = self.svc.get() {
-                    if let Ok(Some(now)) = svc.runs.get(&run.run_id).await {
-                        if now.state.is_terminal() {
-                            return Ok(());
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            let handle = tokio::runtime::Handle::current();
+            tokio::task::block_in_place(|| handle.block_on(self.until_terminal(run)));
             Ok(())
         })
+    }
+}
+
+impl Stall {
+    async fn until_terminal(&self, run: &Run) {
+        for _ in 0..300 {
+            if let Some(svc) = self.svc.get() {
+                if let Ok(Some(now)) = svc.runs.get(&run.run_id).await {
+                    if now.state.is_terminal() {
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 

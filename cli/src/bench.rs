@@ -739,7 +739,7 @@ async fn confinement_overhead(stack: &LocalStack, n: usize) -> Result<()> {
     use armada_sandbox::env::SandboxEnv;
     use armada_sandbox::jail::Action;
     use armada_sandbox::runner::{Call, Runner};
-    let jail = crate::local::dataplane::locate_agent_binary(&std::env::current_dir()?)?;
+    let jail = crate::local::dataplane::sandbox_program()?;
     let root = PathBuf::from("/var/tmp/armada")
         .join(stack.template.stack())
         .join("bench-jail");

@@ -164,11 +164,32 @@ fn root() -> Option<PathBuf> {
     local::find_root().ok()
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // `armada sandbox agent|exec` is the sandbox program, as the local data
+    // plane starts it (one build serves the whole stack). The jail must stay
+    // single-threaded, so this comes before any runtime exists.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(local::dataplane::SANDBOX_SUBCOMMAND) {
+        let mode = args.get(2).cloned().unwrap_or_default();
+        let code = match local::dataplane::sandbox_program() {
+            Ok(program) => armada_sandbox::entry::main(program, &mode),
+            Err(e) => {
+                eprintln!("armada sandbox: {e:#}");
+                1
+            }
+        };
+        std::process::exit(code);
+    }
     let cli = Cli::parse();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: no async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
     armada_core::telemetry::init_with("warn");
-    if let Err(e) = run(cli).await {
+    if let Err(e) = rt.block_on(run(cli)) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }

@@ -36,6 +36,7 @@ use armada_domain::sandbox::{check_mount, host_port, CapabilitySet, Limits, CONT
 use armada_domain::skills::{MountDecl, SERVE};
 
 use crate::cgroup::Cgroup;
+use crate::entry::Program;
 use crate::env::SandboxEnv;
 use crate::jail::{Action, Step};
 use crate::runner::{Call, Runner};
@@ -270,7 +271,7 @@ fn usable_cgroup() -> (Option<Cgroup>, Option<Cgroup>) {
 }
 
 impl Agent {
-    pub fn new(cfg: AgentConfig, aws: AwsClients, jail_exe: PathBuf) -> Self {
+    pub fn new(cfg: AgentConfig, aws: AwsClients, jail: Program) -> Self {
         let store = SandboxStore::new(aws.dynamo.clone(), &cfg.sandboxes_table);
         let (usable, _) = usable_cgroup();
         let env = SandboxEnv {
@@ -285,7 +286,7 @@ impl Agent {
             mounts: cfg.mounts.clone(),
         };
         Agent {
-            runner: Runner::new(env, jail_exe),
+            runner: Runner::new(env, jail),
             cfg,
             aws,
             store,

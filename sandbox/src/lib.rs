@@ -6,6 +6,8 @@
 //! - [`agent`]: the agent's main loop: start, probe, report, serve the hand queue
 //! - [`jail`]: the confinement steps, run by `armada-sandbox exec` before it
 //!   executes a call's command (cgroups, namespaces, Landlock, uid, seccomp)
+//! - [`entry`]: the program's modes (`agent`, `exec`), for `armada-sandbox`
+//!   and `armada sandbox` alike
 //! - [`cgroup`]: v1/v2 cgroups: limits, freezing, killing, OOM counts
 //! - [`env`]: one sandbox's directories, uid, capability set → jail specs
 //! - [`runner`]: one call through the jail: timeout, output, reaping, OOM
@@ -14,6 +16,7 @@
 
 pub mod agent;
 pub mod cgroup;
+pub mod entry;
 pub mod env;
 pub mod jail;
 pub mod runner;

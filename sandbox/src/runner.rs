@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::cgroup::Cgroup;
+use crate::entry::Program;
 use crate::env::SandboxEnv;
 use crate::jail::{Action, JailReport, SPEC_ENV};
 
@@ -78,8 +79,8 @@ pub struct Detached {
 #[derive(Debug)]
 pub struct Runner {
     pub env: SandboxEnv,
-    /// The `armada-sandbox` binary that runs as the jail.
-    pub jail_exe: PathBuf,
+    /// The sandbox program, started in its `exec` mode as the jail.
+    pub jail: Program,
     seq: AtomicU64,
 }
 
@@ -105,10 +106,10 @@ async fn capture<R: AsyncRead + Unpin>(mut r: R, cap: usize) -> Captured {
 }
 
 impl Runner {
-    pub fn new(env: SandboxEnv, jail_exe: PathBuf) -> Self {
+    pub fn new(env: SandboxEnv, jail: Program) -> Self {
         Runner {
             env,
-            jail_exe,
+            jail,
             seq: AtomicU64::new(0),
         }
     }
@@ -146,9 +147,8 @@ impl Runner {
         let report = self.env.calls_dir().join(format!("{name}.json"));
         let spec = self.env.spec(call, &scratch, cg, report.clone());
         let spec = serde_json::to_string(&spec).map_err(|e| RunnerError::Prepare(e.to_string()))?;
-        let mut cmd = tokio::process::Command::new(&self.jail_exe);
-        cmd.arg("exec")
-            .env_clear()
+        let mut cmd = self.jail.command("exec");
+        cmd.env_clear()
             .env(SPEC_ENV, spec)
             .current_dir("/")
             // The jail makes itself a session (and group) leader.

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use armada_domain::sandbox::{Limits, ProfileDef, Profiles};
 use armada_sandbox::cgroup::Cgroup;
+use armada_sandbox::entry::Program;
 use armada_sandbox::env::SandboxEnv;
 use armada_sandbox::runner::Runner;
 use armada_sandbox::skills::{self, Aftermath, PortGrant};
@@ -56,7 +57,7 @@ fn fixture_with(profile: &str, profiles: &Profiles, memory_mb: u32) -> Fixture {
     };
     env.prepare().unwrap();
     Fixture {
-        runner: Runner::new(env, PathBuf::from(env!("CARGO_BIN_EXE_armada-sandbox"))),
+        runner: Runner::new(env, Program::new(env!("CARGO_BIN_EXE_armada-sandbox"), &[])),
         cgroup,
     }
 }

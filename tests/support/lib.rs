@@ -82,6 +82,17 @@ impl TestStack {
         hooks: Option<Arc<dyn StepHooks>>,
         sandbox_env: Vec<(String, String)>,
     ) -> Self {
+        Self::start_as(Self::stack_name(), parameters, hooks, sandbox_env).await
+    }
+
+    /// A stack of a given name: a second one of the same name takes over
+    /// the first one's tables and queues (a functions host started again).
+    pub async fn start_as(
+        stack_name: String,
+        parameters: HashMap<String, String>,
+        hooks: Option<Arc<dyn StepHooks>>,
+        sandbox_env: Vec<(String, String)>,
+    ) -> Self {
         armada_core::telemetry::init_with("warn");
         let ep = emulator_endpoint();
         emulator::wait_until_up(&ep, Duration::from_secs(60))
@@ -89,7 +100,7 @@ impl TestStack {
             .expect("emulator up");
         let mut opts = LocalOptions::new(&root());
         opts.endpoint = Some(ep);
-        opts.stack = Self::stack_name();
+        opts.stack = stack_name;
         opts.api_port = 0;
         opts.poll_wait_seconds = 1;
         opts.harness_concurrency = 2;

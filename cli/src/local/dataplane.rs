@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use tokio::sync::watch;
 
 use armada_core::hands::{task_env, SandboxProvider, TaskInfo};
@@ -21,6 +21,7 @@ use armada_core::store::sandboxes::{Change, SandboxStore};
 use armada_domain::sandbox::lifecycle::{SandboxRecord, SandboxState};
 use armada_domain::sandbox::{host_port, Limits, CONTAINER_PORTS};
 use armada_sandbox::cgroup::Cgroup;
+use armada_sandbox::entry::Program;
 
 /// Processes a sandbox may have at once.
 const PIDS_MAX: u32 = 512;
@@ -29,8 +30,8 @@ const PIDS_MAX: u32 = 512;
 pub struct DataPlaneOptions {
     /// Where sandbox directories live (traversable by unprivileged uids).
     pub root: PathBuf,
-    /// The `armada-sandbox` binary.
-    pub agent_exe: PathBuf,
+    /// The sandbox program the agents run ([`sandbox_program`]).
+    pub agent: Program,
     pub endpoint: String,
     pub region: String,
     /// Added to every agent's environment (tests: fault injection, waits).
@@ -79,53 +80,29 @@ impl std::fmt::Debug for DataPlane {
     }
 }
 
-/// Finds `armada-sandbox` beside the running executable (a test binary sits
-/// one directory deeper, in `deps/`). Under `cargo run` it is (re)built
-/// first, so `armada up` never runs a stale agent; a test build has it
-/// fresh already (cargo builds every binary of the workspace for tests).
-pub fn locate_agent_binary(repo_root: &Path) -> Result<PathBuf> {
+/// `armada sandbox agent|exec`: the sandbox program inside the `armada`
+/// binary, so `armada up` runs sandboxes from the build it was started
+/// from (no second build, no stale agent).
+pub const SANDBOX_SUBCOMMAND: &str = "sandbox";
+
+/// How the local data plane starts a sandbox agent: the running `armada`
+/// binary's `sandbox` subcommand; from a test binary (which has no such
+/// subcommand), the workspace's `armada-sandbox` built beside it (cargo
+/// builds every binary of the workspace for its tests).
+pub fn sandbox_program() -> Result<Program> {
     let exe = std::env::current_exe()?;
-    let dirs: Vec<PathBuf> = exe
-        .ancestors()
-        .skip(1)
-        .take(2)
-        .map(Path::to_path_buf)
-        .collect();
-    let find = || {
-        dirs.iter()
-            .map(|d| d.join("armada-sandbox"))
-            .find(|p| p.is_file())
-    };
-    let in_tests = dirs.first().is_some_and(|d| d.ends_with("deps"));
-    let under_cargo = std::env::var_os("CARGO").is_some();
-    match find() {
-        Some(p) if in_tests || !under_cargo => return Ok(p),
-        _ => {}
+    let parent = exe.parent().unwrap_or(Path::new("/"));
+    if parent.ends_with("deps") {
+        let beside = parent.parent().unwrap_or(parent).join("armada-sandbox");
+        if !beside.is_file() {
+            bail!(
+                "{} is missing: build the workspace (cargo test --workspace builds it)",
+                beside.display()
+            );
+        }
+        return Ok(Program::new(beside, &[]));
     }
-    let release = dirs.iter().any(|d| d.ends_with("release"));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = std::process::Command::new(cargo);
-    cmd.current_dir(repo_root).args([
-        "build",
-        "--quiet",
-        "-p",
-        "armada-sandbox",
-        "--bin",
-        "armada-sandbox",
-    ]);
-    if release {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().context("building armada-sandbox")?;
-    if !status.success() {
-        bail!("building armada-sandbox failed");
-    }
-    find().ok_or_else(|| {
-        anyhow!(
-            "armada-sandbox was built but not found beside {}",
-            exe.display()
-        )
-    })
+    Ok(Program::new(exe, &[SANDBOX_SUBCOMMAND]))
 }
 
 /// Applies a lifecycle step to a task's sandbox record (if it applies).
@@ -294,9 +271,8 @@ impl DataPlane {
             None => None,
         };
         let log = std::fs::File::create(dir.join("agent.log"))?;
-        let mut cmd = tokio::process::Command::new(&self.opts.agent_exe);
-        cmd.arg("agent")
-            .env_clear()
+        let mut cmd = self.opts.agent.command("agent");
+        cmd.env_clear()
             .envs(info.env.iter())
             .env("ARMADA_SANDBOX_ROOT", dir.join("sandbox"))
             .env(

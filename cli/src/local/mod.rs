@@ -322,7 +322,7 @@ impl LocalStack {
                     .sandbox_root
                     .clone()
                     .unwrap_or_else(|| PathBuf::from("/var/tmp/armada").join(&opts.stack)),
-                agent_exe: dataplane::locate_agent_binary(&opts.root)?,
+                agent: dataplane::sandbox_program()?,
                 endpoint: endpoint.clone(),
                 region: opts.region.clone(),
                 extra_env: opts.sandbox_env.clone(),
@@ -392,6 +392,15 @@ impl LocalStack {
         let _ = self.shutdown.send(true);
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+        }
+    }
+
+    /// Ends every task of this stack at once, mid-step, as `kill -9` of the
+    /// functions host would: nothing more is released, deleted, re-hidden or
+    /// committed (sandbox agents, processes of their own, are not touched).
+    pub fn kill(self) {
+        for t in self.tasks {
+            t.abort();
         }
     }
 

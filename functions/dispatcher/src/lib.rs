@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use armada_core::error::StoreError;
 use armada_core::sandboxing::{self, CallWatch, SandboxError};
-use armada_core::sqs::{process_batch, receive_count, source_queue, Outcome};
+use armada_core::sqs::{process_batch, receive_count, source_queue, BatchPolicy, Outcome};
 use armada_core::store::sandboxes::CallRef;
 use armada_core::Services;
 use armada_domain::ledger::ToolCallState;
@@ -55,12 +55,15 @@ impl Dispatcher {
     }
 
     pub async fn handle_event(&self, event: SqsEvent) -> SqsBatchResponse {
-        process_batch(
-            event,
-            &self.svc.queues,
-            self.svc.cfg.retry_base_seconds,
-            |msg| self.handle_record(msg),
-        )
+        // The dispatch queue's visibility outlasts a whole batch (6x the
+        // function's timeout), so its records need no heartbeat.
+        let policy = BatchPolicy {
+            retry_base_s: self.svc.cfg.retry_base_seconds,
+            keep_hidden_s: None,
+        };
+        process_batch(event, &self.svc.queues, policy, |msg| {
+            self.handle_record(msg)
+        })
         .await
     }
 

@@ -8,6 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::future::BoxFuture;
@@ -16,7 +17,7 @@ use tracing::Instrument;
 
 use armada_core::error::StoreError;
 use armada_core::sandboxing::{self, SandboxError};
-use armada_core::sqs::{process_batch, Outcome};
+use armada_core::sqs::{process_batch, BatchPolicy, Outcome};
 use armada_core::Services;
 use armada_domain::agent::{AgentDefinition, Provisioning};
 use armada_domain::chat::{ChatMessage, ModelReply, Role, ToolCall};
@@ -179,26 +180,25 @@ impl Harness {
     /// local poller) then leave the whole batch for redelivery.
     pub async fn handle_event(&self, event: SqsEvent) -> Result<SqsBatchResponse, Aborted> {
         let aborted = std::sync::Mutex::new(None);
-        let resp = process_batch(
-            event,
-            &self.svc.queues,
-            self.svc.cfg.retry_base_seconds,
-            |msg| async {
-                // Once the invocation has died, it handles nothing more.
-                if aborted.lock().map(|a| a.is_some()).unwrap_or(true) {
-                    return Outcome::Abandoned;
-                }
-                match self.handle_record(msg).await {
-                    Ok(o) => o,
-                    Err(a) => {
-                        if let Ok(mut slot) = aborted.lock() {
-                            *slot = Some(a);
-                        }
-                        Outcome::Abandoned
+        let policy = BatchPolicy {
+            retry_base_s: self.svc.cfg.retry_base_seconds,
+            keep_hidden_s: Some(self.svc.cfg.harness_visibility_s),
+        };
+        let resp = process_batch(event, &self.svc.queues, policy, |msg| async {
+            // Once the invocation has died, it handles nothing more.
+            if aborted.lock().map(|a| a.is_some()).unwrap_or(true) {
+                return Outcome::Abandoned;
+            }
+            match self.handle_record(msg).await {
+                Ok(o) => o,
+                Err(a) => {
+                    if let Ok(mut slot) = aborted.lock() {
+                        *slot = Some(a);
                     }
+                    Outcome::Abandoned
                 }
-            },
-        )
+            }
+        })
         .await;
         match aborted.into_inner().ok().flatten() {
             Some(a) => Err(a),
@@ -325,9 +325,32 @@ impl Harness {
             return Ok(());
         };
         let epoch = run.epoch;
-        let result = self.execute(run, now).await;
+        let result = tokio::select! {
+            result = self.execute(run, now) => result,
+            never = self.keep_lease(run_id, epoch) => match never {},
+        };
         self.give_back(run_id, epoch, &result).await;
         result
+    }
+
+    /// Renews the claimed step's lease every third of it while the step
+    /// works, so the lease can be short: a worker that dies stops renewing,
+    /// and its Run is claimable again within one lease. Runs until dropped
+    /// (the step ended); once the lease is no longer ours it only waits.
+    async fn keep_lease(&self, run_id: &str, epoch: u64) -> std::convert::Infallible {
+        let lease_ms = self.svc.cfg.step_lease_ms.max(3);
+        let every = Duration::from_millis((lease_ms / 3) as u64);
+        loop {
+            tokio::time::sleep(every).await;
+            let until = self.svc.clock.now_ms() + lease_ms;
+            match self.svc.runs.renew(run_id, epoch, until).await {
+                Ok(true) => tracing::debug!(run_id, epoch, until, "lease renewed"),
+                Ok(false) => return futures::future::pending().await,
+                Err(e) => {
+                    tracing::warn!(run_id, error = %e, "could not renew the lease; trying again")
+                }
+            }
+        }
     }
 
     /// A sandbox call's outcome arrived.

@@ -44,8 +44,13 @@ pub struct Config {
     /// Base URL of the scripted model's OpenAI-compatible endpoint
     /// (`ARMADA_SCRIPTED_MODEL_URL`); empty when not deployed.
     pub scripted_model_url: Option<String>,
-    /// How long a harness step's claim lasts (`ARMADA_STEP_LEASE_SECONDS`).
+    /// How long a harness step's claim lasts before it is renewed
+    /// (`ARMADA_STEP_LEASE_SECONDS`); a live step renews it every third.
     pub step_lease_ms: i64,
+    /// The harness queue's visibility timeout
+    /// (`ARMADA_HARNESS_QUEUE_VISIBILITY_SECONDS`): a live step keeps its
+    /// messages hidden this long again every third of it.
+    pub harness_visibility_s: u32,
     /// First backoff for a retryable message failure (`ARMADA_RETRY_BASE_SECONDS`).
     pub retry_base_seconds: u32,
     /// Bodies above this many bytes go to S3 (`ARMADA_INLINE_LIMIT_BYTES`, default 32 KiB).
@@ -147,7 +152,8 @@ impl Config {
                 .get("ARMADA_SCRIPTED_MODEL_URL")
                 .filter(|v| !v.is_empty())
                 .cloned(),
-            step_lease_ms: num("ARMADA_STEP_LEASE_SECONDS", 120)? as i64 * 1000,
+            step_lease_ms: num("ARMADA_STEP_LEASE_SECONDS", 60)? as i64 * 1000,
+            harness_visibility_s: num("ARMADA_HARNESS_QUEUE_VISIBILITY_SECONDS", 60)?.max(1) as u32,
             retry_base_seconds: num("ARMADA_RETRY_BASE_SECONDS", 2)? as u32,
             inline_limit_bytes: num("ARMADA_INLINE_LIMIT_BYTES", 32 * 1024)? as usize,
             model_attempts: num("ARMADA_MODEL_ATTEMPTS", 3)?.max(1) as u32,

@@ -104,6 +104,22 @@ impl Queues {
     /// Delays the next delivery of a failed message: `base * 2^(receives-1)`
     /// seconds (at least `min_delay_s`), capped at 15 minutes. Without it a failed message would wait
     /// the whole visibility timeout.
+    /// Hides a message being handled for `seconds` more (the heartbeat of a
+    /// live invocation); an error is logged, as the next beat tries again.
+    pub async fn keep_hidden(&self, queue_url: &str, receipt_handle: &str, seconds: u32) {
+        if let Err(e) = self
+            .sqs
+            .change_message_visibility()
+            .queue_url(queue_url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(seconds.min(43_200) as i32)
+            .send()
+            .await
+        {
+            tracing::warn!(error = %classify(e), "could not extend a message's visibility");
+        }
+    }
+
     pub async fn back_off(
         &self,
         queue_url: &str,

@@ -1,9 +1,14 @@
 //! SQS batch handling as Lambda's event source mapping expects it: one span
 //! per record, per-record outcomes, `batchItemFailures` for the ones to
-//! redeliver (with a backoff), and FIFO order kept by failing every later
-//! record of a group once one fails.
+//! redeliver (with a backoff), FIFO order kept by failing every later
+//! record of a group once one fails, and a visibility heartbeat: while the
+//! invocation lives, its unfinished records stay hidden, so the queue's
+//! visibility timeout can be short and a dead worker's record comes back
+//! soon after it died.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use tracing::Instrument;
@@ -59,13 +64,85 @@ fn failure(id: &str) -> BatchItemFailure {
     f
 }
 
+/// How a consumer's batches are handled.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchPolicy {
+    /// First backoff of a retried record (doubles per receive).
+    pub retry_base_s: u32,
+    /// While the batch is handled, its unfinished records are hidden for
+    /// this long again every third of it (`None`: no heartbeat; the queue's
+    /// visibility timeout must then outlast the whole batch).
+    pub keep_hidden_s: Option<u32>,
+}
+
+/// The records of a batch still being handled: (message id, queue URL, receipt).
+type InFlight = Arc<Mutex<Vec<(String, String, String)>>>;
+
+/// Extends the visibility of every record in `in_flight`, forever; the
+/// caller drops it when the batch is done.
+async fn heartbeat(
+    queues: &Queues,
+    in_flight: InFlight,
+    keep_hidden_s: Option<u32>,
+) -> std::convert::Infallible {
+    let Some(seconds) = keep_hidden_s else {
+        return futures::future::pending().await;
+    };
+    let every = Duration::from_millis(u64::from(seconds.max(1)) * 1000 / 3);
+    loop {
+        tokio::time::sleep(every).await;
+        let records = in_flight.lock().map(|r| r.clone()).unwrap_or_default();
+        for (_, url, receipt) in records {
+            queues.keep_hidden(&url, &receipt, seconds).await;
+        }
+    }
+}
+
 /// Handles every record with `handle`; FIFO records sequentially per group,
 /// standard records concurrently.
 pub async fn process_batch<F, Fut>(
     event: SqsEvent,
     queues: &Queues,
+    policy: BatchPolicy,
+    handle: F,
+) -> SqsBatchResponse
+where
+    F: Fn(SqsMessage) -> Fut,
+    Fut: Future<Output = Outcome>,
+{
+    let in_flight: InFlight = Arc::new(Mutex::new(
+        event
+            .records
+            .iter()
+            .filter_map(|m| {
+                let url = queues.url_for_arn(m.event_source_arn.as_deref()?)?;
+                Some((
+                    m.message_id.clone()?,
+                    url.to_string(),
+                    m.receipt_handle.clone()?,
+                ))
+            })
+            .collect(),
+    ));
+    let work = handle_records(
+        event,
+        queues,
+        policy.retry_base_s,
+        handle,
+        in_flight.clone(),
+    );
+    tokio::select! {
+        resp = work => resp,
+        never = heartbeat(queues, in_flight, policy.keep_hidden_s) => match never {},
+    }
+}
+
+async fn handle_records<F, Fut>(
+    event: SqsEvent,
+    queues: &Queues,
     retry_base_s: u32,
     handle: F,
+    in_flight: InFlight,
 ) -> SqsBatchResponse
 where
     F: Fn(SqsMessage) -> Fut,
@@ -85,8 +162,12 @@ where
         let receipt = msg.receipt_handle.clone().unwrap_or_default();
         let arn = msg.event_source_arn.clone().unwrap_or_default();
         let fut = handle(msg);
+        let in_flight = in_flight.clone();
         async move {
             let outcome = fut.await;
+            if let Ok(mut records) = in_flight.lock() {
+                records.retain(|(record, _, _)| *record != id);
+            }
             (id, outcome, receipt, arn, receives)
         }
         .instrument(span)

@@ -161,6 +161,37 @@ impl RunStore {
         Ok(claimed)
     }
 
+    /// Extends the lease of a step that is still working, if `epoch` still
+    /// owns it and has not ended it (a commit or a release sets the lease to
+    /// 0, and a renewal must never revive it). `false`: the step is no
+    /// longer ours to renew.
+    pub async fn renew(
+        &self,
+        run_id: &str,
+        epoch: u64,
+        lease_until_ms: i64,
+    ) -> Result<bool, StoreError> {
+        match self
+            .dynamo
+            .update_item()
+            .table_name(&self.runs_table)
+            .key("run_id", s(run_id))
+            .update_expression("SET lease_until = :lease")
+            .condition_expression("epoch = :epoch AND lease_until > :zero")
+            .expression_attribute_values(":lease", n(lease_until_ms))
+            .expression_attribute_values(":epoch", n(epoch))
+            .expression_attribute_values(":zero", n(0))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) => match classify(e) {
+                StoreError::Conflict { .. } => Ok(false),
+                other => Err(other),
+            },
+        }
+    }
+
     /// Gives a claimed step back (lease expired now), if `epoch` still owns it.
     pub async fn release(&self, run_id: &str, epoch: u64) -> Result<(), StoreError> {
         match self
@@ -195,6 +226,12 @@ impl RunStore {
     ) -> Result<(), StoreError> {
         let mut item = Self::run_item(run);
         item.remove("run_id");
+        // The lease belongs to the claim and its renewals: a save may end it
+        // (0) but never writes back the value it read, which a renewal may
+        // have moved on meanwhile.
+        if run.lease_until_ms != 0 {
+            item.remove("lease_until");
+        }
         let mut names = std::collections::HashMap::new();
         let mut values = std::collections::HashMap::new();
         let mut sets = Vec::new();

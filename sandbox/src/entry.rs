@@ -1,0 +1,194 @@
+//! The sandbox program's two modes, shared by the `armada-sandbox` binary
+//! (the Fargate image's entrypoint) and `armada sandbox` (the local data
+//! plane's, so one build serves the whole local stack).
+//!
+//! - `agent`: the task's entrypoint. A supervisor process runs the agent;
+//!   if the agent crashes (a panic) it is restarted once, and a second
+//!   crash destroys the sandbox (seed 000 §D).
+//! - `exec`: the jail (internal): confines itself as the spec in
+//!   `ARMADA_JAIL_SPEC` says, then runs the call.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use armada_core::aws::AwsClients;
+use armada_core::store::sandboxes::{Change, SandboxStore};
+
+use crate::agent::{Agent, AgentConfig, Exit};
+use crate::jail::{self, JailSpec};
+
+/// How to start this program in a given mode: an executable and the
+/// arguments that come before the mode (`armada sandbox agent`).
+#[derive(Debug, Clone)]
+pub struct Program {
+    pub exe: PathBuf,
+    pub prefix: Vec<OsString>,
+}
+
+impl Program {
+    pub fn new(exe: impl Into<PathBuf>, prefix: &[&str]) -> Self {
+        Program {
+            exe: exe.into(),
+            prefix: prefix.iter().map(OsString::from).collect(),
+        }
+    }
+
+    /// The running executable, started with `prefix` before the mode.
+    pub fn current(prefix: &[&str]) -> std::io::Result<Self> {
+        Ok(Self::new(std::env::current_exe()?, prefix))
+    }
+
+    /// A command that starts the program in `mode` (`agent` or `exec`).
+    pub fn command(&self, mode: &str) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(&self.exe);
+        cmd.args(&self.prefix).arg(mode);
+        cmd
+    }
+}
+
+/// Set in the environment of the supervised agent process.
+const SUPERVISED: &str = "ARMADA_SANDBOX_SUPERVISED";
+
+/// Runs the program in `mode`; the exit code. Call it before any async
+/// runtime exists: the jail (`exec`) must stay single-threaded.
+pub fn main(program: Program, mode: &str) -> i32 {
+    match mode {
+        // The jail must stay single-threaded: no runtime is started for it.
+        "exec" => {
+            let spec: JailSpec = match std::env::var(jail::SPEC_ENV)
+                .map_err(|e| e.to_string())
+                .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("armada-sandbox exec: bad {}: {e}", jail::SPEC_ENV);
+                    return jail::REFUSED;
+                }
+            };
+            jail::run(&spec)
+        }
+        "agent" => {
+            armada_core::telemetry::init_with("info");
+            let rt = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("armada-sandbox: no runtime: {e}");
+                    return 1;
+                }
+            };
+            if std::env::var(SUPERVISED).as_deref() == Ok("1") {
+                rt.block_on(agent(program))
+            } else {
+                rt.block_on(supervise(program))
+            }
+        }
+        other => {
+            eprintln!("usage: armada-sandbox agent|exec   (unknown mode '{other}')");
+            2
+        }
+    }
+}
+
+async fn agent(program: Program) -> i32 {
+    let cfg = match AgentConfig::from_env().await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "bad sandbox configuration");
+            return 1;
+        }
+    };
+    let aws = AwsClients::load(None).await;
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            term.recv().await;
+            let _ = tx.send(true);
+        }
+    });
+    let agent = Agent::new(cfg, aws, program);
+    match agent.run(rx).await {
+        Ok(Exit::Stopped) => 0,
+        Ok(Exit::Hibernated) => {
+            tracing::info!("sandbox hibernated to a snapshot; the task stops");
+            0
+        }
+        Ok(Exit::Destroyed(why)) => {
+            tracing::warn!(%why, "sandbox destroyed; the task stops");
+            0
+        }
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "sandbox agent failed");
+            1
+        }
+    }
+}
+
+/// Runs the agent; restarts it once after a crash, then destroys the sandbox.
+async fn supervise(program: Program) -> i32 {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut crashes = 0;
+    loop {
+        let mut cmd = program.command("agent");
+        cmd.env(SUPERVISED, "1");
+        // Spawned from the main thread, which lives as long as we do.
+        crate::sys::die_with_parent(&mut cmd);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the agent");
+                return 1;
+            }
+        };
+        let status = tokio::select! {
+            s = child.wait() => s,
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {
+                if let Some(pid) = child.id() {
+                    crate::sys::kill(pid as i32, libc::SIGTERM);
+                }
+                let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+                return 0;
+            }
+        };
+        match status {
+            Ok(s) if s.success() => return 0,
+            other => {
+                crashes += 1;
+                tracing::error!(status = ?other, crashes, "the sandbox agent crashed");
+                if crashes >= 2 {
+                    destroy_after_crashes().await;
+                    return 1;
+                }
+                tracing::warn!("restarting the sandbox agent once");
+            }
+        }
+    }
+}
+
+async fn destroy_after_crashes() {
+    let Ok(cfg) = AgentConfig::from_env().await else {
+        return;
+    };
+    let aws = AwsClients::load(None).await;
+    let store = SandboxStore::new(aws.dynamo.clone(), &cfg.sandboxes_table);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let generation = cfg.generation;
+    let r = store
+        .modify(&cfg.tenant, &cfg.agent, |rec| match rec {
+            Some(mut r) if r.generation == generation => {
+                r.destroy("the sandbox agent crashed twice", now);
+                let _ = r.stopped(generation, now);
+                Change::Write(Box::new(r), ())
+            }
+            _ => Change::Keep(()),
+        })
+        .await;
+    if let Err(e) = r {
+        tracing::error!(error = %e, "could not record the destruction");
+    }
+}
