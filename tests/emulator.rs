@@ -198,3 +198,57 @@ async fn a_cancelled_transaction_leaves_no_trace() {
     assert_eq!(get(&aws, &t, "d", "1").await.as_deref(), Some("after"));
     assert_eq!(count(&aws, &t).await, 5);
 }
+
+/// A query reads one partition (the entry point reads only that partition):
+/// exactly its items, in key order either way, page by page.
+#[tokio::test]
+async fn a_query_returns_its_partition_in_order_page_by_page() {
+    let aws = AwsClients::load_local(&emulator_endpoint(), "us-east-1").await;
+    let t = table(&aws).await;
+    for pk in ["p", "q", "r"] {
+        for sk in ["3", "1", "5", "2", "4"] {
+            aws.dynamo
+                .put_item()
+                .table_name(&t)
+                .set_item(Some(item(pk, sk, &format!("{pk}{sk}"))))
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    for (forward, want) in [(true, "q1 q2 q3 q4 q5"), (false, "q5 q4 q3 q2 q1")] {
+        let mut got = Vec::new();
+        let mut start = None;
+        loop {
+            let page = aws
+                .dynamo
+                .query()
+                .table_name(&t)
+                .key_condition_expression("pk = :p")
+                .expression_attribute_values(":p", s("q"))
+                .scan_index_forward(forward)
+                .limit(2)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .unwrap();
+            got.extend(page.items().iter().map(|i| i["v"].as_s().unwrap().clone()));
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        assert_eq!(got.join(" "), want);
+    }
+    let none = aws
+        .dynamo
+        .query()
+        .table_name(&t)
+        .key_condition_expression("pk = :p AND sk > :s")
+        .expression_attribute_values(":p", s("absent"))
+        .expression_attribute_values(":s", s("0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(none.count, 0);
+}

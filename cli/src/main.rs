@@ -92,6 +92,10 @@ enum Cmd {
         /// Agents (samples) for the sandbox measurements; 0 skips them.
         #[arg(long, default_value_t = 5)]
         sandboxes: usize,
+        /// Measure the one-at-a-time phase again after loading this many
+        /// finished Runs into the stack.
+        #[arg(long, default_value_t = 0)]
+        fill: usize,
     },
 }
 
@@ -298,6 +302,7 @@ async fn run(cli: Cli) -> Result<()> {
             concurrency,
             no_binaries,
             sandboxes,
+            fill,
         } => {
             armada_cli::bench::run(
                 &local::find_root()?,
@@ -307,6 +312,7 @@ async fn run(cli: Cli) -> Result<()> {
                     concurrency,
                     binaries: !no_binaries,
                     sandbox_samples: sandboxes,
+                    fill,
                 },
             )
             .await
@@ -364,6 +370,7 @@ async fn up_foreground(root: &Path, demo: bool, port: u16) -> Result<()> {
     let mut opts = LocalOptions::new(root);
     opts.api_port = port;
     opts.emulator_pid_file = Some(state.join("moto.pid"));
+    eprintln!("armada: starting the emulator, the stack's resources and its functions ...");
     let stack = LocalStack::start(opts).await?;
     process::write_pid(&state.join("armada.pid"), std::process::id())?;
     std::fs::write(state.join("local.env"), stack.env_file())?;
@@ -487,8 +494,19 @@ async fn up_detached(root: &Path, demo: bool, port: u16) -> Result<()> {
     let mut child = cmd
         .spawn()
         .context("starting the stack in the background")?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    // Installing the emulator can take a while on a first run: the wait
+    // lasts while the stack keeps writing to its log (its progress is
+    // echoed here), and gives up only after 120 s of silence.
+    let log_path = state.join("armada.log");
+    let mut seen = std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
+    let mut deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
+        let len = std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
+        if len > seen {
+            echo_progress(&log_path, seen);
+            seen = len;
+            deadline = std::time::Instant::now() + Duration::from_secs(120);
+        }
         if let Some(status) = child.try_wait()? {
             bail!(
                 "the stack exited ({status}); see {}",
@@ -506,11 +524,27 @@ async fn up_detached(root: &Path, demo: bool, port: u16) -> Result<()> {
         }
         if std::time::Instant::now() > deadline {
             bail!(
-                "the stack did not become healthy in time; see {}",
+                "the stack wrote nothing for 120 s and is not healthy; see {}",
                 state.join("armada.log").display()
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Prints the stack's own progress lines (`armada: ...`) written to its
+/// log after byte `from`.
+fn echo_progress(log: &Path, from: u64) {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut text = String::new();
+    let read = std::fs::File::open(log).and_then(|mut f| {
+        f.seek(SeekFrom::Start(from))?;
+        f.read_to_string(&mut text)
+    });
+    if read.is_ok() {
+        for line in text.lines().filter(|l| l.starts_with("armada:")) {
+            println!("{line}");
+        }
     }
 }
 

@@ -23,6 +23,8 @@ use tokio::net::TcpListener;
 use armada_core::aws::AwsClients;
 use armada_core::store::runs::RunStore;
 
+mod fill;
+
 use crate::client::Client;
 use crate::local::{emulator, LocalOptions, LocalStack};
 
@@ -36,6 +38,9 @@ pub struct BenchOptions {
     /// Samples of each sandbox measurement (cold start, warm reuse, wake);
     /// 0 skips the sandbox phase.
     pub sandbox_samples: usize,
+    /// After the one-at-a-time phase, load this many finished Runs and
+    /// measure it again (0: don't).
+    pub fill: usize,
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -528,8 +533,23 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
         Ok::<f64, anyhow::Error>(pct(&sorted(passes), 0.5))
     };
     let alone_n = (opts.runs / 5).max(10);
+    let emulator_pid = stack.emulator_pid();
+    let rss_empty = emulator_pid.and_then(fill::rss_kib);
     let floor_alone = measure_floor().await?;
+    let cpu_before = fill::Cpu::now(emulator_pid);
     let alone = phase(&stack, alone_n, 1, one_run(client.clone(), store.clone())).await?;
+    let cpu_alone = fill::Cpu::now(emulator_pid).per(&cpu_before, alone_n);
+    let mut filled = None;
+    if opts.fill > 0 {
+        let (runs, events) = (&stack.svc.cfg.runs_table, &stack.svc.cfg.run_events_table);
+        let took = fill::fill(&watcher_aws, runs, events, &id, opts.fill).await?;
+        let rss_filled = emulator_pid.and_then(fill::rss_kib);
+        let floor = measure_floor().await?;
+        let cpu_before = fill::Cpu::now(emulator_pid);
+        let p = phase(&stack, alone_n, 1, one_run(client.clone(), store.clone())).await?;
+        let cpu = fill::Cpu::now(emulator_pid).per(&cpu_before, alone_n);
+        filled = Some((took, rss_filled, floor, p, cpu));
+    }
     let floor_single = measure_floor().await?;
     let single = phase(
         &stack,
@@ -602,6 +622,42 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
         alone_n,
         floor_alone,
     );
+    let mib = |k: Option<u64>| {
+        k.map_or("n/a".to_string(), |k| {
+            format!("{:.0} MB", k as f64 / 1024.0)
+        })
+    };
+    let cpu_line = |(ours, emulator): (f64, Option<f64>)| {
+        format!(
+            "  CPU per run: ours {ours:.1} ms (all functions, pollers and this bench's client), emulator {}",
+            emulator.map_or("n/a (not ours)".into(), |e| format!("{e:.1} ms"))
+        )
+    };
+    println!("{}", cpu_line(cpu_alone));
+    println!("  emulator RSS {}", mib(rss_empty));
+    if let Some((took, rss_filled, floor, p, cpu)) = &filled {
+        println!(
+            "\nFilled with {} finished runs (copies of a real one's items) in {:.1} s; emulator RSS {}",
+            opts.fill,
+            took.as_secs_f64(),
+            mib(*rss_filled)
+        );
+        report(
+            &format!(
+                "Single-answer runs, one at a time, after {} runs",
+                opts.fill
+            ),
+            p,
+            alone_n,
+            *floor,
+        );
+        println!("{}", cpu_line(*cpu));
+        println!(
+            "  filled / empty: latency p50 {:.2}x, floor {:.2}x",
+            pct(&p.latencies_ms, 0.5) / pct(&alone.latencies_ms, 0.5),
+            floor / floor_alone
+        );
+    }
     report(
         &format!("Single-answer runs, {} at a time", opts.concurrency),
         &single,

@@ -1,0 +1,111 @@
+//! Claiming a step: the Run read, the delivery judged against it, the
+//! conditional claim (lease + epoch), the lease kept alive while the step
+//! works and given back when it fails for a retryable reason.
+
+use super::*;
+
+impl Harness {
+    /// Reads a Run and claims `step` of it, or says why not (`None`: the
+    /// message is stale or the Run unknown, and is dropped).
+    pub(crate) async fn read(&self, run_id: &str) -> Result<Option<Run>, StepError> {
+        let run = self.svc.runs.get(run_id).await?;
+        if run.is_none() {
+            tracing::warn!(run_id, "message for an unknown run dropped");
+        }
+        Ok(run)
+    }
+
+    pub(crate) async fn claim(
+        &self,
+        run: Run,
+        tenant: &str,
+        step: u32,
+    ) -> Result<Option<(Run, i64)>, StepError> {
+        let svc = &self.svc;
+        let run_id = run.run_id.as_str();
+        if run.tenant != tenant {
+            tracing::error!(run_id, tenant, owner = %run.tenant, "security: message tenant does not own the run; dropped");
+            return Ok(None);
+        }
+        let now = svc.clock.now_ms();
+        match run.classify_delivery(step, now) {
+            Delivery::Stale { reason } => {
+                STALE_DROPS.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(run_id, step, current = run.step, state = %run.state, reason = reason.as_str(), "stale message dropped");
+                self.resend_followup(&run, now).await?;
+                return Ok(None);
+            }
+            Delivery::LeaseHeld { until_ms } => {
+                let left_ms = until_ms - now;
+                return Err(StepError::Busy {
+                    reason: format!("step {step} is held by another worker for {left_ms} ms"),
+                    until_s: ((left_ms + 999) / 1000) as u32,
+                });
+            }
+            Delivery::Claimable => {}
+        }
+        match svc.runs.claim(&run, now, svc.cfg.step_lease_ms).await {
+            Ok(r) => {
+                tracing::info!(run_id, step, epoch = r.epoch, "claimed");
+                Ok(Some((r, now)))
+            }
+            Err(StoreError::Conflict { .. }) => {
+                STALE_DROPS.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(run_id, step, "claim lost to another worker; dropped");
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Gives a claimed step back early when it failed for a retryable reason,
+    /// so the redelivery can claim it (fenced: only if still ours).
+    pub(crate) async fn give_back(&self, run_id: &str, epoch: u64, result: &Result<(), StepError>) {
+        if let Err(StepError::Retry(_)) = result {
+            if let Err(e) = self.svc.runs.release(run_id, epoch).await {
+                tracing::warn!(run_id, error = %e, "could not release the lease; it will expire");
+            }
+        }
+    }
+
+    pub(crate) async fn step(
+        &self,
+        run_id: &str,
+        tenant: &str,
+        step: u32,
+    ) -> Result<(), StepError> {
+        let Some(run) = self.read(run_id).await? else {
+            return Ok(());
+        };
+        let Some((run, now)) = self.claim(run, tenant, step).await? else {
+            return Ok(());
+        };
+        let epoch = run.epoch;
+        let result = tokio::select! {
+            result = self.execute(run, now) => result,
+            never = self.keep_lease(run_id, epoch) => match never {},
+        };
+        self.give_back(run_id, epoch, &result).await;
+        result
+    }
+
+    /// Renews the claimed step's lease every third of it while the step
+    /// works, so the lease can be short: a worker that dies stops renewing,
+    /// and its Run is claimable again within one lease. Runs until dropped
+    /// (the step ended); once the lease is no longer ours it only waits.
+    pub(crate) async fn keep_lease(&self, run_id: &str, epoch: u64) -> std::convert::Infallible {
+        let lease_ms = self.svc.cfg.step_lease_ms.max(3);
+        let every = Duration::from_millis((lease_ms / 3) as u64);
+        loop {
+            tokio::time::sleep(every).await;
+            let until = self.svc.clock.now_ms() + lease_ms;
+            match self.svc.runs.renew(run_id, epoch, until).await {
+                Ok(true) => tracing::debug!(run_id, epoch, until, "lease renewed"),
+                Ok(false) => return futures::future::pending().await,
+                Err(e) => {
+                    tracing::warn!(run_id, error = %e, "could not renew the lease; trying again")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Ending a step: waiting (for a sandbox, or its answer), completing or
+//! failing the Run with one fenced commit, and the messages that follow.
+
+use super::*;
+
+impl Harness {
+    /// The Run's agent; a Run whose agent was deleted ends here.
+    pub(crate) async fn agent_or_end(
+        &self,
+        run: &mut Run,
+        prev: Stamp,
+    ) -> Result<Option<AgentDefinition>, StepError> {
+        if let Some(agent) = self.svc.registry.agent(&run.agent).await? {
+            return Ok(Some(agent));
+        }
+        let err = RunError::new(
+            "AGENT_NOT_FOUND",
+            format!("agent '{}' no longer exists", run.agent),
+        );
+        self.finish(run, prev, RunEvent::Failed, Some(err), vec![])
+            .await?;
+        Ok(None)
+    }
+
+    /// The Run waits for its sandbox: AWAITING_TOOL, with a watchdog.
+    pub(crate) async fn wait(
+        &self,
+        mut run: Run,
+        prev: Stamp,
+        events: Vec<RunEventRecord>,
+    ) -> Result<(), StepError> {
+        let now = self.svc.clock.now_ms();
+        run.apply(&RunEvent::AwaitTool, now)
+            .map_err(|e| StepError::Retry(e.to_string()))?;
+        run.lease_until_ms = 0;
+        self.svc.runs.save(prev, &run, &events, vec![]).await?;
+        self.check_later(&run).await
+    }
+
+    /// Asks the dispatcher to check on a waiting Run after a while.
+    pub(crate) async fn check_later(&self, run: &Run) -> Result<(), StepError> {
+        self.svc
+            .queues
+            .send_dispatch_delayed(
+                &DispatchMessage::CheckRun {
+                    run_id: run.run_id.clone(),
+                    tenant: run.tenant.clone(),
+                    step: run.step,
+                    epoch: run.epoch,
+                },
+                self.svc.cfg.sandbox.check_seconds,
+            )
+            .await
+            .map_err(|e| StepError::Retry(format!("watchdog not scheduled: {e}")))
+    }
+
+    pub(crate) async fn complete(
+        &self,
+        run: &mut Run,
+        prev: Stamp,
+        mut events: Vec<RunEventRecord>,
+        input: &str,
+        reply: ModelReply,
+    ) -> Result<(), StepError> {
+        let now = self.svc.clock.now_ms();
+        let actions = run
+            .apply(&RunEvent::Answered, now)
+            .map_err(|e| StepError::Retry(e.to_string()))?;
+        let svc = &self.svc;
+        let key = format!("outputs/{}/{}", run.tenant, run.run_id);
+        run.output = Some(
+            svc.payloads
+                .spill(&key, &reply.content, svc.cfg.inline_limit_bytes)
+                .await?,
+        );
+        run.lease_until_ms = 0;
+        let (preview, truncated) = clip(&reply.content, EVENT_PREVIEW_BYTES);
+        events.push(run.push_event(
+            "run_completed",
+            json!({"output": preview, "truncated": truncated}),
+            now,
+        ));
+        let mut extra = Vec::new();
+        if let (Some(sid), Some(seq)) = (&run.session_id, run.session_seq) {
+            let (user_turn, assistant_turn) = session::turn_numbers(seq);
+            let turn = |role, content: &str| HistoryTurn {
+                role,
+                content: content.to_string(),
+                run_id: run.run_id.clone(),
+            };
+            extra.push(
+                svc.sessions
+                    .turn_put(sid, user_turn, &turn(Role::User, input))
+                    .await?,
+            );
+            extra.push(
+                svc.sessions
+                    .turn_put(sid, assistant_turn, &turn(Role::Assistant, &reply.content))
+                    .await?,
+            );
+        }
+        self.svc.runs.save(prev, run, &events, extra).await?;
+        tracing::info!(run_id = %run.run_id, epoch = run.epoch, "run completed");
+        self.carry_out(run, &actions).await
+    }
+
+    /// Ends the Run in a terminal state other than COMPLETED.
+    pub(crate) async fn finish(
+        &self,
+        run: &mut Run,
+        prev: Stamp,
+        event: RunEvent,
+        error: Option<RunError>,
+        mut events: Vec<RunEventRecord>,
+    ) -> Result<(), StepError> {
+        let now = self.svc.clock.now_ms();
+        let actions = run
+            .apply(&event, now)
+            .map_err(|e| StepError::Retry(e.to_string()))?;
+        run.lease_until_ms = 0;
+        let kind = match run.state {
+            armada_domain::run::RunState::TimedOut => "run_timed_out",
+            _ => "run_failed",
+        };
+        events.push(run.push_event(kind, json!({"error": error}), now));
+        run.error = error;
+        self.svc.runs.save(prev, run, &events, vec![]).await?;
+        tracing::warn!(run_id = %run.run_id, state = %run.state, error = ?run.error, "run ended");
+        self.carry_out(run, &actions).await
+    }
+
+    pub(crate) async fn carry_out(
+        &self,
+        run: &Run,
+        actions: &[RunAction],
+    ) -> Result<(), StepError> {
+        for a in actions {
+            match a {
+                RunAction::EnqueueNextStep => self
+                    .svc
+                    .queues
+                    .send_harness(&HarnessMessage::Step {
+                        run_id: run.run_id.clone(),
+                        tenant: run.tenant.clone(),
+                        step: run.step,
+                    })
+                    .await
+                    .map_err(|e| StepError::Retry(format!("next step not queued: {e}")))?,
+                RunAction::AnnounceTerminal => self
+                    .svc
+                    .queues
+                    .send_dispatch(&DispatchMessage::RunTerminal {
+                        run_id: run.run_id.clone(),
+                        tenant: run.tenant.clone(),
+                    })
+                    .await
+                    .map_err(|e| StepError::Retry(format!("terminal state not announced: {e}")))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// A stale message may be the redelivery of a step whose commit landed
+    /// but whose follow-up message was lost: send the follow-up again (the
+    /// FIFO deduplication id and the claim make a second copy harmless).
+    pub(crate) async fn resend_followup(&self, run: &Run, now: i64) -> Result<(), StepError> {
+        if run.state.is_active() && run.lease_until_ms <= now {
+            self.carry_out(run, &[RunAction::EnqueueNextStep]).await
+        } else if run.state.is_terminal() && !run.state.is_closed() {
+            self.carry_out(run, &[RunAction::AnnounceTerminal]).await
+        } else {
+            Ok(())
+        }
+    }
+}

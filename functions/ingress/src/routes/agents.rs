@@ -1,0 +1,82 @@
+//! `/v1/agents` (admin writes): definitions, their versions, deletion
+//! (which destroys the agent's sandboxes in every tenant).
+
+use crate::*;
+
+pub(crate) async fn agent_named(svc: &Services, name: &str) -> Result<AgentDefinition, ApiError> {
+    svc.registry
+        .agent(name)
+        .await
+        .map_err(store_err)?
+        .ok_or_else(|| ApiError::not_found(&format!("agent '{name}'")))
+}
+
+pub(crate) fn agent_json(def: &AgentDefinition, version: u64) -> Value {
+    let mut v = serde_json::to_value(def).unwrap_or(Value::Null);
+    v["version"] = json!(version);
+    v
+}
+
+pub(crate) async fn list_agents(svc: &Services) -> ApiResult {
+    let agents = svc.registry.list_agents().await.map_err(store_err)?;
+    let list: Vec<Value> = agents.iter().map(|(d, v)| agent_json(d, *v)).collect();
+    Ok((200, json!({"agents": list})))
+}
+
+pub(crate) async fn get_agent(svc: &Services, name: &str) -> ApiResult {
+    match svc.registry.agent_version(name).await.map_err(store_err)? {
+        Some((def, v)) => Ok((200, agent_json(&def, v))),
+        None => Err(ApiError::not_found(&format!("agent '{name}'"))),
+    }
+}
+
+pub(crate) async fn put_agent(svc: &Services, req: &Request, name: &str) -> ApiResult {
+    let body = body_json(req)?;
+    let mut def = AgentDefinition::from_json(name, &body)?;
+    svc.registry
+        .resolve_manifests(&mut def)
+        .await
+        .map_err(store_err)??;
+    // The profile must resolve now, global profiles first: a placement that
+    // could never be met is refused here rather than at the first call.
+    let global = svc.registry.profiles().await.map_err(store_err)?;
+    let (_, shadowed) = def
+        .sandbox
+        .resolve(global)
+        .map_err(|e| ApiError::new(400, "INVALID_FIELD", format!("sandbox.profile: {e}")))?;
+    let version = svc.registry.put_agent(&def).await.map_err(store_err)?;
+    let mut v = agent_json(&def, version);
+    if !shadowed.is_empty() {
+        // Reported, not silently dropped: the global definitions hold.
+        v["shadowed_profiles"] = json!(shadowed);
+    }
+    Ok((200, v))
+}
+
+/// Deletes an agent and, with it, every sandbox it has in any tenant: no
+/// task and no file of it is left (seed 000 §E).
+pub(crate) async fn delete_agent(svc: &Services, name: &str) -> ApiResult {
+    let sandboxes = svc.sandboxes.list_agent(name).await.map_err(store_err)?;
+    let mut destroyed = Vec::new();
+    for rec in sandboxes {
+        sandboxing::destroy(svc, &rec.tenant, &rec.agent, "the agent was deleted")
+            .await
+            .map_err(store_err)?;
+        if let Some(gone) = svc
+            .sandboxes
+            .get(&rec.tenant, &rec.agent)
+            .await
+            .map_err(store_err)?
+        {
+            let _ = svc.sandboxes.delete(&gone).await;
+        }
+        destroyed.push(rec.tenant);
+    }
+    if !svc.registry.delete_agent(name).await.map_err(store_err)? && destroyed.is_empty() {
+        return Err(ApiError::not_found(&format!("agent '{name}'")));
+    }
+    Ok((
+        200,
+        json!({"agent": name, "deleted": true, "sandboxes_destroyed": destroyed}),
+    ))
+}

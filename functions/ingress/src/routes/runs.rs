@@ -1,0 +1,362 @@
+//! `/v1/runs`: start (validated, deduplicated by Idempotency-Key, written
+//! and enqueued), read, events (long-poll), cancel.
+
+use crate::*;
+
+pub(crate) async fn load_run(svc: &Services, tenant: &str, run_id: &str) -> Result<Run, ApiError> {
+    match svc.runs.get(run_id).await.map_err(store_err)? {
+        // Another tenant's Run does not exist for this caller.
+        Some(run) if run.tenant == tenant => Ok(run),
+        _ => Err(ApiError::not_found(&format!("run '{run_id}'"))),
+    }
+}
+
+/// A Run's public view.
+pub async fn run_view(svc: &Services, run: &Run) -> Value {
+    let input = payload_json(svc, &run.input).await;
+    let mut v = json!({
+        "run_id": run.run_id,
+        "agent": run.agent,
+        "state": run.state,
+        "input": input,
+        "created_at": rfc3339(run.created_at_ms),
+        "updated_at": rfc3339(run.updated_at_ms),
+        "usage": run.usage,
+        "step": run.step,
+        "epoch": run.epoch,
+        "metadata": run.metadata,
+    });
+    if let Some(o) = &run.output {
+        v["output"] = payload_json(svc, o).await;
+    }
+    if let Some(e) = &run.error {
+        v["error"] = json!(e);
+    }
+    if let Some(s) = &run.session_id {
+        v["session_id"] = json!(s);
+    }
+    if let Some(p) = &run.parent_run_id {
+        v["parent_run_id"] = json!(p);
+    }
+    v
+}
+
+pub(crate) async fn enqueue_start(svc: &Services, run: &Run) -> Result<(), ApiError> {
+    let msg = DispatchMessage::StartRun {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+    };
+    let mut last = None;
+    for attempt in 0..3u32 {
+        match svc.queues.send_dispatch(&msg).await {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                tracing::warn!(attempt, error = %e, "enqueue failed");
+                last = Some(e);
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+            }
+        }
+    }
+    tracing::error!(run_id = %run.run_id, error = ?last, "run written but not enqueued");
+    Err(ApiError::unavailable(
+        "the run was recorded but could not be queued; retry with the same Idempotency-Key",
+    ))
+}
+
+/// What a new Run is attached to.
+pub(crate) struct NewRun<'a> {
+    pub(crate) tenant: &'a str,
+    pub(crate) agent: &'a AgentDefinition,
+    pub(crate) input: String,
+    pub(crate) session: Option<SessionHeader>,
+    pub(crate) callback_url: Option<String>,
+    pub(crate) metadata: Value,
+    pub(crate) idempotency: Option<(String, String)>,
+}
+
+pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, Value), ApiError> {
+    let now = svc.clock.now_ms();
+    let run_id = new_id("run");
+    let input = if new.input.len() > svc.cfg.inline_limit_bytes {
+        let key = format!("inputs/{}/{run_id}", new.tenant);
+        svc.payloads
+            .put_text(&key, &new.input)
+            .await
+            .map_err(store_err)?;
+        Payload::Stored {
+            key,
+            bytes: new.input.len(),
+        }
+    } else {
+        Payload::Inline { text: new.input }
+    };
+    let limits = new.agent.limits;
+    let mut session = new.session;
+    for _attempt in 0..5 {
+        let mut run = Run {
+            run_id: run_id.clone(),
+            tenant: new.tenant.to_string(),
+            agent: new.agent.name.clone(),
+            state: RunState::Pending,
+            step: 0,
+            epoch: 0,
+            lease_until_ms: 0,
+            event_seq: 0,
+            input: input.clone(),
+            output: None,
+            error: None,
+            session_id: session.as_ref().map(|h| h.session_id.clone()),
+            session_seq: session.as_ref().map(|h| h.next_seq + 1),
+            parent_run_id: None,
+            callback_url: new.callback_url.clone(),
+            metadata: new.metadata.clone(),
+            created_at_ms: now,
+            updated_at_ms: now,
+            budgets: Budgets {
+                max_model_turns: limits.max_model_turns,
+                max_tool_calls: limits.max_tool_calls,
+                deadline_ms: now + i64::from(limits.timeout_s) * 1000,
+            },
+            usage: Usage::default(),
+            ledger: Default::default(),
+            sandbox_key: None,
+            prewarm_sandbox: new.agent.sandbox.resident
+                && new
+                    .agent
+                    .skills
+                    .iter()
+                    .any(|s| armada_domain::skills::builtin(s).is_some_and(|m| m.in_sandbox())),
+        };
+        let created = run.push_event(
+            "run_created",
+            json!({"agent": run.agent, "session_id": run.session_id, "session_seq": run.session_seq}),
+            now,
+        );
+        let mut extra = Vec::new();
+        let idem_index = new.idempotency.as_ref().map(|(key, fp)| {
+            extra.push(svc.idempotency.claim_item(
+                new.tenant,
+                key,
+                &IdemRecord {
+                    fingerprint: fp.clone(),
+                    run_id: run_id.clone(),
+                },
+                now,
+            ));
+            extra.len()
+        });
+        let session_index = session.as_ref().map(|h| {
+            let first = extra.len() + 1;
+            extra.extend(svc.sessions.accept_message(h, &run_id));
+            first
+        });
+        match svc.runs.create(&run, &[created], extra).await {
+            Ok(()) => {
+                enqueue_start(svc, &run).await?;
+                let mut body = json!({"run_id": run.run_id, "state": run.state});
+                if let (Some(s), Some(seq)) = (&run.session_id, run.session_seq) {
+                    body["session_id"] = json!(s);
+                    body["seq"] = json!(seq);
+                }
+                return Ok((202, body));
+            }
+            Err(StoreError::Conflict { which }) if which.is_some() && which == idem_index => {
+                let (key, fp) = new.idempotency.as_ref().expect("idem_index implies a key");
+                return replay(svc, new.tenant, key, fp).await;
+            }
+            Err(StoreError::Conflict { which }) if which.is_some() && which == session_index => {
+                let h = session.as_ref().expect("session_index implies a session");
+                let fresh = svc
+                    .sessions
+                    .header(&h.session_id)
+                    .await
+                    .map_err(store_err)?
+                    .ok_or_else(|| ApiError::not_found("session"))?;
+                if fresh.on_busy == armada_domain::session::OnBusy::Reject && fresh.busy() {
+                    return Err(ApiError::conflict(
+                        "SESSION_BUSY",
+                        "the session's previous message is still being answered",
+                    ));
+                }
+                session = Some(fresh);
+            }
+            Err(e) => return Err(store_err(e)),
+        }
+    }
+    Err(ApiError::unavailable("the session is contended; retry"))
+}
+
+/// A repeated `Idempotency-Key`: the same body gets the same Run (re-queued
+/// if it never left PENDING); a different body is refused.
+pub(crate) async fn replay(svc: &Services, tenant: &str, key: &str, fp: &str) -> ApiResult {
+    let rec = svc
+        .idempotency
+        .get(tenant, key)
+        .await
+        .map_err(store_err)?
+        .ok_or_else(|| ApiError::unavailable("idempotency record is settling; retry"))?;
+    if rec.fingerprint != fp {
+        return Err(ApiError::conflict(
+            "IDEMPOTENCY_KEY_REUSED",
+            "this Idempotency-Key was used with a different request body",
+        ));
+    }
+    let run = load_run(svc, tenant, &rec.run_id).await?;
+    if run.state == RunState::Pending {
+        enqueue_start(svc, &run).await?;
+    }
+    let mut body = json!({"run_id": run.run_id, "state": run.state, "replayed": true});
+    if let Some(s) = &run.session_id {
+        body["session_id"] = json!(s);
+    }
+    Ok((202, body))
+}
+
+pub(crate) fn idempotency(
+    req: &Request,
+    route: &str,
+    body: &Value,
+) -> Result<Option<(String, String)>, ApiError> {
+    let Some(v) = req.headers().get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = v
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= 255)
+        .ok_or_else(|| {
+            ApiError::new(
+                400,
+                "INVALID_HEADER",
+                "Idempotency-Key must be 1-255 visible characters",
+            )
+        })?;
+    // serde_json's maps are ordered, so this is a canonical fingerprint.
+    let fp = sha256_hex(format!("{route}\n{body}").as_bytes());
+    Ok(Some((key.to_string(), fp)))
+}
+
+pub(crate) async fn create_run(svc: &Services, req: &Request, tenant: &str) -> ApiResult {
+    let body = body_json(req)?;
+    let cr = CreateRun::parse(&body)?;
+    let idem = idempotency(req, "POST /v1/runs", &body)?;
+    let agent = agent_named(svc, &cr.agent).await?;
+    let session = match &cr.session_id {
+        None => None,
+        Some(sid) => {
+            let h = session_for(svc, tenant, sid).await?;
+            if h.agent != agent.name {
+                return Err(ApiError::new(
+                    400,
+                    "INVALID_FIELD",
+                    format!("session_id: the session belongs to agent '{}'", h.agent),
+                ));
+            }
+            Some(h)
+        }
+    };
+    start_run(
+        svc,
+        NewRun {
+            tenant,
+            agent: &agent,
+            input: cr.input,
+            session,
+            callback_url: cr.callback_url,
+            metadata: cr.metadata,
+            idempotency: idem,
+        },
+    )
+    .await
+}
+
+pub(crate) async fn get_run(svc: &Services, tenant: &str, run_id: &str) -> ApiResult {
+    let run = load_run(svc, tenant, run_id).await?;
+    Ok((200, run_view(svc, &run).await))
+}
+
+pub(crate) async fn run_events(
+    svc: &Services,
+    req: &Request,
+    tenant: &str,
+    run_id: &str,
+) -> ApiResult {
+    let q = query(req);
+    let after: u64 = match q.get("after") {
+        None => 0,
+        Some(v) => v.parse().map_err(|_| {
+            ApiError::new(400, "INVALID_QUERY", "after must be a non-negative integer")
+        })?,
+    };
+    let wait_s: u64 = match q.get("wait") {
+        None => 0,
+        Some(v) => v
+            .parse::<u64>()
+            .map_err(|_| ApiError::new(400, "INVALID_QUERY", "wait must be a number of seconds"))?
+            .min(MAX_EVENTS_WAIT_S),
+    };
+    load_run(svc, tenant, run_id).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_s);
+    loop {
+        let events = svc
+            .runs
+            .events(run_id, after, 100)
+            .await
+            .map_err(store_err)?;
+        if !events.is_empty() || tokio::time::Instant::now() >= deadline {
+            let next = events.last().map(|e| e.seq).unwrap_or(after);
+            let list: Vec<Value> = events
+                .into_iter()
+                .map(|e| {
+                    let mut v = json!({"seq": e.seq, "type": e.kind, "at": rfc3339(e.at_ms)});
+                    if let (Value::Object(dst), Value::Object(src)) = (&mut v, e.data) {
+                        for (k, val) in src {
+                            dst.entry(k).or_insert(val);
+                        }
+                    }
+                    v
+                })
+                .collect();
+            return Ok((200, json!({"events": list, "next": next})));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub(crate) async fn cancel_run(svc: &Services, tenant: &str, run_id: &str) -> ApiResult {
+    for _ in 0..5 {
+        let run = load_run(svc, tenant, run_id).await?;
+        if run.state.is_terminal() {
+            return Err(ApiError::conflict(
+                "RUN_TERMINAL",
+                format!("the run is already {}", run.state),
+            ));
+        }
+        let now = svc.clock.now_ms();
+        let prev = run.stamp();
+        let mut next = run.clone();
+        next.apply(&RunEvent::CancelRequested, now)
+            .map_err(|e| ApiError::conflict("RUN_TERMINAL", e.to_string()))?;
+        // A new epoch fences out any worker still executing a step.
+        next.epoch += 1;
+        next.lease_until_ms = 0;
+        let ev = next.push_event("run_cancelled", json!({"by": "api"}), now);
+        match svc.runs.save(prev, &next, &[ev], vec![]).await {
+            Ok(()) => {
+                let msg = DispatchMessage::RunTerminal {
+                    run_id: next.run_id.clone(),
+                    tenant: next.tenant.clone(),
+                };
+                if let Err(e) = svc.queues.send_dispatch(&msg).await {
+                    // The Run is cancelled; its post-terminal duties are
+                    // retried when the dispatcher next sees this Run.
+                    tracing::error!(error = %e, run_id, "cancel recorded but not announced");
+                }
+                return Ok((200, json!({"run_id": run_id, "state": next.state})));
+            }
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(store_err(e)),
+        }
+    }
+    Err(ApiError::unavailable("the run is changing quickly; retry"))
+}
