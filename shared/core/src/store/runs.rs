@@ -171,44 +171,41 @@ impl RunStore {
         epoch: u64,
         lease_until_ms: i64,
     ) -> Result<bool, StoreError> {
-        match self
+        self.set_lease(run_id, epoch, lease_until_ms, true).await
+    }
+
+    /// Gives a claimed step back (lease expired now), if `epoch` still owns it.
+    pub async fn release(&self, run_id: &str, epoch: u64) -> Result<(), StoreError> {
+        self.set_lease(run_id, epoch, 0, false).await.map(|_| ())
+    }
+
+    /// Sets the lease if `epoch` still owns the Run (and, with
+    /// `only_if_live`, its lease has not been ended); `false` when not.
+    async fn set_lease(
+        &self,
+        run_id: &str,
+        epoch: u64,
+        lease_until_ms: i64,
+        only_if_live: bool,
+    ) -> Result<bool, StoreError> {
+        let mut update = self
             .dynamo
             .update_item()
             .table_name(&self.runs_table)
             .key("run_id", s(run_id))
             .update_expression("SET lease_until = :lease")
-            .condition_expression("epoch = :epoch AND lease_until > :zero")
+            .condition_expression("epoch = :epoch")
             .expression_attribute_values(":lease", n(lease_until_ms))
-            .expression_attribute_values(":epoch", n(epoch))
-            .expression_attribute_values(":zero", n(0))
-            .send()
-            .await
-        {
+            .expression_attribute_values(":epoch", n(epoch));
+        if only_if_live {
+            update = update
+                .condition_expression("epoch = :epoch AND lease_until > :zero")
+                .expression_attribute_values(":zero", n(0));
+        }
+        match update.send().await {
             Ok(_) => Ok(true),
             Err(e) => match classify(e) {
                 StoreError::Conflict { .. } => Ok(false),
-                other => Err(other),
-            },
-        }
-    }
-
-    /// Gives a claimed step back (lease expired now), if `epoch` still owns it.
-    pub async fn release(&self, run_id: &str, epoch: u64) -> Result<(), StoreError> {
-        match self
-            .dynamo
-            .update_item()
-            .table_name(&self.runs_table)
-            .key("run_id", s(run_id))
-            .update_expression("SET lease_until = :zero")
-            .condition_expression("epoch = :epoch")
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":epoch", n(epoch))
-            .send()
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) => match classify(e) {
-                StoreError::Conflict { .. } => Ok(()),
                 other => Err(other),
             },
         }
