@@ -333,6 +333,14 @@ async fn cancel_ends_a_run_and_fences_its_worker() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let reached = t
+        .stack
+        .model_stats
+        .requests
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(reached, 1, "the worker is inside the model call");
+    let fenced = &t.stack.svc.counters.fenced_commits;
+    assert_eq!(fenced.load(std::sync::atomic::Ordering::Relaxed), 0);
     let v = t
         .client
         .post(&format!("/v1/runs/{run_id}/cancel"), &json!({}))
@@ -354,8 +362,18 @@ async fn cancel_ends_a_run_and_fences_its_worker() {
         (s, v["error"]["code"].as_str()),
         (409, Some("RUN_TERMINAL"))
     );
-    // The worker's late answer does not land.
-    tokio::time::sleep(Duration::from_millis(3000)).await;
+    // The worker comes back from the model and its commit is refused.
+    for _ in 0..100 {
+        if fenced.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        fenced.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "the cancelled run's worker was fenced"
+    );
     let run = t.client.get(&format!("/v1/runs/{run_id}")).await.unwrap();
     assert_eq!(run["state"], "CLOSED_CANCELLED");
     assert!(run.get("output").is_none(), "{run}");

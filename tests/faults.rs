@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use armada_core::Services;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
 use armada_domain::run::Run;
-use armada_harness::{Aborted, StepHooks, FENCED_COMMITS};
+use armada_harness::{Aborted, StepHooks};
 use armada_tests::{outcome, params, TestStack};
 
 /// Short leases and visibility timeouts so redelivery happens in seconds.
@@ -325,19 +325,19 @@ async fn a_stale_workers_commit_is_rejected() {
     )
     .await;
     let _ = slot.set(t.stack.svc.clone());
-    let fenced_before = FENCED_COMMITS.load(Ordering::Relaxed);
+    let fenced_before = t.stack.svc.counters.fenced_commits.load(Ordering::Relaxed);
     let (run_id, run) = t.ask("assistant", "stall-once").await;
     assert_eq!(run["output"], "echo: stall-once");
     assert_eq!(run["epoch"], 2);
     // The stalled worker wakes, tries to commit epoch 1, and is refused.
     for _ in 0..100 {
-        if FENCED_COMMITS.load(Ordering::Relaxed) > fenced_before {
+        if t.stack.svc.counters.fenced_commits.load(Ordering::Relaxed) > fenced_before {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(
-        FENCED_COMMITS.load(Ordering::Relaxed) > fenced_before,
+        t.stack.svc.counters.fenced_commits.load(Ordering::Relaxed) > fenced_before,
         "the stale commit was not rejected"
     );
     t.wait_closed(&run_id).await;

@@ -30,7 +30,10 @@ impl Harness {
         let now = svc.clock.now_ms();
         match run.classify_delivery(step, now) {
             Delivery::Stale { reason } => {
-                STALE_DROPS.fetch_add(1, Ordering::Relaxed);
+                self.svc
+                    .counters
+                    .stale_drops
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::info!(run_id, step, current = run.step, state = %run.state, reason = reason.as_str(), "stale message dropped");
                 self.resend_followup(&run, now).await?;
                 return Ok(None);
@@ -50,7 +53,10 @@ impl Harness {
                 Ok(Some((r, now)))
             }
             Err(StoreError::Conflict { .. }) => {
-                STALE_DROPS.fetch_add(1, Ordering::Relaxed);
+                self.svc
+                    .counters
+                    .stale_drops
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::info!(run_id, step, "claim lost to another worker; dropped");
                 Ok(None)
             }

@@ -12,7 +12,7 @@
 //! [`tool_result`] applies a sandbox's answer; [`commit`] ends the step
 //! (wait, complete, fail) with one fenced commit and what follows it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -110,11 +110,6 @@ fn executor(agent: &AgentDefinition, skill: &str) -> String {
         .manifest(skill)
         .map_or_else(|| skill.to_string(), |m| m.executor().to_string())
 }
-
-/// Messages dropped as duplicates or overtaken.
-pub static STALE_DROPS: AtomicU64 = AtomicU64::new(0);
-/// Commits refused because a newer epoch had claimed the Run.
-pub static FENCED_COMMITS: AtomicU64 = AtomicU64::new(0);
 
 /// The step was aborted the way a Lambda dies: nothing acknowledged,
 /// nothing committed, the lease left to expire.
@@ -257,7 +252,10 @@ impl Harness {
                 min_delay_s: until_s,
             }),
             Err(StepError::Fenced) => {
-                FENCED_COMMITS.fetch_add(1, Ordering::Relaxed);
+                self.svc
+                    .counters
+                    .fenced_commits
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("commit rejected: a newer epoch owns the run; work discarded");
                 Ok(Outcome::Done)
             }

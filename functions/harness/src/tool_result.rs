@@ -32,7 +32,10 @@ impl Harness {
             r.sandbox && !r.state.is_settled() && r.attempt == attempt && r.step == step
         });
         if !fresh || current.state.is_terminal() {
-            STALE_DROPS.fetch_add(1, Ordering::Relaxed);
+            self.svc
+                .counters
+                .stale_drops
+                .fetch_add(1, Ordering::Relaxed);
             tracing::info!(run_id, call_id, attempt, state = %current.state, "outcome for a settled call, an old attempt or an ended run dropped");
             return Ok(());
         }

@@ -39,6 +39,9 @@ use crate::tools::InlineTools;
 /// Everything a handler needs, built once per process.
 #[derive(Debug, Clone)]
 pub struct Services {
+    /// What this process's handlers counted, per `Services`: each local
+    /// stack (and so each test) reads its own.
+    pub counters: Arc<Counters>,
     pub cfg: Config,
     pub aws: AwsClients,
     pub runs: RunStore,
@@ -55,11 +58,21 @@ pub struct Services {
     pub clock: Clock,
 }
 
+/// Events worth counting that are not errors.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Messages dropped as duplicates or overtaken.
+    pub stale_drops: std::sync::atomic::AtomicU64,
+    /// Commits refused because a newer epoch had claimed the Run.
+    pub fenced_commits: std::sync::atomic::AtomicU64,
+}
+
 impl Services {
     pub async fn init(cfg: Config, aws: AwsClients) -> Result<Arc<Self>, StoreError> {
         let queues = Queues::resolve(aws.sqs.clone(), &cfg).await?;
         let payloads = Payloads::new(aws.s3.clone(), &cfg.payload_bucket);
         Ok(Arc::new(Services {
+            counters: Arc::default(),
             runs: RunStore::new(aws.dynamo.clone(), &cfg.runs_table, &cfg.run_events_table),
             sessions: SessionStore::new(
                 aws.dynamo.clone(),
