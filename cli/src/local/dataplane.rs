@@ -106,7 +106,7 @@ pub fn sandbox_program() -> Result<Program> {
 }
 
 /// Applies a lifecycle step to a task's sandbox record (if it applies).
-async fn record<E>(
+async fn record<E: std::fmt::Display>(
     store: &SandboxStore,
     t: &LocalTask,
     mut step: impl FnMut(&mut SandboxRecord) -> Result<(), E>,
@@ -115,7 +115,10 @@ async fn record<E>(
         .modify(&t.tenant, &t.agent, |cur| match cur {
             Some(mut r) => match step(&mut r) {
                 Ok(()) => Change::Write(Box::new(r), ()),
-                Err(_) => Change::Keep(()),
+                Err(e) => {
+                    tracing::error!(sandbox = %r.key(), error = %e, "illegal sandbox transition refused");
+                    Change::Keep(())
+                }
             },
             None => Change::Keep(()),
         })
@@ -221,10 +224,13 @@ impl DataPlane {
             } else if info.is_running() && !self.tasks.contains_key(&info.arn) {
                 if let Err(e) = self.start(&info) {
                     tracing::error!(task = %info.arn, error = %format!("{e:#}"), "could not start a sandbox task");
-                    let _ = self
+                    if let Err(e) = self
                         .provider
                         .stop(&info.arn, &format!("the host could not start it: {e}"))
-                        .await;
+                        .await
+                    {
+                        tracing::warn!(task = %info.arn, error = %e, "could not mark an unstartable task stopped");
+                    }
                 }
             }
         }
@@ -362,7 +368,9 @@ impl DataPlane {
                         continue;
                     }
                     t.frozen = false;
-                    let _ = record(&self.store, t, |r| r.woke(g, now)).await;
+                    if let Err(e) = record(&self.store, t, |r| r.woke(g, now)).await {
+                        tracing::warn!(sandbox = %rec.key(), error = %e, "could not record a wake");
+                    }
                     tracing::info!(sandbox = %rec.key(), "sandbox woke");
                 }
                 _ => {}
@@ -393,7 +401,9 @@ impl DataPlane {
         let _ = t.child.wait().await;
         for c in CONTAINER_PORTS {
             if let Some(h) = host_port(c) {
-                let _ = self.store.release_port("local", h, arn).await;
+                if let Err(e) = self.store.release_port("local", h, arn).await {
+                    tracing::warn!(task = arn, port = h, error = %e, "could not give a host port back");
+                }
             }
         }
         if let Err(e) = std::fs::remove_dir_all(&t.dir) {

@@ -13,6 +13,7 @@
 //! Settling a Run also lets go of its agent's sandbox and wakes the next
 //! Run waiting for it.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -26,7 +27,9 @@ use armada_core::store::sandboxes::CallRef;
 use armada_core::Services;
 use armada_domain::ledger::ToolCallState;
 use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};
-use armada_domain::run::{Run, RunError, RunEvent, RunEventRecord, RunState, Stamp};
+use armada_domain::run::{
+    IllegalTransition, Run, RunError, RunEvent, RunEventRecord, RunState, Stamp,
+};
 use armada_domain::sandbox::hand::{codes, CallOutcome, SANDBOX_LOST};
 use armada_domain::sandbox::lifecycle::SandboxState;
 
@@ -289,8 +292,8 @@ impl Dispatcher {
             event_seq: run.event_seq - events.len() as u64,
         };
         let mut next = run;
-        if next.apply(&RunEvent::Closed, now).is_err() {
-            return Outcome::Done;
+        if let Err(e) = next.apply(RunEvent::Closed, now) {
+            return self.illegal(&next.run_id, &e);
         }
         events.push(next.push_event("run_closed", json!({"outcome": next.state.outcome()}), now));
         match self.svc.runs.save(prev, &next, &events, vec![]).await {
@@ -364,12 +367,7 @@ impl Dispatcher {
                 .cloned()
                 .collect();
             for c in dispatched {
-                let generation = c
-                    .result
-                    .as_ref()
-                    .and_then(|r| r.get("generation"))
-                    .and_then(|g| g.as_u64())
-                    .unwrap_or(0);
+                let generation = c.generation.unwrap_or(0);
                 let call = CallRef {
                     run_id: run.run_id.clone(),
                     call_id: c.call_id.clone(),
@@ -444,50 +442,52 @@ impl Dispatcher {
             "the run exceeded its wall-clock budget while waiting",
         );
         let (run_id, tenant) = (run.run_id.clone(), run.tenant.clone());
+        let event = RunEvent::DeadlineExceeded { error };
         match self
-            .end_from_outside(
-                run,
-                RunEvent::DeadlineExceeded,
-                "run_timed_out",
-                error,
-                json!({}),
-                now,
-            )
+            .end_from_outside(run, event, "run_timed_out", json!({}), now)
             .await
         {
-            Ok(true) => self.settle(&run_id, &tenant).await,
-            Ok(false) | Err(StoreError::Conflict { .. }) => Outcome::Done,
+            Ok(Ok(())) => self.settle(&run_id, &tenant).await,
+            Ok(Err(e)) => self.illegal(&run_id, &e),
+            Err(StoreError::Conflict { .. }) => Outcome::Done,
             Err(e) => retry(e),
         }
     }
 
     /// Ends a Run from outside the harness, taking the next epoch as a
     /// claim would, so a worker still on the Run cannot commit after it.
-    /// `Ok(false)` when the Run cannot take `event` (it ended already).
+    /// `Ok(Err(_))` when the Run cannot take `event`.
     async fn end_from_outside(
         &self,
         run: Run,
         event: RunEvent,
         kind: &str,
-        error: RunError,
         extra: serde_json::Value,
         now: i64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Result<(), IllegalTransition>, StoreError> {
         let prev = run.stamp();
         let mut next = run;
-        if next.apply(&event, now).is_err() {
-            return Ok(false);
+        if let Err(e) = next.apply_from_outside(event, now) {
+            return Ok(Err(e));
         }
-        next.epoch += 1;
-        next.lease_until_ms = 0;
-        let mut data = json!({"error": error});
+        let mut data = json!({"error": next.error});
         if let (Some(d), Some(x)) = (data.as_object_mut(), extra.as_object()) {
             d.extend(x.clone());
         }
         let ev = next.push_event(kind, data, now);
-        next.error = Some(error);
         self.svc.runs.save(prev, &next, &[ev], vec![]).await?;
-        Ok(true)
+        Ok(Ok(()))
+    }
+
+    /// A move the domain refused: logged with the Run and counted, and the
+    /// message dropped (retrying cannot make it legal).
+    fn illegal(&self, run_id: &str, e: &IllegalTransition) -> Outcome {
+        self.svc
+            .counters
+            .illegal_transitions
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::error!(run_id, error = %e, "illegal transition refused; message dropped");
+        Outcome::Done
     }
 
     /// A message that kept failing: fail its Run with the reason, then settle it.
@@ -537,19 +537,14 @@ impl Dispatcher {
                     "the run's {what} message failed on every delivery and was moved to {queue}"
                 ),
             );
+            let event = RunEvent::Failed { error };
+            let extra = json!({"receives": receives});
             match self
-                .end_from_outside(
-                    run,
-                    RunEvent::Failed,
-                    "run_failed",
-                    error,
-                    json!({"receives": receives}),
-                    now,
-                )
+                .end_from_outside(run, event, "run_failed", extra, now)
                 .await
             {
-                Ok(true) => return self.settle(&run_id, &tenant).await,
-                Ok(false) => return Outcome::Done,
+                Ok(Ok(())) => return self.settle(&run_id, &tenant).await,
+                Ok(Err(e)) => return self.illegal(&run_id, &e),
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return retry(e),
             }

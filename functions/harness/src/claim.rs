@@ -47,10 +47,13 @@ impl Harness {
             }
             Delivery::Claimable => {}
         }
-        match svc.runs.claim(&run, now, svc.cfg.step_lease_ms).await {
-            Ok(r) => {
-                tracing::info!(run_id, step, epoch = r.epoch, "claimed");
-                Ok(Some((r, now)))
+        let mut claimed = run.clone();
+        let lease_until_ms = now + svc.cfg.step_lease_ms;
+        claimed.apply(RunEvent::Claimed { lease_until_ms }, now)?;
+        match svc.runs.claim(&run, &claimed).await {
+            Ok(()) => {
+                tracing::info!(run_id, step, epoch = claimed.epoch, "claimed");
+                Ok(Some((claimed, now)))
             }
             Err(StoreError::Conflict { .. }) => {
                 self.svc
@@ -64,10 +67,11 @@ impl Harness {
         }
     }
 
-    /// Gives a claimed step back early when it failed for a retryable reason,
-    /// so the redelivery can claim it (fenced: only if still ours).
+    /// Gives a claimed step back early when it failed for a retryable reason
+    /// (so the redelivery can claim it) or was refused (so the next message
+    /// need not wait for the lease); fenced: only if still ours.
     pub(crate) async fn give_back(&self, run_id: &str, epoch: u64, result: &Result<(), StepError>) {
-        if let Err(StepError::Retry(_)) = result {
+        if let Err(StepError::Retry(_) | StepError::Illegal(_)) = result {
             if let Err(e) = self.svc.runs.release(run_id, epoch).await {
                 tracing::warn!(run_id, error = %e, "could not release the lease; it will expire");
             }

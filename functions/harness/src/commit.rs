@@ -13,11 +13,11 @@ impl Harness {
         if let Some(agent) = self.svc.registry.agent(&run.agent).await? {
             return Ok(Some(agent));
         }
-        let err = RunError::new(
+        let error = RunError::new(
             "AGENT_NOT_FOUND",
             format!("agent '{}' no longer exists", run.agent),
         );
-        self.finish(run, prev, RunEvent::Failed, Some(err), vec![])
+        self.finish(run, prev, RunEvent::Failed { error }, vec![])
             .await?;
         Ok(None)
     }
@@ -30,9 +30,7 @@ impl Harness {
         events: Vec<RunEventRecord>,
     ) -> Result<(), StepError> {
         let now = self.svc.clock.now_ms();
-        run.apply(&RunEvent::AwaitTool, now)
-            .map_err(|e| StepError::Retry(e.to_string()))?;
-        run.lease_until_ms = 0;
+        run.apply(RunEvent::AwaitTool, now)?;
         self.svc.runs.save(prev, &run, &events, vec![]).await?;
         self.check_later(&run).await
     }
@@ -62,18 +60,14 @@ impl Harness {
         input: &str,
         reply: ModelReply,
     ) -> Result<(), StepError> {
-        let now = self.svc.clock.now_ms();
-        let actions = run
-            .apply(&RunEvent::Answered, now)
-            .map_err(|e| StepError::Retry(e.to_string()))?;
         let svc = &self.svc;
         let key = format!("outputs/{}/{}", run.tenant, run.run_id);
-        run.output = Some(
-            svc.payloads
-                .spill(&key, &reply.content, svc.cfg.inline_limit_bytes)
-                .await?,
-        );
-        run.lease_until_ms = 0;
+        let output = svc
+            .payloads
+            .spill(&key, &reply.content, svc.cfg.inline_limit_bytes)
+            .await?;
+        let now = svc.clock.now_ms();
+        let actions = run.apply(RunEvent::Answered { output }, now)?;
         let (preview, truncated) = clip(&reply.content, EVENT_PREVIEW_BYTES);
         events.push(run.push_event(
             "run_completed",
@@ -110,20 +104,15 @@ impl Harness {
         run: &mut Run,
         prev: Stamp,
         event: RunEvent,
-        error: Option<RunError>,
         mut events: Vec<RunEventRecord>,
     ) -> Result<(), StepError> {
         let now = self.svc.clock.now_ms();
-        let actions = run
-            .apply(&event, now)
-            .map_err(|e| StepError::Retry(e.to_string()))?;
-        run.lease_until_ms = 0;
-        let kind = match run.state {
-            armada_domain::run::RunState::TimedOut => "run_timed_out",
+        let kind = match &event {
+            RunEvent::DeadlineExceeded { .. } => "run_timed_out",
             _ => "run_failed",
         };
-        events.push(run.push_event(kind, json!({"error": error}), now));
-        run.error = error;
+        let actions = run.apply(event, now)?;
+        events.push(run.push_event(kind, json!({"error": run.error}), now));
         self.svc.runs.save(prev, run, &events, vec![]).await?;
         tracing::warn!(run_id = %run.run_id, state = %run.state, error = ?run.error, "run ended");
         self.carry_out(run, &actions).await

@@ -25,91 +25,27 @@ use armada_core::error::StoreError;
 use armada_core::sandboxing::{self, SandboxError};
 use armada_core::sqs::{process_batch, BatchPolicy, Outcome};
 use armada_core::Services;
-use armada_domain::agent::{AgentDefinition, Provisioning};
+use armada_domain::agent::AgentDefinition;
 use armada_domain::chat::{ChatMessage, ModelReply, Role, ToolCall};
 use armada_domain::context::{self, HistoryTurn};
-use armada_domain::ledger::{self, Recovery, ToolCallRecord, ToolCallState};
+use armada_domain::ledger::ToolCallRecord;
 use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};
 use armada_domain::run::{
-    clip, Delivery, Payload, Run, RunAction, RunError, RunEvent, RunEventRecord, Stamp,
+    clip, Delivery, IllegalTransition, Payload, Run, RunAction, RunError, RunEvent, RunEventRecord,
+    Stamp,
 };
-use armada_domain::sandbox::hand::{
-    codes, error_json, CallOutcome, Invocation, SANDBOX_LOST, SECURITY_VIOLATION,
-};
-use armada_domain::sandbox::lifecycle::{sandbox_key, Acquired};
+use armada_domain::sandbox::hand::codes;
+use armada_domain::sandbox::lifecycle::Acquired;
 use armada_domain::session;
-use armada_domain::skills;
+use armada_domain::step::{
+    decide, invocation, record_dispatch, Decision, InlineAnswer, Next, StepInput, StepRefused,
+    EVENT_PREVIEW_BYTES,
+};
 
 mod claim;
 mod commit;
 mod step;
 mod tool_result;
-
-/// Event payloads are previews: the full text is on the Run (or in S3).
-const EVENT_PREVIEW_BYTES: usize = 8 * 1024;
-/// A tool result kept whole in the ledger (the Run's item); larger ones are
-/// whole in their `tool_result` event only.
-const LEDGER_RESULT_BYTES: usize = 4 * 1024;
-/// Attempts of a call whose sandbox died before it started.
-const MAX_SANDBOX_ATTEMPTS: u32 = 3;
-
-/// A tool result as its event (and so the model) keeps it: whole up to
-/// 64 KiB of JSON, else the start of it, marked truncated. Events are items
-/// of at most 400 KB, and a model's context is smaller still.
-const EVENT_RESULT_BYTES: usize = 64 * 1024;
-
-fn event_result(result: &Value) -> Value {
-    let text = result.to_string();
-    if text.len() <= EVENT_RESULT_BYTES {
-        return result.clone();
-    }
-    let (preview, _) = clip(&text, EVENT_RESULT_BYTES);
-    json!({"truncated": true, "bytes": text.len(), "preview": preview})
-}
-
-/// The ledger keeps small results whole and a note for large ones.
-fn ledger_copy(result: &Value) -> Value {
-    let text = result.to_string();
-    if text.len() <= LEDGER_RESULT_BYTES {
-        result.clone()
-    } else {
-        json!({"bytes": text.len(), "note": "the whole result is in the run's tool_result event"})
-    }
-}
-
-/// A sandbox call that may be sent again: its next attempt is planned.
-fn plan_again(
-    run: &mut Run,
-    rec: &ToolCallRecord,
-    reason: &str,
-    events: &mut Vec<RunEventRecord>,
-    now: i64,
-) {
-    if let Some(r) = run.ledger.get_mut(&rec.call_id) {
-        r.attempt += 1;
-        r.state = ToolCallState::Planned;
-    }
-    events.push(run.push_event(
-        "tool_retried",
-        json!({"call_id": rec.call_id, "name": rec.skill, "reason": reason, "attempt": rec.attempt + 1}),
-        now,
-    ));
-}
-
-/// A call's timeout: the skill's manifest, capped by the sandbox's limit.
-fn call_timeout(agent: &AgentDefinition, skill: &str) -> u32 {
-    let manifest = agent
-        .manifest(skill)
-        .map_or(agent.sandbox.limits.call_timeout_s, |m| m.timeout_s);
-    manifest.min(agent.sandbox.limits.call_timeout_s)
-}
-
-/// The built-in that executes a skill's calls.
-fn executor(agent: &AgentDefinition, skill: &str) -> String {
-    agent
-        .manifest(skill)
-        .map_or_else(|| skill.to_string(), |m| m.executor().to_string())
-}
 
 /// The step was aborted the way a Lambda dies: nothing acknowledged,
 /// nothing committed, the lease left to expire.
@@ -159,7 +95,23 @@ enum StepError {
     },
     /// A newer epoch owns the Run: this worker's work is void.
     Fenced,
+    /// The domain refused a move (a bug, or a message that cannot fit the
+    /// Run): logged with the Run, counted, and the message dropped, since
+    /// no retry can make it legal.
+    Illegal(String),
     Aborted(Aborted),
+}
+
+impl From<IllegalTransition> for StepError {
+    fn from(e: IllegalTransition) -> Self {
+        StepError::Illegal(e.to_string())
+    }
+}
+
+impl From<StepRefused> for StepError {
+    fn from(e: StepRefused) -> Self {
+        StepError::Illegal(e.to_string())
+    }
 }
 
 impl From<StoreError> for StepError {
@@ -257,6 +209,14 @@ impl Harness {
                     .fenced_commits
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("commit rejected: a newer epoch owns the run; work discarded");
+                Ok(Outcome::Done)
+            }
+            Err(StepError::Illegal(why)) => {
+                self.svc
+                    .counters
+                    .illegal_transitions
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::error!(%why, "illegal transition refused; message dropped");
                 Ok(Outcome::Done)
             }
             Err(StepError::Aborted(a)) => Err(a),

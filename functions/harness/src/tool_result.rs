@@ -1,6 +1,7 @@
-//! A sandbox's answer to a dispatched call: the Run claimed for it, the
-//! outcome applied to the call's ledger record (done, failed, lost and
-//! redone or indeterminate, never started and re-sent).
+//! A sandbox's answer to a dispatched call: judged against the ledger,
+//! the Run claimed for it, and the answer handed to [`decide`]
+//! (done, failed, lost and redone or indeterminate, never started and
+//! re-sent), whose decision the step then carries out.
 
 use super::*;
 
@@ -49,92 +50,12 @@ impl Harness {
             let Some(agent) = self.agent_or_end(&mut run, prev).await? else {
                 return Ok(());
             };
-            let mut events = Vec::new();
-            if let Some(err) = self.apply_outcome(&mut run, call_id, outcome, &mut events, now) {
-                return self
-                    .finish(&mut run, prev, RunEvent::Failed, Some(err), events)
-                    .await;
-            }
-            self.advance(run, prev, &agent, events).await
+            let input = StepInput::SandboxAnswered { call_id, outcome };
+            let d = decide(&mut run, &agent, input, now)?;
+            self.drive(run, prev, &agent, d).await
         }
         .await;
         self.give_back(run_id, epoch, &result).await;
         result
-    }
-
-    /// Records a sandbox call's outcome in the ledger. Returns the error
-    /// that ends the Run, if the outcome ends it.
-    pub(crate) fn apply_outcome(
-        &self,
-        run: &mut Run,
-        call_id: &str,
-        outcome: CallOutcome,
-        events: &mut Vec<RunEventRecord>,
-        now: i64,
-    ) -> Option<RunError> {
-        let rec = run.ledger.get(call_id)?.clone();
-        let (state, result, ends_run) = match outcome {
-            CallOutcome::Finished { result } => {
-                let state = if result.get("error").is_some() {
-                    ToolCallState::Failed
-                } else {
-                    ToolCallState::Done
-                };
-                (state, result, None)
-            }
-            CallOutcome::NotRun { code, message } => {
-                if code == SANDBOX_LOST && rec.attempt < MAX_SANDBOX_ATTEMPTS {
-                    // It never ran: safe to send again, to a new sandbox.
-                    plan_again(run, &rec, &message, events, now);
-                    return None;
-                }
-                let ends = match code.as_str() {
-                    SANDBOX_LOST | codes::SANDBOX_UNAVAILABLE => Some(RunError::new(
-                        codes::SANDBOX_UNAVAILABLE,
-                        format!("tool call {call_id} could not run: {message}"),
-                    )),
-                    SECURITY_VIOLATION => {
-                        events.push(run.push_event(
-                            "security_violation",
-                            json!({"call_id": call_id, "message": message}),
-                            now,
-                        ));
-                        Some(RunError::new(SECURITY_VIOLATION, message.clone()))
-                    }
-                    _ => None,
-                };
-                (ToolCallState::Failed, error_json(&code, message), ends)
-            }
-            CallOutcome::Lost { reason } => {
-                if ledger::recover(&rec) == Some(Recovery::Redo) {
-                    plan_again(run, &rec, &reason, events, now);
-                    return None;
-                }
-                if let Some(r) = run.ledger.get_mut(call_id) {
-                    r.state = ToolCallState::Indeterminate;
-                }
-                events.push(run.push_event(
-                    "tool_indeterminate",
-                    json!({"call_id": call_id, "name": rec.skill, "reason": reason}),
-                    now,
-                ));
-                return Some(RunError::new(
-                    "TOOL_INDETERMINATE",
-                    format!(
-                        "tool call {call_id} was dispatched but its sandbox was lost ({reason}); it is not idempotent, so it was not repeated"
-                    ),
-                ));
-            }
-        };
-        if let Some(r) = run.ledger.get_mut(call_id) {
-            r.state = state;
-            r.result = Some(ledger_copy(&result));
-        }
-        events.push(run.push_event(
-            "tool_result",
-            json!({"call_id": call_id, "name": rec.skill, "state": state, "result": event_result(&result)}),
-            now,
-        ));
-        ends_run
     }
 }

@@ -21,7 +21,7 @@ use armada_domain::api::{
     digest_eq, parse_message, sha256_hex, valid_tenant, ApiError, ApiKey, CreateRun, CreateSession,
 };
 use armada_domain::messages::DispatchMessage;
-use armada_domain::run::{Budgets, Payload, Run, RunEvent, RunState, Usage};
+use armada_domain::run::{NewRun as NewRunRecord, Payload, Run, RunEvent, RunState};
 use armada_domain::sandbox::{ProfileDef, Profiles};
 use armada_domain::session::SessionHeader;
 

@@ -65,6 +65,9 @@ pub struct Counters {
     pub stale_drops: std::sync::atomic::AtomicU64,
     /// Commits refused because a newer epoch had claimed the Run.
     pub fenced_commits: std::sync::atomic::AtomicU64,
+    /// Moves the domain refused (a Run or tool-call transition that is not
+    /// legal from where the record is); each is logged with its Run.
+    pub illegal_transitions: std::sync::atomic::AtomicU64,
 }
 
 impl Services {

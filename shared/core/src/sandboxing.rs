@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use armada_domain::agent::AgentDefinition;
 use armada_domain::sandbox::hand::{CallMark, HandMessage, Invocation};
-use armada_domain::sandbox::lifecycle::{Acquired, SandboxRecord, SandboxState};
+use armada_domain::sandbox::lifecycle::{Acquired, LifecycleError, SandboxRecord, SandboxState};
 
 use crate::error::StoreError;
 use crate::hands::TaskRequest;
@@ -166,8 +166,14 @@ pub async fn start_task(
         .sandboxes
         .modify(&rec.tenant, &rec.agent, |cur| match cur {
             Some(mut r) if r.generation == generation => {
-                let _ = r.task_started(generation, &arn, &queue);
-                Change::Write(Box::new(r.clone()), Some(r))
+                match r.task_started(generation, &arn, &queue) {
+                    Ok(()) => Change::Write(Box::new(r.clone()), Some(r)),
+                    // Left as it was: the task is stopped below as unwanted.
+                    Err(e) => {
+                        refused(svc, &r, "task_started", &e);
+                        Change::Keep(Some(r))
+                    }
+                }
             }
             other => Change::Keep(other),
         })
@@ -176,10 +182,13 @@ pub async fn start_task(
         Some(r) if r.task_arn.as_deref() == Some(arn.as_str()) => Ok(r),
         // Superseded meanwhile (destroyed): the task is not wanted.
         other => {
-            let _ = svc
+            if let Err(e) = svc
                 .provider
                 .stop(&arn, "superseded before it started")
-                .await;
+                .await
+            {
+                tracing::warn!(task = %arn, error = %e, "an unwanted sandbox task could not be stopped; it stops at its idle timeout");
+            }
             Err(SandboxError::Placement(format!(
                 "the sandbox changed while starting ({:?})",
                 other.map(|r| (r.generation, r.state))
@@ -193,10 +202,13 @@ async fn fail(svc: &Services, rec: &SandboxRecord, why: &str) -> Result<(), Stor
     let generation = rec.generation;
     svc.sandboxes
         .modify(&rec.tenant, &rec.agent, |cur| match cur {
-            Some(mut r) if r.generation == generation => {
-                let _ = r.fail(generation, why, now);
-                Change::Write(Box::new(r), ())
-            }
+            Some(mut r) if r.generation == generation => match r.fail(generation, why, now) {
+                Ok(()) => Change::Write(Box::new(r), ()),
+                Err(e) => {
+                    refused(svc, &r, "fail", &e);
+                    Change::Keep(())
+                }
+            },
             _ => Change::Keep(()),
         })
         .await
@@ -289,10 +301,13 @@ pub async fn destroy(
     let after = svc
         .sandboxes
         .modify(tenant, agent, |rec| match rec {
-            Some(mut r) if r.generation == generation => {
-                let _ = r.stopped(generation, now);
-                Change::Write(Box::new(r.clone()), Some(r))
-            }
+            Some(mut r) if r.generation == generation => match r.stopped(generation, now) {
+                Ok(()) => Change::Write(Box::new(r.clone()), Some(r)),
+                Err(e) => {
+                    refused(svc, &r, "stopped", &e);
+                    Change::Keep(Some(r))
+                }
+            },
             other => Change::Keep(other),
         })
         .await?;
@@ -391,13 +406,16 @@ pub async fn check_start(
         })
         .await?;
     if let Some(arn) = &old_task {
-        let _ = svc
+        if let Err(e) = svc
             .provider
             .stop(
                 arn,
                 &format!("the sandbox did not start within {timeout_s} s"),
             )
-            .await;
+            .await
+        {
+            tracing::warn!(task = %arn, error = %e, "a sandbox task that did not start could not be stopped");
+        }
     }
     match (retry, agent) {
         (Some(true), Some(agent)) => {
@@ -433,4 +451,13 @@ pub fn view(rec: &SandboxRecord) -> Value {
         v["failure"] = serde_json::json!(f);
     }
     v
+}
+
+/// A lifecycle move the sandbox's record refused: logged with the sandbox
+/// and counted; the record is kept as it was.
+fn refused(svc: &Services, rec: &SandboxRecord, what: &str, e: &LifecycleError) {
+    svc.counters
+        .illegal_transitions
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tracing::error!(sandbox = %rec.key(), generation = rec.generation, what, error = %e, "illegal sandbox transition refused");
 }

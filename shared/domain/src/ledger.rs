@@ -1,8 +1,10 @@
 //! The tool-call ledger: every tool call a Run makes is recorded
 //! `PLANNED → DISPATCHED → DONE | FAILED | INDETERMINATE`, so that a call
-//! whose result was lost is never re-sent silently.
+//! whose result was lost is never re-sent silently. A record changes only
+//! through [`ToolCallRecord::apply`], whose events carry their data.
 
 use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -24,6 +26,7 @@ pub struct ToolCallRecord {
     pub state: ToolCallState,
     /// Whether the skill declares that repeating it is harmless.
     pub idempotent: bool,
+    /// The call's answer as the ledger keeps it (see [`ledger_copy`]).
     pub result: Option<serde_json::Value>,
     /// Runs in the agent's sandbox (answered through the harness queue).
     #[serde(default)]
@@ -31,34 +34,87 @@ pub struct ToolCallRecord {
     /// Attempt number: a lost idempotent sandbox call is tried again.
     #[serde(default = "first_attempt")]
     pub attempt: u32,
+    /// The sandbox generation a sandbox call was dispatched to: the
+    /// watchdog asks that generation's record whether the call started.
+    #[serde(default)]
+    pub generation: Option<u64>,
 }
 
 fn first_attempt() -> u32 {
     1
 }
 
+/// A tool result kept whole in the ledger (the Run's item); larger ones are
+/// whole in their `tool_result` event only.
+pub const LEDGER_RESULT_BYTES: usize = 4 * 1024;
+
+/// The ledger keeps small results whole and a note for large ones.
+pub fn ledger_copy(result: &Value) -> Value {
+    let text = result.to_string();
+    if text.len() <= LEDGER_RESULT_BYTES {
+        result.clone()
+    } else {
+        json!({"bytes": text.len(), "note": "the whole result is in the run's tool_result event"})
+    }
+}
+
+/// What happened to a tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolCallEvent {
+    /// Sent to its executor: inline (`generation: None`) or to a sandbox.
+    Dispatched { generation: Option<u64> },
+    /// The executor answered; `ok` is false when the answer is an error.
+    Answered { ok: bool, result: Value },
+    /// It could not run at all (it never started): it fails with `result`.
+    Refused { result: Value },
+    /// It was dispatched and its answer is lost: its effect is unknown.
+    Lost,
+    /// It is to be sent again as a new attempt (it never started, or it is
+    /// idempotent): planned once more, for no particular sandbox.
+    Retried,
+}
+
+impl ToolCallEvent {
+    fn name(&self) -> &'static str {
+        match self {
+            ToolCallEvent::Dispatched { .. } => "dispatched",
+            ToolCallEvent::Answered { .. } => "answered",
+            ToolCallEvent::Refused { .. } => "refused",
+            ToolCallEvent::Lost => "lost",
+            ToolCallEvent::Retried => "retried",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("illegal tool-call transition {from:?} -> {to:?}")]
+#[error("illegal tool-call transition: {event} in state {from:?}")]
 pub struct IllegalToolTransition {
     pub from: ToolCallState,
-    pub to: ToolCallState,
+    pub event: &'static str,
 }
 
 impl ToolCallState {
-    pub fn advance(self, to: ToolCallState) -> Result<ToolCallState, IllegalToolTransition> {
+    /// The tool-call state machine: where `event` takes a call in `self`.
+    pub fn advance(self, event: &ToolCallEvent) -> Result<ToolCallState, IllegalToolTransition> {
         use ToolCallState::*;
-        let ok = match (self, to) {
-            (Planned, Dispatched) | (Planned, Failed) => true,
-            (Dispatched, Done) | (Dispatched, Failed) | (Dispatched, Indeterminate) => true,
-            (Planned, Planned | Done | Indeterminate)
-            | (Dispatched, Planned | Dispatched)
-            | (Done | Failed | Indeterminate, _) => false,
+        let to = match (self, event) {
+            (Planned, ToolCallEvent::Dispatched { .. }) => Some(Dispatched),
+            (Planned, ToolCallEvent::Refused { .. }) => Some(Failed),
+            (Planned | Dispatched, ToolCallEvent::Retried) => Some(Planned),
+            // A sandbox can answer a call whose dispatch was never
+            // committed: the dispatching worker died after sending it.
+            (Planned | Dispatched, ToolCallEvent::Answered { ok: true, .. }) => Some(Done),
+            (Planned | Dispatched, ToolCallEvent::Answered { ok: false, .. }) => Some(Failed),
+            (Dispatched, ToolCallEvent::Refused { .. }) => Some(Failed),
+            (Dispatched, ToolCallEvent::Lost) => Some(Indeterminate),
+            (Planned, ToolCallEvent::Lost)
+            | (Dispatched, ToolCallEvent::Dispatched { .. })
+            | (Done | Failed | Indeterminate, _) => None,
         };
-        if ok {
-            Ok(to)
-        } else {
-            Err(IllegalToolTransition { from: self, to })
-        }
+        to.ok_or(IllegalToolTransition {
+            from: self,
+            event: event.name(),
+        })
     }
 
     pub fn is_settled(self) -> bool {
@@ -66,6 +122,48 @@ impl ToolCallState {
             self,
             ToolCallState::Done | ToolCallState::Failed | ToolCallState::Indeterminate
         )
+    }
+}
+
+impl ToolCallRecord {
+    /// A call the model just asked for, recorded before anything runs.
+    pub fn planned(
+        call_id: &str,
+        skill: &str,
+        args: Value,
+        step: u32,
+        idempotent: bool,
+        sandbox: bool,
+    ) -> ToolCallRecord {
+        ToolCallRecord {
+            call_id: call_id.to_string(),
+            skill: skill.to_string(),
+            args,
+            step,
+            state: ToolCallState::Planned,
+            idempotent,
+            result: None,
+            sandbox,
+            attempt: 1,
+            generation: None,
+        }
+    }
+
+    /// Applies `event`, keeping the record's data in step with its state.
+    pub fn apply(&mut self, event: ToolCallEvent) -> Result<(), IllegalToolTransition> {
+        self.state = self.state.advance(&event)?;
+        match event {
+            ToolCallEvent::Dispatched { generation } => self.generation = generation,
+            ToolCallEvent::Answered { result, .. } | ToolCallEvent::Refused { result } => {
+                self.result = Some(ledger_copy(&result));
+            }
+            ToolCallEvent::Lost => {}
+            ToolCallEvent::Retried => {
+                self.attempt += 1;
+                self.generation = None;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -93,27 +191,69 @@ mod tests {
     use super::*;
 
     fn rec(state: ToolCallState, idempotent: bool) -> ToolCallRecord {
-        ToolCallRecord {
-            call_id: "c1".into(),
-            skill: "http_request".into(),
-            args: serde_json::json!({}),
-            step: 0,
-            state,
-            idempotent,
-            result: None,
-            sandbox: false,
-            attempt: 1,
-        }
+        let mut r = ToolCallRecord::planned("c1", "http_request", json!({}), 0, idempotent, false);
+        r.state = state;
+        r
     }
 
     #[test]
     fn lifecycle_is_one_way() {
         use ToolCallState::*;
-        assert_eq!(Planned.advance(Dispatched), Ok(Dispatched));
-        assert_eq!(Dispatched.advance(Done), Ok(Done));
-        assert!(Done.advance(Dispatched).is_err());
-        assert!(Planned.advance(Done).is_err());
-        assert!(Indeterminate.advance(Done).is_err());
+        let sent = ToolCallEvent::Dispatched { generation: None };
+        let ok = ToolCallEvent::Answered {
+            ok: true,
+            result: json!(1),
+        };
+        assert_eq!(Planned.advance(&sent), Ok(Dispatched));
+        assert_eq!(Dispatched.advance(&ok), Ok(Done));
+        assert!(Done.advance(&sent).is_err());
+        assert!(Planned.advance(&ToolCallEvent::Lost).is_err());
+        assert!(Indeterminate.advance(&ok).is_err());
+        assert!(Dispatched.advance(&sent).is_err());
+        for settled in [Done, Failed, Indeterminate] {
+            assert!(settled.advance(&ToolCallEvent::Retried).is_err());
+        }
+    }
+
+    #[test]
+    fn a_retry_is_a_new_attempt_for_no_sandbox_in_particular() {
+        let mut r = rec(ToolCallState::Planned, true);
+        r.apply(ToolCallEvent::Dispatched {
+            generation: Some(3),
+        })
+        .unwrap();
+        assert_eq!(
+            (r.state, r.generation),
+            (ToolCallState::Dispatched, Some(3))
+        );
+        r.apply(ToolCallEvent::Retried).unwrap();
+        assert_eq!(
+            (r.state, r.attempt, r.generation),
+            (ToolCallState::Planned, 2, None)
+        );
+        r.apply(ToolCallEvent::Dispatched {
+            generation: Some(4),
+        })
+        .unwrap();
+        r.apply(ToolCallEvent::Answered {
+            ok: false,
+            result: json!({"error": "x"}),
+        })
+        .unwrap();
+        assert_eq!(r.state, ToolCallState::Failed);
+        assert_eq!(r.result, Some(json!({"error": "x"})));
+    }
+
+    #[test]
+    fn a_large_answer_is_kept_as_a_note() {
+        let mut r = rec(ToolCallState::Dispatched, false);
+        let big = json!("x".repeat(LEDGER_RESULT_BYTES + 1));
+        r.apply(ToolCallEvent::Answered {
+            ok: true,
+            result: big,
+        })
+        .unwrap();
+        assert!(r.result.unwrap().get("note").is_some());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //!
 //! - [`run`]: the Run record, states, transitions, claim classification
 //! - [`ledger`]: tool calls `PLANNED → DISPATCHED → DONE | FAILED | INDETERMINATE`
+//! - [`step`]: one harness step decided: budgets, deadline, which tools run where, what next
 //! - [`session`]: AgentSession ordering
 //! - [`context`]: prompt assembly and compaction
 //! - [`messages`]: queue message contracts
@@ -25,3 +26,4 @@ pub mod sandbox;
 pub mod scripted;
 pub mod session;
 pub mod skills;
+pub mod step;

@@ -68,7 +68,15 @@ pub(crate) async fn delete_agent(svc: &Services, name: &str) -> ApiResult {
             .await
             .map_err(store_err)?
         {
-            let _ = svc.sandboxes.delete(&gone).await;
+            match svc.sandboxes.delete(&gone).await {
+                Ok(()) => {}
+                // Changed since it was read (its task reported in): the
+                // destroyed record stays until the next delete.
+                Err(StoreError::Conflict { .. }) => {
+                    tracing::warn!(sandbox = %gone.key(), "destroyed sandbox record changed meanwhile; kept");
+                }
+                Err(e) => return Err(store_err(e)),
+            }
         }
         destroyed.push(rec.tenant);
     }

@@ -90,43 +90,32 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
     } else {
         Payload::Inline { text: new.input }
     };
-    let limits = new.agent.limits;
+    // A resident agent's sandbox is warmed as its Run starts.
+    let prewarm_sandbox = new.agent.sandbox.resident
+        && new
+            .agent
+            .skills
+            .iter()
+            .any(|s| armada_domain::skills::builtin(s).is_some_and(|m| m.in_sandbox()));
     let mut session = new.session;
     for _attempt in 0..5 {
-        let mut run = Run {
-            run_id: run_id.clone(),
-            tenant: new.tenant.to_string(),
-            agent: new.agent.name.clone(),
-            state: RunState::Pending,
-            step: 0,
-            epoch: 0,
-            lease_until_ms: 0,
-            event_seq: 0,
-            input: input.clone(),
-            output: None,
-            error: None,
-            session_id: session.as_ref().map(|h| h.session_id.clone()),
-            session_seq: session.as_ref().map(|h| h.next_seq + 1),
-            parent_run_id: None,
-            callback_url: new.callback_url.clone(),
-            metadata: new.metadata.clone(),
-            created_at_ms: now,
-            updated_at_ms: now,
-            budgets: Budgets {
-                max_model_turns: limits.max_model_turns,
-                max_tool_calls: limits.max_tool_calls,
-                deadline_ms: now + i64::from(limits.timeout_s) * 1000,
+        let mut run = Run::new(
+            NewRunRecord {
+                run_id: run_id.clone(),
+                tenant: new.tenant.to_string(),
+                agent: new.agent.name.clone(),
+                input: input.clone(),
+                session: session
+                    .as_ref()
+                    .map(|h| (h.session_id.clone(), h.next_seq + 1)),
+                parent_run_id: None,
+                callback_url: new.callback_url.clone(),
+                metadata: new.metadata.clone(),
+                limits: new.agent.limits,
+                prewarm_sandbox,
             },
-            usage: Usage::default(),
-            ledger: Default::default(),
-            sandbox_key: None,
-            prewarm_sandbox: new.agent.sandbox.resident
-                && new
-                    .agent
-                    .skills
-                    .iter()
-                    .any(|s| armada_domain::skills::builtin(s).is_some_and(|m| m.in_sandbox())),
-        };
+            now,
+        );
         let created = run.push_event(
             "run_created",
             json!({"agent": run.agent, "session_id": run.session_id, "session_seq": run.session_seq}),
@@ -335,11 +324,9 @@ pub(crate) async fn cancel_run(svc: &Services, tenant: &str, run_id: &str) -> Ap
         let now = svc.clock.now_ms();
         let prev = run.stamp();
         let mut next = run.clone();
-        next.apply(&RunEvent::CancelRequested, now)
-            .map_err(|e| ApiError::conflict("RUN_TERMINAL", e.to_string()))?;
         // A new epoch fences out any worker still executing a step.
-        next.epoch += 1;
-        next.lease_until_ms = 0;
+        next.apply_from_outside(RunEvent::CancelRequested, now)
+            .map_err(|e| ApiError::conflict("RUN_TERMINAL", e.to_string()))?;
         let ev = next.push_event("run_cancelled", json!({"by": "api"}), now);
         match svc.runs.save(prev, &next, &[ev], vec![]).await {
             Ok(()) => {

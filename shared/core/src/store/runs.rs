@@ -25,14 +25,6 @@ pub struct RunStore {
 
 pub use armada_domain::run::Stamp;
 
-const ACTIVE: [RunState; 5] = [
-    RunState::Pending,
-    RunState::Executing,
-    RunState::AwaitingTool,
-    RunState::AwaitingHitl,
-    RunState::AwaitingChildren,
-];
-
 impl RunStore {
     pub fn new(dynamo: Client, runs_table: &str, events_table: &str) -> Self {
         RunStore {
@@ -126,39 +118,33 @@ impl RunStore {
         self.transact(items).await
     }
 
-    /// Claims `run.step` for a harness worker: one conditional update that
-    /// checks the state, step, epoch and an expired lease, takes a new lease
-    /// and increments the epoch. Returns the Run as claimed.
-    pub async fn claim(&self, run: &Run, now_ms: i64, lease_ms: i64) -> Result<Run, StoreError> {
-        let lease_until = now_ms + lease_ms;
-        let mut update = self
-            .dynamo
+    /// Claims a step for a harness worker: writes `claimed` (the Run as
+    /// the domain's `Claimed` event left it: new state, next epoch, a lease)
+    /// with one conditional update on the version `read` and an expired
+    /// lease, so of two workers claiming the same step one wins.
+    pub async fn claim(&self, read: &Run, claimed: &Run) -> Result<(), StoreError> {
+        self.dynamo
             .update_item()
             .table_name(&self.runs_table)
-            .key("run_id", s(&run.run_id))
+            .key("run_id", s(&read.run_id))
             .update_expression(
-                "SET #state = :executing, epoch = epoch + :one, lease_until = :lease, updated_at = :now",
+                "SET #state = :to, epoch = :next, lease_until = :lease, updated_at = :now",
             )
             .condition_expression(
-                "#state IN (:a0, :a1, :a2, :a3, :a4) AND step = :step AND epoch = :epoch AND lease_until <= :now",
+                "#state = :from AND step = :step AND epoch = :epoch AND lease_until <= :now",
             )
             .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":executing", s(RunState::Executing.as_str()))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":lease", n(lease_until))
-            .expression_attribute_values(":now", n(now_ms))
-            .expression_attribute_values(":step", n(run.step))
-            .expression_attribute_values(":epoch", n(run.epoch));
-        for (i, st) in ACTIVE.iter().enumerate() {
-            update = update.expression_attribute_values(format!(":a{i}"), s(st.as_str()));
-        }
-        update.send().await.map_err(classify)?;
-        let mut claimed = run.clone();
-        claimed.state = RunState::Executing;
-        claimed.epoch += 1;
-        claimed.lease_until_ms = lease_until;
-        claimed.updated_at_ms = now_ms;
-        Ok(claimed)
+            .expression_attribute_values(":to", s(claimed.state.as_str()))
+            .expression_attribute_values(":next", n(claimed.epoch))
+            .expression_attribute_values(":lease", n(claimed.lease_until_ms))
+            .expression_attribute_values(":now", n(claimed.updated_at_ms))
+            .expression_attribute_values(":from", s(read.state.as_str()))
+            .expression_attribute_values(":step", n(read.step))
+            .expression_attribute_values(":epoch", n(read.epoch))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
     }
 
     /// Extends the lease of a step that is still working, if `epoch` still

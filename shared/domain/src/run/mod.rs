@@ -1,0 +1,304 @@
+//! The Run record and its state machine.
+//!
+//! A transition takes the current state, an event and the current time and
+//! returns the next state plus the actions the caller must carry out. Nothing
+//! here does IO or reads a clock: the harness, dispatcher and ingress do the
+//! writes that the actions name, fenced on the Run's epoch.
+//!
+//! - [`machine`]: states, events, [`transition`] and [`Run::apply`]
+//! - this module: the record, [`Run::new`], how a delivery relates to it
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::AgentLimits;
+use crate::ledger::ToolCallRecord;
+
+mod machine;
+
+pub use machine::{transition, IllegalTransition, RunAction, RunEvent, RunState, Transition};
+
+/// A stable error code and a human message, as recorded on a failed Run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunError {
+    pub code: String,
+    pub message: String,
+}
+
+impl RunError {
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        RunError {
+            code: code.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Limits a Run may not exceed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budgets {
+    pub max_model_turns: u32,
+    pub max_tool_calls: u32,
+    /// Wall-clock deadline, in milliseconds since the epoch.
+    pub deadline_ms: i64,
+}
+
+/// What a Run has used so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub model_turns: u32,
+    pub tool_calls: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// Cuts `text` to at most `max` bytes (on a character boundary) for event
+/// previews; says whether it cut.
+pub fn clip(text: &str, max: usize) -> (&str, bool) {
+    if text.len() <= max {
+        return (text, false);
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    (&text[..cut], true)
+}
+
+/// Where a large body lives: inline, or in the payload bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Payload {
+    Inline { text: String },
+    Stored { key: String, bytes: usize },
+}
+
+/// The durable record of one Run. The fields the claim and fence conditions
+/// look at (`state`, `step`, `epoch`, `lease_until_ms`) are kept apart by the
+/// store; the rest travels as one document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub run_id: String,
+    pub tenant: String,
+    pub agent: String,
+    pub state: RunState,
+    /// The step the next harness message must carry.
+    pub step: u32,
+    /// Incremented by every claim; every write of a step is fenced on it.
+    pub epoch: u64,
+    pub lease_until_ms: i64,
+    /// Number of events appended so far (the next event's seq).
+    pub event_seq: u64,
+    pub input: Payload,
+    pub output: Option<Payload>,
+    pub error: Option<RunError>,
+    pub session_id: Option<String>,
+    /// This Run's position among its session's messages (1-based).
+    pub session_seq: Option<u64>,
+    pub parent_run_id: Option<String>,
+    pub callback_url: Option<String>,
+    pub metadata: serde_json::Value,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub budgets: Budgets,
+    pub usage: Usage,
+    /// The tool-call ledger, by call id.
+    pub ledger: BTreeMap<String, ToolCallRecord>,
+    /// The sandbox identity this Run holds or waits for (released when
+    /// the Run ends).
+    #[serde(default)]
+    pub sandbox_key: Option<String>,
+    /// The agent is resident: its sandbox is warmed when the Run starts.
+    #[serde(default)]
+    pub prewarm_sandbox: bool,
+}
+
+/// What a new Run is made of; everything else starts empty.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub run_id: String,
+    pub tenant: String,
+    pub agent: String,
+    pub input: Payload,
+    /// The session and this Run's position in it.
+    pub session: Option<(String, u64)>,
+    pub parent_run_id: Option<String>,
+    pub callback_url: Option<String>,
+    pub metadata: serde_json::Value,
+    pub limits: AgentLimits,
+    pub prewarm_sandbox: bool,
+}
+
+impl Run {
+    /// A Run as accepted: `PENDING` at step 0, epoch 0, nothing used yet,
+    /// its deadline `limits.timeout_s` from `now_ms`.
+    pub fn new(new: NewRun, now_ms: i64) -> Run {
+        let (session_id, session_seq) = new.session.unzip();
+        Run {
+            run_id: new.run_id,
+            tenant: new.tenant,
+            agent: new.agent,
+            state: RunState::Pending,
+            step: 0,
+            epoch: 0,
+            lease_until_ms: 0,
+            event_seq: 0,
+            input: new.input,
+            output: None,
+            error: None,
+            session_id,
+            session_seq,
+            parent_run_id: new.parent_run_id,
+            callback_url: new.callback_url,
+            metadata: new.metadata,
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            budgets: Budgets {
+                max_model_turns: new.limits.max_model_turns,
+                max_tool_calls: new.limits.max_tool_calls,
+                deadline_ms: now_ms + i64::from(new.limits.timeout_s) * 1000,
+            },
+            usage: Usage::default(),
+            ledger: BTreeMap::new(),
+            sandbox_key: None,
+            prewarm_sandbox: new.prewarm_sandbox,
+        }
+    }
+}
+
+/// A Run for unit tests: tenant `t`, agent `a`, input `hi`, created at 0.
+#[cfg(test)]
+pub(crate) fn test_run() -> Run {
+    Run::new(
+        NewRun {
+            run_id: "run_1".into(),
+            tenant: "t".into(),
+            agent: "a".into(),
+            input: Payload::Inline { text: "hi".into() },
+            session: None,
+            parent_run_id: None,
+            callback_url: None,
+            metadata: serde_json::json!({}),
+            limits: AgentLimits::default(),
+            prewarm_sandbox: false,
+        },
+        0,
+    )
+}
+
+/// How a harness message relates to the Run it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// The message is for the Run's current step and nobody holds it.
+    Claimable,
+    /// Another worker holds a live lease on this step: retry later.
+    LeaseHeld { until_ms: i64 },
+    /// The message is a duplicate or was overtaken; drop it.
+    Stale { reason: StaleReason },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleReason {
+    /// The Run already reached a terminal state.
+    Terminal,
+    /// The step was already committed (a duplicate, or a redelivery after a
+    /// commit whose follow-up message may have been lost).
+    StepDone,
+    /// The message expects a step the Run has not reached.
+    Ahead,
+}
+
+impl StaleReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StaleReason::Terminal => "terminal",
+            StaleReason::StepDone => "step_done",
+            StaleReason::Ahead => "ahead",
+        }
+    }
+}
+
+impl Run {
+    /// Decides what to do with a harness message for `step`.
+    pub fn classify_delivery(&self, step: u32, now_ms: i64) -> Delivery {
+        if self.state.is_terminal() {
+            return Delivery::Stale {
+                reason: StaleReason::Terminal,
+            };
+        }
+        if step < self.step {
+            return Delivery::Stale {
+                reason: StaleReason::StepDone,
+            };
+        }
+        if step > self.step {
+            return Delivery::Stale {
+                reason: StaleReason::Ahead,
+            };
+        }
+        if self.lease_until_ms > now_ms {
+            return Delivery::LeaseHeld {
+                until_ms: self.lease_until_ms,
+            };
+        }
+        Delivery::Claimable
+    }
+
+    /// Whether the wall-clock budget has run out.
+    pub fn past_deadline(&self, now_ms: i64) -> bool {
+        now_ms >= self.budgets.deadline_ms
+    }
+
+    pub fn input_text(&self) -> Option<&str> {
+        match &self.input {
+            Payload::Inline { text } => Some(text),
+            Payload::Stored { .. } => None,
+        }
+    }
+}
+
+/// One entry of a Run's append-only event log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEventRecord {
+    pub seq: u64,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub at_ms: i64,
+    pub data: serde_json::Value,
+}
+
+impl Run {
+    /// Appends an event to the Run's log (in memory; the caller commits it
+    /// together with the Run, fenced).
+    pub fn push_event(
+        &mut self,
+        kind: &str,
+        data: serde_json::Value,
+        now_ms: i64,
+    ) -> RunEventRecord {
+        self.event_seq += 1;
+        RunEventRecord {
+            seq: self.event_seq,
+            kind: kind.to_string(),
+            at_ms: now_ms,
+            data,
+        }
+    }
+}
+
+/// The version of a Run a writer read: its write is conditional on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub epoch: u64,
+    pub event_seq: u64,
+}
+
+impl Run {
+    pub fn stamp(&self) -> Stamp {
+        Stamp {
+            epoch: self.epoch,
+            event_seq: self.event_seq,
+        }
+    }
+}

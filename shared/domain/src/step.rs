@@ -1,0 +1,796 @@
+//! One harness step, decided. The harness claims a step, then asks
+//! [`decide`] what to do with what it has (the claim, the model's reply,
+//! the inline calls' answers, a sandbox's answer); the answer names the
+//! next thing to do ([`Next`]) and the events to record, and has already
+//! moved the Run's ledger and usage. The harness carries it out and comes
+//! back with the result, and ends the step with one fenced commit.
+//!
+//! Everything here is pure: budgets, the deadline, which tools run where
+//! (inline or in the sandbox), what the ledger says about a redelivered
+//! call, when a human must approve. No IO, no clock.
+
+use serde_json::{json, Value};
+
+use crate::agent::{AgentDefinition, Provisioning};
+use crate::chat::ModelReply;
+use crate::ledger::ToolCallState;
+use crate::ledger::{self, IllegalToolTransition, Recovery, ToolCallEvent, ToolCallRecord};
+use crate::run::{clip, Run, RunError, RunEvent, RunEventRecord};
+use crate::sandbox::hand::{
+    codes, error_json, CallOutcome, Invocation, SANDBOX_LOST, SECURITY_VIOLATION,
+};
+use crate::sandbox::lifecycle::sandbox_key;
+use crate::skills;
+
+/// Event payloads are previews: the full text is on the Run (or in S3).
+pub const EVENT_PREVIEW_BYTES: usize = 8 * 1024;
+/// A tool result as its event (and so the model) keeps it: whole up to
+/// 64 KiB of JSON, else the start of it, marked truncated. Events are items
+/// of at most 400 KB, and a model's context is smaller still.
+pub const EVENT_RESULT_BYTES: usize = 64 * 1024;
+/// Attempts of a call whose sandbox died before it started.
+pub const MAX_SANDBOX_ATTEMPTS: u32 = 3;
+
+/// What the harness brings to [`decide`].
+#[derive(Debug, Clone)]
+pub enum StepInput<'a> {
+    /// The step was just claimed (first delivery or a redelivery).
+    Claimed,
+    /// The model answered the step's request.
+    Replied(&'a ModelReply),
+    /// The inline calls the last decision asked for ran.
+    InlineRan(Vec<InlineAnswer>),
+    /// A sandbox answered (or the watchdog answered for it) a dispatched call.
+    SandboxAnswered {
+        call_id: &'a str,
+        outcome: CallOutcome,
+    },
+}
+
+/// An inline call's answer: `ok` is false when it failed (`result` is then
+/// its error object).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InlineAnswer {
+    pub call_id: String,
+    pub ok: bool,
+    pub result: Value,
+}
+
+/// What the harness does next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// The Run ends: commit with this event.
+    End(RunEvent),
+    /// Ask the model; with `hold_sandbox_first`, the agent's sandbox is
+    /// held (or waited for) before the call.
+    CallModel { hold_sandbox_first: bool },
+    /// The model gave its final answer: it becomes the Run's output.
+    Answer,
+    /// Run these inline calls (already recorded as dispatched).
+    RunInline(Vec<ToolCallRecord>),
+    /// These planned sandbox calls need a human's approval.
+    AwaitApproval,
+    /// Hold the agent's sandbox and dispatch these planned calls, then wait.
+    Dispatch(Vec<ToolCallRecord>),
+    /// Sandbox calls are out and nothing is to be sent: wait for answers.
+    Wait,
+    /// Every call of the step is settled: the next step.
+    Continue,
+}
+
+/// A decision: what to record, and what to do next.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub events: Vec<RunEventRecord>,
+    pub next: Next,
+    /// The Run must be committed before `next` is carried out (calls are
+    /// recorded before any of them runs, a sandbox is named before it is
+    /// asked for), so that a worker that dies leaves them in the ledger.
+    pub checkpoint: bool,
+}
+
+impl Decision {
+    fn new(events: Vec<RunEventRecord>, next: Next) -> Decision {
+        Decision {
+            events,
+            next,
+            checkpoint: false,
+        }
+    }
+}
+
+/// A decision the ledger refuses: the input does not fit the calls it
+/// names. Retrying cannot help; the harness logs it with the Run, counts it
+/// and drops the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepRefused {
+    #[error("tool call {call_id}: {source}")]
+    Tool {
+        call_id: String,
+        source: IllegalToolTransition,
+    },
+    #[error("tool call {0} is not in the run's ledger")]
+    UnknownCall(String),
+}
+
+/// Decides the next move of a claimed step. Moves the Run's ledger, usage
+/// and sandbox claim as it decides; the Run's state is moved by the caller
+/// applying `Next::End`'s event (or the wait it chooses).
+pub fn decide(
+    run: &mut Run,
+    agent: &AgentDefinition,
+    input: StepInput<'_>,
+    now_ms: i64,
+) -> Result<Decision, StepRefused> {
+    match input {
+        StepInput::Claimed => claimed(run, agent, now_ms),
+        StepInput::Replied(reply) => replied(run, agent, reply, now_ms),
+        StepInput::InlineRan(answers) => {
+            let mut events = Vec::new();
+            for a in answers {
+                answered(run, &a.call_id, a.ok, a.result, &mut events, now_ms)?;
+            }
+            Ok(after_tools(run, agent, events, now_ms))
+        }
+        StepInput::SandboxAnswered { call_id, outcome } => {
+            sandbox_answered(run, agent, call_id, outcome, now_ms)
+        }
+    }
+}
+
+fn end(events: Vec<RunEventRecord>, error: RunError) -> Decision {
+    Decision::new(events, Next::End(RunEvent::Failed { error }))
+}
+
+fn claimed(run: &mut Run, agent: &AgentDefinition, now: i64) -> Result<Decision, StepRefused> {
+    if run.past_deadline(now) {
+        let error = RunError::new("TIMED_OUT", "the run exceeded its wall-clock budget");
+        return Ok(Decision::new(
+            vec![],
+            Next::End(RunEvent::DeadlineExceeded { error }),
+        ));
+    }
+    let open: Vec<ToolCallRecord> = open_calls(run).cloned().collect();
+    if open.is_empty() {
+        if run.usage.model_turns >= run.budgets.max_model_turns {
+            let error = RunError::new(
+                "BUDGET_EXCEEDED",
+                format!(
+                    "the run used its {} model turns",
+                    run.budgets.max_model_turns
+                ),
+            );
+            return Ok(end(vec![], error));
+        }
+        // `eager`: the sandbox is there before the first model call.
+        let eager = agent.sandbox.provisioning == Provisioning::Eager && agent.uses_sandbox();
+        let named = eager && run.sandbox_key.is_none();
+        if named {
+            run.sandbox_key = Some(sandbox_key(&run.tenant, &run.agent));
+        }
+        let mut d = Decision::new(
+            vec![],
+            Next::CallModel {
+                hold_sandbox_first: eager,
+            },
+        );
+        d.checkpoint = named;
+        return Ok(d);
+    }
+    // A redelivered step: an inline call left DISPATCHED means a previous
+    // worker died before committing its answer.
+    let mut events = Vec::new();
+    let mut lost = Vec::new();
+    let mut redo = Vec::new();
+    for rec in open.iter().filter(|r| !r.sandbox) {
+        match ledger::recover(rec) {
+            Some(Recovery::Indeterminate) => lost.push(rec.call_id.clone()),
+            Some(Recovery::Redo) => redo.push(rec.clone()),
+            None => {}
+        }
+    }
+    if !lost.is_empty() {
+        for call_id in &lost {
+            let skill = call(run, call_id)?.skill.clone();
+            apply_to(run, call_id, ToolCallEvent::Lost)?;
+            events.push(run.push_event(
+                "tool_indeterminate",
+                json!({"call_id": call_id, "name": skill}),
+                now,
+            ));
+        }
+        let error = RunError::new(
+            "TOOL_INDETERMINATE",
+            format!(
+                "tool calls {} were dispatched but their results were lost; they are not idempotent, so they were not repeated",
+                lost.join(", ")
+            ),
+        );
+        return Ok(end(events, error));
+    }
+    if !redo.is_empty() {
+        return Ok(Decision::new(events, Next::RunInline(redo)));
+    }
+    Ok(after_tools(run, agent, events, now))
+}
+
+fn replied(
+    run: &mut Run,
+    agent: &AgentDefinition,
+    reply: &ModelReply,
+    now: i64,
+) -> Result<Decision, StepRefused> {
+    run.usage.model_turns += 1;
+    run.usage.input_tokens += reply.usage.input_tokens;
+    run.usage.output_tokens += reply.usage.output_tokens;
+    let (preview, truncated) = clip(&reply.content, EVENT_PREVIEW_BYTES);
+    let mut events = vec![run.push_event(
+        "model_reply",
+        json!({"content": preview, "truncated": truncated, "tool_calls": reply.tool_calls}),
+        now,
+    )];
+    if reply.tool_calls.is_empty() {
+        return Ok(Decision::new(events, Next::Answer));
+    }
+    let total = run.usage.tool_calls as usize + reply.tool_calls.len();
+    if total > run.budgets.max_tool_calls as usize {
+        let error = RunError::new(
+            "BUDGET_EXCEEDED",
+            format!(
+                "the run would exceed its {} tool calls",
+                run.budgets.max_tool_calls
+            ),
+        );
+        return Ok(end(events, error));
+    }
+    // Every call is recorded before any runs: inline calls as dispatched
+    // (they run in this step), sandbox calls as planned (dispatched once
+    // the sandbox is held).
+    let mut inline = Vec::new();
+    for c in &reply.tool_calls {
+        let manifest = agent.manifest(&c.name);
+        let in_sandbox = manifest.as_ref().is_some_and(|m| m.in_sandbox());
+        let idempotent = manifest
+            .as_ref()
+            .is_some_and(|m| skills::call_is_idempotent(m, &c.args));
+        let mut rec = ToolCallRecord::planned(
+            &c.id,
+            &c.name,
+            c.args.clone(),
+            run.step,
+            idempotent,
+            in_sandbox,
+        );
+        if in_sandbox {
+            run.sandbox_key = Some(sandbox_key(&run.tenant, &run.agent));
+        } else {
+            rec.apply(ToolCallEvent::Dispatched { generation: None })
+                .map_err(|source| StepRefused::Tool {
+                    call_id: c.id.clone(),
+                    source,
+                })?;
+            inline.push(rec.clone());
+        }
+        run.ledger.insert(c.id.clone(), rec);
+        events.push(run.push_event(
+            "tool_call",
+            json!({"call_id": c.id, "name": c.name, "args": c.args}),
+            now,
+        ));
+    }
+    run.usage.tool_calls += reply.tool_calls.len() as u32;
+    let mut d = if inline.is_empty() {
+        after_tools(run, agent, events, now)
+    } else {
+        Decision::new(events, Next::RunInline(inline))
+    };
+    d.checkpoint = true;
+    Ok(d)
+}
+
+/// After the step's inline calls (and any sandbox answer): approval for
+/// planned sandbox calls, or their dispatch, or the wait, or the next step.
+fn after_tools(
+    run: &mut Run,
+    agent: &AgentDefinition,
+    mut events: Vec<RunEventRecord>,
+    now: i64,
+) -> Decision {
+    let planned: Vec<ToolCallRecord> = open_calls(run)
+        .filter(|r| r.sandbox && r.state == ToolCallState::Planned)
+        .cloned()
+        .collect();
+    if planned.is_empty() {
+        return if open_calls(run).next().is_some() {
+            // Sandbox calls dispatched earlier are still out.
+            Decision::new(events, Next::Wait)
+        } else {
+            Decision::new(events, Next::Continue)
+        };
+    }
+    if agent.destructive() {
+        // A read-write sub-path of the user's workspace: every call needs a
+        // human's approval (seed 000 §F).
+        events.push(run.push_event(
+            "approval_required",
+            json!({
+                "calls": planned.iter().map(|c| &c.call_id).collect::<Vec<_>>(),
+                "reason": "the agent's sandbox mounts a read-write sub-path of the user's workspace: its calls are destructive and need a human's approval",
+            }),
+            now,
+        ));
+        return Decision::new(events, Next::AwaitApproval);
+    }
+    Decision::new(events, Next::Dispatch(planned))
+}
+
+fn sandbox_answered(
+    run: &mut Run,
+    agent: &AgentDefinition,
+    call_id: &str,
+    outcome: CallOutcome,
+    now: i64,
+) -> Result<Decision, StepRefused> {
+    let rec = call(run, call_id)?.clone();
+    let mut events = Vec::new();
+    match outcome {
+        CallOutcome::Finished { result } => {
+            let ok = result.get("error").is_none();
+            answered(run, call_id, ok, result, &mut events, now)?;
+        }
+        CallOutcome::NotRun { code, message } => {
+            if code == SANDBOX_LOST && rec.attempt < MAX_SANDBOX_ATTEMPTS {
+                // It never ran: safe to send again, to a new sandbox.
+                retried(run, &rec, &message, &mut events, now)?;
+                return Ok(after_tools(run, agent, events, now));
+            }
+            let ends = match code.as_str() {
+                SANDBOX_LOST | codes::SANDBOX_UNAVAILABLE => Some(RunError::new(
+                    codes::SANDBOX_UNAVAILABLE,
+                    format!("tool call {call_id} could not run: {message}"),
+                )),
+                SECURITY_VIOLATION => {
+                    events.push(run.push_event(
+                        "security_violation",
+                        json!({"call_id": call_id, "message": message}),
+                        now,
+                    ));
+                    Some(RunError::new(SECURITY_VIOLATION, message.clone()))
+                }
+                _ => None,
+            };
+            let result = error_json(&code, message);
+            apply_to(
+                run,
+                call_id,
+                ToolCallEvent::Refused {
+                    result: result.clone(),
+                },
+            )?;
+            push_result(run, &rec, result, &mut events, now);
+            if let Some(error) = ends {
+                return Ok(end(events, error));
+            }
+        }
+        CallOutcome::Lost { reason } => {
+            if ledger::recover(&rec) == Some(Recovery::Redo) {
+                retried(run, &rec, &reason, &mut events, now)?;
+                return Ok(after_tools(run, agent, events, now));
+            }
+            apply_to(run, call_id, ToolCallEvent::Lost)?;
+            events.push(run.push_event(
+                "tool_indeterminate",
+                json!({"call_id": call_id, "name": rec.skill, "reason": reason}),
+                now,
+            ));
+            let error = RunError::new(
+                "TOOL_INDETERMINATE",
+                format!(
+                    "tool call {call_id} was dispatched but its sandbox was lost ({reason}); it is not idempotent, so it was not repeated"
+                ),
+            );
+            return Ok(end(events, error));
+        }
+    }
+    Ok(after_tools(run, agent, events, now))
+}
+
+/// Records that a planned sandbox call was sent to `generation` of the
+/// sandbox `sandbox`; returns its `tool_dispatched` event.
+pub fn record_dispatch(
+    run: &mut Run,
+    call_id: &str,
+    generation: u64,
+    sandbox: &str,
+    now: i64,
+) -> Result<RunEventRecord, StepRefused> {
+    let rec = apply_to(
+        run,
+        call_id,
+        ToolCallEvent::Dispatched {
+            generation: Some(generation),
+        },
+    )?;
+    let (skill, attempt) = (rec.skill.clone(), rec.attempt);
+    Ok(run.push_event(
+        "tool_dispatched",
+        json!({"call_id": call_id, "name": skill, "attempt": attempt, "sandbox": sandbox, "generation": generation}),
+        now,
+    ))
+}
+
+/// The message a dispatched sandbox call travels as.
+pub fn invocation(
+    run: &Run,
+    agent: &AgentDefinition,
+    rec: &ToolCallRecord,
+    generation: u64,
+) -> Invocation {
+    let manifest = agent.manifest(&rec.skill);
+    let limit = agent.sandbox.limits.call_timeout_s;
+    Invocation {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+        agent: run.agent.clone(),
+        generation,
+        step: run.step,
+        call_id: rec.call_id.clone(),
+        attempt: rec.attempt,
+        skill: manifest
+            .as_ref()
+            .map_or_else(|| rec.skill.clone(), |m| m.executor().to_string()),
+        args: rec.args.clone(),
+        timeout_s: manifest.map_or(limit, |m| m.timeout_s).min(limit),
+    }
+}
+
+/// A tool result as its event keeps it.
+pub fn event_result(result: &Value) -> Value {
+    let text = result.to_string();
+    if text.len() <= EVENT_RESULT_BYTES {
+        return result.clone();
+    }
+    let (preview, _) = clip(&text, EVENT_RESULT_BYTES);
+    json!({"truncated": true, "bytes": text.len(), "preview": preview})
+}
+
+fn open_calls(run: &Run) -> impl Iterator<Item = &ToolCallRecord> {
+    let step = run.step;
+    run.ledger
+        .values()
+        .filter(move |r| r.step == step && !r.state.is_settled())
+}
+
+fn call<'r>(run: &'r Run, call_id: &str) -> Result<&'r ToolCallRecord, StepRefused> {
+    run.ledger
+        .get(call_id)
+        .ok_or_else(|| StepRefused::UnknownCall(call_id.to_string()))
+}
+
+/// Applies `event` to the ledger's record of `call_id`.
+fn apply_to<'r>(
+    run: &'r mut Run,
+    call_id: &str,
+    event: ToolCallEvent,
+) -> Result<&'r mut ToolCallRecord, StepRefused> {
+    let rec = run
+        .ledger
+        .get_mut(call_id)
+        .ok_or_else(|| StepRefused::UnknownCall(call_id.to_string()))?;
+    rec.apply(event).map_err(|source| StepRefused::Tool {
+        call_id: call_id.to_string(),
+        source,
+    })?;
+    Ok(rec)
+}
+
+fn answered(
+    run: &mut Run,
+    call_id: &str,
+    ok: bool,
+    result: Value,
+    events: &mut Vec<RunEventRecord>,
+    now: i64,
+) -> Result<(), StepRefused> {
+    let rec = apply_to(
+        run,
+        call_id,
+        ToolCallEvent::Answered {
+            ok,
+            result: result.clone(),
+        },
+    )?
+    .clone();
+    push_result(run, &rec, result, events, now);
+    Ok(())
+}
+
+fn push_result(
+    run: &mut Run,
+    rec: &ToolCallRecord,
+    result: Value,
+    events: &mut Vec<RunEventRecord>,
+    now: i64,
+) {
+    let state = run.ledger.get(&rec.call_id).map_or(rec.state, |r| r.state);
+    events.push(run.push_event(
+        "tool_result",
+        json!({"call_id": rec.call_id, "name": rec.skill, "state": state, "result": event_result(&result)}),
+        now,
+    ));
+}
+
+/// A sandbox call that may be sent again: its next attempt is planned.
+fn retried(
+    run: &mut Run,
+    rec: &ToolCallRecord,
+    reason: &str,
+    events: &mut Vec<RunEventRecord>,
+    now: i64,
+) -> Result<(), StepRefused> {
+    apply_to(run, &rec.call_id, ToolCallEvent::Retried)?;
+    events.push(run.push_event(
+        "tool_retried",
+        json!({"call_id": rec.call_id, "name": rec.skill, "reason": reason, "attempt": rec.attempt + 1}),
+        now,
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::{TokenUsage, ToolCall};
+    use crate::run::{test_run, RunEvent};
+
+    fn agent() -> AgentDefinition {
+        AgentDefinition::from_json(
+            "a",
+            &json!({
+                "model": {"provider": "scripted", "model_id": "m", "context_window": 4096},
+                "system_prompt": "You help.",
+                "skills": ["current_time", "shell_exec"]
+            }),
+        )
+        .unwrap()
+    }
+
+    fn reply(calls: &[(&str, &str)]) -> ModelReply {
+        ModelReply {
+            content: "thinking".into(),
+            tool_calls: calls
+                .iter()
+                .map(|(id, name)| ToolCall {
+                    id: id.to_string(),
+                    name: name.to_string(),
+                    args: json!({"command": "ls"}),
+                })
+                .collect(),
+            usage: TokenUsage {
+                input_tokens: 10,
+                output_tokens: 2,
+            },
+        }
+    }
+
+    fn failure(d: &Decision) -> &str {
+        match &d.next {
+            Next::End(RunEvent::Failed { error }) => &error.code,
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+
+    fn kinds(d: &Decision) -> Vec<&str> {
+        d.events.iter().map(|e| e.kind.as_str()).collect()
+    }
+
+    #[test]
+    fn a_claim_past_the_deadline_or_the_turn_budget_ends_the_run() {
+        let mut run = test_run();
+        let late = run.budgets.deadline_ms;
+        let d = decide(&mut run, &agent(), StepInput::Claimed, late).unwrap();
+        assert!(matches!(
+            d.next,
+            Next::End(RunEvent::DeadlineExceeded { .. })
+        ));
+        run.usage.model_turns = run.budgets.max_model_turns;
+        let d = decide(&mut run, &agent(), StepInput::Claimed, 1).unwrap();
+        assert_eq!(failure(&d), "BUDGET_EXCEEDED");
+        run.usage.model_turns = 0;
+        let d = decide(&mut run, &agent(), StepInput::Claimed, 1).unwrap();
+        assert_eq!(
+            d.next,
+            Next::CallModel {
+                hold_sandbox_first: false
+            }
+        );
+        assert!(!d.checkpoint);
+    }
+
+    #[test]
+    fn an_eager_agent_names_its_sandbox_and_commits_before_the_model_call() {
+        let mut a = agent();
+        a.sandbox.provisioning = Provisioning::Eager;
+        let mut run = test_run();
+        let d = decide(&mut run, &a, StepInput::Claimed, 1).unwrap();
+        assert_eq!(
+            d.next,
+            Next::CallModel {
+                hold_sandbox_first: true
+            }
+        );
+        assert!(d.checkpoint);
+        assert_eq!(run.sandbox_key.as_deref(), Some("t#a"));
+    }
+
+    #[test]
+    fn an_answer_without_tools_is_the_output() {
+        let mut run = test_run();
+        let d = decide(&mut run, &agent(), StepInput::Replied(&reply(&[])), 5).unwrap();
+        assert_eq!(d.next, Next::Answer);
+        assert_eq!(kinds(&d), ["model_reply"]);
+        assert_eq!((run.usage.model_turns, run.usage.input_tokens), (1, 10));
+    }
+
+    #[test]
+    fn calls_are_recorded_before_any_runs_and_go_where_their_skill_says() {
+        let (a, mut run) = (agent(), test_run());
+        let r = reply(&[("c1", "current_time"), ("c2", "shell_exec")]);
+        let d = decide(&mut run, &a, StepInput::Replied(&r), 5).unwrap();
+        assert!(d.checkpoint, "calls are committed before they run");
+        assert_eq!(kinds(&d), ["model_reply", "tool_call", "tool_call"]);
+        let Next::RunInline(inline) = &d.next else {
+            panic!("{:?}", d.next)
+        };
+        assert_eq!(inline.len(), 1);
+        assert_eq!(run.ledger["c1"].state, ToolCallState::Dispatched);
+        assert_eq!(run.ledger["c2"].state, ToolCallState::Planned);
+        assert_eq!(run.sandbox_key.as_deref(), Some("t#a"));
+        assert_eq!(run.usage.tool_calls, 2);
+
+        let ran = vec![InlineAnswer {
+            call_id: "c1".into(),
+            ok: true,
+            result: json!("noon"),
+        }];
+        let d = decide(&mut run, &a, StepInput::InlineRan(ran), 6).unwrap();
+        assert_eq!(kinds(&d), ["tool_result"]);
+        let Next::Dispatch(planned) = &d.next else {
+            panic!("{:?}", d.next)
+        };
+        assert_eq!(planned[0].call_id, "c2");
+        let inv = invocation(&run, &a, &planned[0], 7);
+        assert_eq!(
+            (inv.skill.as_str(), inv.generation, inv.attempt),
+            ("shell_exec", 7, 1)
+        );
+        let ev = record_dispatch(&mut run, "c2", 7, "t#a", 7).unwrap();
+        assert_eq!(ev.kind, "tool_dispatched");
+        assert_eq!(run.ledger["c2"].generation, Some(7));
+        assert_eq!(
+            decide(&mut run, &a, StepInput::Claimed, 8).unwrap().next,
+            Next::Wait
+        );
+
+        let outcome = CallOutcome::Finished {
+            result: json!({"stdout": "x"}),
+        };
+        let input = StepInput::SandboxAnswered {
+            call_id: "c2",
+            outcome,
+        };
+        let d = decide(&mut run, &a, input, 9).unwrap();
+        assert_eq!(d.next, Next::Continue);
+        assert_eq!(run.ledger["c2"].state, ToolCallState::Done);
+    }
+
+    #[test]
+    fn the_tool_call_budget_is_checked_before_anything_is_recorded() {
+        let mut run = test_run();
+        run.budgets.max_tool_calls = 1;
+        let r = reply(&[("c1", "current_time"), ("c2", "current_time")]);
+        let d = decide(&mut run, &agent(), StepInput::Replied(&r), 5).unwrap();
+        assert_eq!(failure(&d), "BUDGET_EXCEEDED");
+        assert!(run.ledger.is_empty());
+    }
+
+    #[test]
+    fn a_redelivered_step_repeats_only_what_is_safe_to_repeat() {
+        let a = agent();
+        let mut run = test_run();
+        let r = reply(&[("c1", "current_time")]);
+        decide(&mut run, &a, StepInput::Replied(&r), 5).unwrap();
+        run.ledger.get_mut("c1").unwrap().idempotent = true;
+        let d = decide(&mut run, &a, StepInput::Claimed, 6).unwrap();
+        assert!(matches!(&d.next, Next::RunInline(calls) if calls[0].call_id == "c1"));
+
+        run.ledger.get_mut("c1").unwrap().idempotent = false;
+        let d = decide(&mut run, &a, StepInput::Claimed, 6).unwrap();
+        assert_eq!(failure(&d), "TOOL_INDETERMINATE");
+        assert_eq!(kinds(&d), ["tool_indeterminate"]);
+        assert_eq!(run.ledger["c1"].state, ToolCallState::Indeterminate);
+    }
+
+    fn dispatched_shell_call(run: &mut Run, a: &AgentDefinition) {
+        let r = reply(&[("c2", "shell_exec")]);
+        decide(run, a, StepInput::Replied(&r), 5).unwrap();
+        record_dispatch(run, "c2", 1, "t#a", 5).unwrap();
+    }
+
+    #[test]
+    fn a_call_that_never_started_is_sent_again_a_bounded_number_of_times() {
+        let (a, mut run) = (agent(), test_run());
+        dispatched_shell_call(&mut run, &a);
+        for attempt in 1..MAX_SANDBOX_ATTEMPTS {
+            let outcome = CallOutcome::NotRun {
+                code: SANDBOX_LOST.into(),
+                message: "gone".into(),
+            };
+            let input = StepInput::SandboxAnswered {
+                call_id: "c2",
+                outcome,
+            };
+            let d = decide(&mut run, &a, input, 6).unwrap();
+            assert_eq!(kinds(&d), ["tool_retried"]);
+            assert!(matches!(d.next, Next::Dispatch(_)));
+            assert_eq!(run.ledger["c2"].attempt, attempt + 1);
+            record_dispatch(&mut run, "c2", 2, "t#a", 6).unwrap();
+        }
+        let outcome = CallOutcome::NotRun {
+            code: SANDBOX_LOST.into(),
+            message: "gone".into(),
+        };
+        let input = StepInput::SandboxAnswered {
+            call_id: "c2",
+            outcome,
+        };
+        let d = decide(&mut run, &a, input, 7).unwrap();
+        assert_eq!(failure(&d), codes::SANDBOX_UNAVAILABLE);
+        assert_eq!(run.ledger["c2"].state, ToolCallState::Failed);
+    }
+
+    #[test]
+    fn a_lost_call_with_effects_is_never_repeated() {
+        let (a, mut run) = (agent(), test_run());
+        dispatched_shell_call(&mut run, &a);
+        run.ledger.get_mut("c2").unwrap().idempotent = false;
+        let outcome = CallOutcome::Lost {
+            reason: "died".into(),
+        };
+        let input = StepInput::SandboxAnswered {
+            call_id: "c2",
+            outcome,
+        };
+        let d = decide(&mut run, &a, input, 6).unwrap();
+        assert_eq!(failure(&d), "TOOL_INDETERMINATE");
+        assert_eq!(run.ledger["c2"].state, ToolCallState::Indeterminate);
+    }
+
+    #[test]
+    fn answers_that_do_not_fit_the_ledger_are_refused_by_name() {
+        let (a, mut run) = (agent(), test_run());
+        let outcome = CallOutcome::Finished { result: json!(1) };
+        let input = StepInput::SandboxAnswered {
+            call_id: "nope",
+            outcome: outcome.clone(),
+        };
+        assert_eq!(
+            decide(&mut run, &a, input, 6).unwrap_err(),
+            StepRefused::UnknownCall("nope".into())
+        );
+        dispatched_shell_call(&mut run, &a);
+        let input = StepInput::SandboxAnswered {
+            call_id: "c2",
+            outcome: outcome.clone(),
+        };
+        decide(&mut run, &a, input, 6).unwrap();
+        let input = StepInput::SandboxAnswered {
+            call_id: "c2",
+            outcome,
+        };
+        assert!(matches!(
+            decide(&mut run, &a, input, 7),
+            Err(StepRefused::Tool { .. })
+        ));
+    }
+}
