@@ -11,6 +11,8 @@ use armada_cli::client::Client;
 use armada_cli::local::{emulator, LocalOptions, LocalStack};
 use armada_harness::StepHooks;
 
+pub mod sandbox;
+
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()

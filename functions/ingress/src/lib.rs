@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use lambda_http::{Body, Request, Response};
 use serde_json::{json, Value};
+use tracing::Instrument;
 
 use armada_core::clock::{new_id, rfc3339};
 use armada_core::error::StoreError;
@@ -57,20 +58,25 @@ pub async fn handle(svc: Arc<Services>, req: Request) -> Response<Body> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let span = tracing::info_span!("http", %method, %path);
-    let _enter = span.enter();
-    let result = route(&svc, &req, &method, &path).await;
-    let (status, body) = match result {
-        Ok(ok) => ok,
-        Err(e) => {
-            if e.status >= 500 {
-                tracing::error!(code = e.code, message = %e.message, "request failed");
-            } else {
-                tracing::info!(status = e.status, code = e.code, "request refused");
+    // The span is attached to the future (not entered across its awaits),
+    // so it follows the request wherever the runtime polls it.
+    async {
+        let result = route(&svc, &req, &method, &path).await;
+        let (status, body) = match result {
+            Ok(ok) => ok,
+            Err(e) => {
+                if e.status >= 500 {
+                    tracing::error!(code = e.code, message = %e.message, "request failed");
+                } else {
+                    tracing::info!(status = e.status, code = e.code, "request refused");
+                }
+                (e.status, e.body())
             }
-            (e.status, e.body())
-        }
-    };
-    json_response(status, &body)
+        };
+        json_response(status, &body)
+    }
+    .instrument(span)
+    .await
 }
 
 pub fn json_response(status: u16, body: &Value) -> Response<Body> {

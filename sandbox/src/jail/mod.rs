@@ -22,13 +22,17 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use landlock::{
-    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
-};
 use serde::{Deserialize, Serialize};
 
+use landlock::RulesetStatus;
+
 use armada_domain::sandbox::controls::Enforcement;
+
+mod mounts;
+mod rules;
+
+use mounts::mount_namespace;
+use rules::{landlock_ruleset, seccomp_filters, DENIED_SYSCALLS};
 
 /// The environment variable that carries the spec to the jail process.
 pub const SPEC_ENV: &str = "ARMADA_JAIL_SPEC";
@@ -149,148 +153,6 @@ impl JailReport {
     pub fn detail(&self, step: Step) -> &str {
         self.steps.get(&step).map_or("", |s| s.detail.as_str())
     }
-}
-
-/// System calls no skill needs and every escape wants.
-const DENIED_SYSCALLS: [i64; 29] = [
-    libc::SYS_mount,
-    libc::SYS_umount2,
-    libc::SYS_pivot_root,
-    libc::SYS_chroot,
-    libc::SYS_swapon,
-    libc::SYS_swapoff,
-    libc::SYS_reboot,
-    libc::SYS_kexec_load,
-    libc::SYS_kexec_file_load,
-    libc::SYS_init_module,
-    libc::SYS_finit_module,
-    libc::SYS_delete_module,
-    libc::SYS_bpf,
-    libc::SYS_perf_event_open,
-    libc::SYS_ptrace,
-    libc::SYS_process_vm_readv,
-    libc::SYS_process_vm_writev,
-    libc::SYS_setns,
-    libc::SYS_unshare,
-    libc::SYS_keyctl,
-    libc::SYS_add_key,
-    libc::SYS_request_key,
-    libc::SYS_open_by_handle_at,
-    libc::SYS_name_to_handle_at,
-    libc::SYS_userfaultfd,
-    libc::SYS_acct,
-    libc::SYS_settimeofday,
-    libc::SYS_clock_settime,
-    libc::SYS_syslog,
-];
-
-const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWUSER
-    | libc::CLONE_NEWNS
-    | libc::CLONE_NEWNET
-    | libc::CLONE_NEWPID
-    | libc::CLONE_NEWIPC
-    | libc::CLONE_NEWUTS
-    | libc::CLONE_NEWCGROUP) as u64;
-
-fn seccomp_filters() -> Result<Vec<seccompiler::BpfProgram>, String> {
-    use seccompiler::{
-        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-        SeccompRule, TargetArch,
-    };
-    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
-    let mut deny: BTreeMap<i64, Vec<SeccompRule>> =
-        DENIED_SYSCALLS.iter().map(|s| (*s, vec![])).collect();
-    // clone(2) may not make namespaces (a user namespace would hand the
-    // call capabilities of its own).
-    for bit in 0..64 {
-        let flag = 1u64 << bit;
-        if NAMESPACE_FLAGS & flag != 0 {
-            let cond = SeccompCondition::new(
-                0,
-                SeccompCmpArgLen::Qword,
-                SeccompCmpOp::MaskedEq(flag),
-                flag,
-            )
-            .map_err(|e| e.to_string())?;
-            deny.entry(libc::SYS_clone)
-                .or_default()
-                .push(SeccompRule::new(vec![cond]).map_err(|e| e.to_string())?);
-        }
-    }
-    let eperm = SeccompFilter::new(
-        deny,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        arch,
-    )
-    .map_err(|e| e.to_string())?;
-    // clone3 passes its flags in memory, out of a filter's sight: answer
-    // ENOSYS so libc falls back to clone(2), which is filtered above.
-    let enosys = SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_clone3, vec![])]),
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        arch,
-    )
-    .map_err(|e| e.to_string())?;
-    Ok(vec![
-        eperm
-            .try_into()
-            .map_err(|e: seccompiler::BackendError| e.to_string())?,
-        enosys
-            .try_into()
-            .map_err(|e: seccompiler::BackendError| e.to_string())?,
-    ])
-}
-
-const ABI_USED: ABI = ABI::V6;
-
-fn landlock_ruleset(fs: &FsRules, tcp: Option<&TcpRules>) -> Result<RulesetCreated, String> {
-    let err = |e: landlock::RulesetError| e.to_string();
-    let mut rs = Ruleset::default()
-        .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(AccessFs::from_all(ABI_USED))
-        .map_err(err)?;
-    if tcp.is_some() {
-        rs = rs
-            .handle_access(AccessNet::from_all(ABI_USED))
-            .map_err(err)?;
-    }
-    rs = rs.scope(Scope::from_all(ABI_USED)).map_err(err)?;
-    let mut created = rs.create().map_err(err)?;
-    let read = AccessFs::from_read(ABI_USED);
-    let all = AccessFs::from_all(ABI_USED);
-    let mut rules: Vec<(PathBuf, bool)> = Vec::new();
-    if fs.read_all {
-        rules.push((PathBuf::from("/"), false));
-    }
-    rules.extend(fs.read.iter().map(|p| (p.clone(), false)));
-    rules.extend(fs.write.iter().map(|p| (p.clone(), true)));
-    for (path, write) in rules {
-        // A path that does not exist grants nothing; skipping it is exact.
-        let Ok(fd) = PathFd::new(&path) else { continue };
-        let is_dir = path.is_dir();
-        let mut access = if write { all } else { read };
-        if !is_dir {
-            access &= AccessFs::from_file(ABI_USED);
-        }
-        created = created
-            .add_rule(PathBeneath::new(fd, access))
-            .map_err(err)?;
-    }
-    if let Some(t) = tcp {
-        for p in &t.bind {
-            created = created
-                .add_rule(NetPort::new(*p, AccessNet::BindTcp))
-                .map_err(err)?;
-        }
-        for p in &t.connect {
-            created = created
-                .add_rule(NetPort::new(*p, AccessNet::ConnectTcp))
-                .map_err(err)?;
-        }
-    }
-    Ok(created)
 }
 
 /// Runs the jail; returns only if the command could not be executed.
@@ -552,113 +414,4 @@ fn confine(spec: &JailSpec, report: &mut JailReport) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Covers `path` with an empty filesystem in which only the declared
-/// mounts appear, each bound from its descriptor; read-only ones are made
-/// read-only, and so is the cover.
-fn cover_keeping(path: &Path, inner: &[&(&Bind, std::fs::File)]) -> std::io::Result<()> {
-    use crate::sys::mount;
-    use std::os::unix::io::AsRawFd;
-    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-    mount(
-        Some(Path::new("none")),
-        path,
-        Some("tmpfs"),
-        flags,
-        Some("size=64k,mode=755"),
-    )?;
-    for (b, f) in inner {
-        std::fs::create_dir_all(&b.path)?;
-        let src = PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
-        mount(Some(&src), &b.path, None, libc::MS_BIND, None)?;
-        if !b.writable {
-            mount(
-                None,
-                &b.path,
-                None,
-                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | flags,
-                None,
-            )?;
-        }
-    }
-    mount(
-        None,
-        path,
-        None,
-        libc::MS_REMOUNT | libc::MS_RDONLY | flags,
-        Some("size=64k,mode=755"),
-    )
-}
-
-fn mount_namespace(spec: &JailSpec) -> Result<String, String> {
-    use crate::sys::mount;
-    crate::sys::unshare(libc::CLONE_NEWNS).map_err(|e| format!("mount namespace: {e}"))?;
-    // Nothing done here may show outside the call.
-    mount(
-        None,
-        Path::new("/"),
-        None,
-        libc::MS_REC | libc::MS_PRIVATE,
-        None,
-    )
-    .map_err(|e| format!("making / private: {e}"))?;
-    let mut done = Vec::new();
-    if let Some(tmp) = &spec.private_tmp {
-        mount(
-            Some(tmp),
-            Path::new("/tmp"),
-            None,
-            libc::MS_BIND | libc::MS_REC,
-            None,
-        )
-        .map_err(|e| format!("private /tmp: {e}"))?;
-        done.push("private /tmp".to_string());
-    }
-    // Declared mounts are reached through descriptors opened before
-    // anything is covered, then bound back at their own paths.
-    let mut sources = Vec::new();
-    for b in &spec.binds {
-        let f =
-            std::fs::File::open(&b.path).map_err(|e| format!("mount {}: {e}", b.path.display()))?;
-        sources.push((b, f));
-    }
-    for path in &spec.hide {
-        let Ok(meta) = std::fs::symlink_metadata(path) else {
-            continue;
-        };
-        let inner: Vec<&(&Bind, std::fs::File)> = sources
-            .iter()
-            .filter(|(b, _)| b.path.starts_with(path) && b.path != *path)
-            .collect();
-        let covered = if !meta.is_dir() {
-            mount(
-                Some(Path::new("/dev/null")),
-                path,
-                None,
-                libc::MS_BIND,
-                None,
-            )
-        } else if inner.is_empty() {
-            mount(
-                Some(Path::new("none")),
-                path,
-                Some("tmpfs"),
-                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                Some("size=4k,mode=000"),
-            )
-        } else {
-            cover_keeping(path, &inner)
-        };
-        covered.map_err(|e| format!("covering {}: {e}", path.display()))?;
-        done.push(format!("hid {}", path.display()));
-        for (b, _) in inner {
-            done.push(format!(
-                "mounted {} {}",
-                b.path.display(),
-                if b.writable { "rw" } else { "ro" }
-            ));
-        }
-    }
-    Ok(done.join(", "))
 }

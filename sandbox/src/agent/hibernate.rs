@@ -1,0 +1,116 @@
+//! Going to sleep when idle: frozen by the host, or the workspace saved to
+//! the payload bucket and the task stopped; restored when woken.
+
+use super::*;
+
+impl Agent {
+    /// Resident sandboxes stay warm; one serving a dev server stays up.
+    pub(super) fn may_hibernate(&self) -> bool {
+        self.cfg.hibernate != Hibernation::Never && !self.cfg.resident && self.services.is_empty()
+    }
+
+    /// Idle and held by nobody: go to sleep. Frozen by the host, or saved
+    /// to S3 with the task stopping (`Some(Exit::Hibernated)`).
+    pub(super) async fn hibernate(&self, idle: Duration) -> Result<Option<Exit>> {
+        let (now, g) = (now_ms(), self.cfg.generation);
+        let idle_ms = i64::try_from(idle.as_millis()).unwrap_or(i64::MAX);
+        let r = self
+            .update(|r| r.hibernate(g, idle_ms, now).is_ok())
+            .await?;
+        if !r.is_some_and(|r| r.state == SandboxState::Hibernating) {
+            return Ok(None);
+        }
+        tracing::info!(sandbox = %self.cfg.key(), mode = ?self.cfg.hibernate, "idle: hibernating");
+        if self.cfg.hibernate != Hibernation::Snapshot {
+            return Ok(None);
+        }
+        let key = self.snapshot().await?;
+        let now = now_ms();
+        let after = self
+            .update(|r| match r.state {
+                SandboxState::Hibernating => r.snapshotted(g, &key, now).is_ok(),
+                // A Run asked for it meanwhile: stay up.
+                SandboxState::Waking => r.woke(g, now).is_ok(),
+                _ => false,
+            })
+            .await?;
+        Ok(match after.map(|r| r.state) {
+            Some(SandboxState::Hibernated) => Some(Exit::Hibernated),
+            _ => None,
+        })
+    }
+
+    pub(super) fn snapshot_key(&self) -> String {
+        format!(
+            "sandboxes/{}/{}/g{}/workspace.tar.gz",
+            self.cfg.tenant, self.cfg.agent, self.cfg.generation
+        )
+    }
+
+    /// Saves the workspace and home to the payload bucket.
+    pub(super) async fn snapshot(&self) -> Result<String> {
+        let file = self.cfg.root.join("snapshot.tar.gz");
+        let status = tokio::process::Command::new("tar")
+            .arg("-C")
+            .arg(&self.cfg.root)
+            .args(["-czf"])
+            .arg(&file)
+            .args(["workspace", "home"])
+            .status()
+            .await
+            .context("running tar")?;
+        if !status.success() {
+            anyhow::bail!("tar failed: {status}");
+        }
+        let key = self.snapshot_key();
+        let body = aws_sdk_s3::primitives::ByteStream::from_path(&file)
+            .await
+            .context("reading the snapshot")?;
+        self.aws
+            .s3
+            .put_object()
+            .bucket(&self.cfg.payload_bucket)
+            .key(&key)
+            .body(body)
+            .send()
+            .await
+            .context("storing the snapshot")?;
+        let _ = std::fs::remove_file(&file);
+        Ok(key)
+    }
+
+    /// Restores a saved workspace and home, owned by this sandbox's uid.
+    pub(super) async fn restore(&self, key: &str) -> Result<()> {
+        self.runner.env.prepare()?;
+        let out = self
+            .aws
+            .s3
+            .get_object()
+            .bucket(&self.cfg.payload_bucket)
+            .key(key)
+            .send()
+            .await
+            .context("fetching the snapshot")?;
+        let bytes = out.body.collect().await?.into_bytes();
+        let file = self.cfg.root.join("restore.tar.gz");
+        std::fs::write(&file, &bytes)?;
+        let status = tokio::process::Command::new("tar")
+            .arg("-C")
+            .arg(&self.cfg.root)
+            .arg("-xzf")
+            .arg(&file)
+            .status()
+            .await
+            .context("running tar")?;
+        let _ = std::fs::remove_file(&file);
+        if !status.success() {
+            anyhow::bail!("tar failed: {status}");
+        }
+        // The new task has a uid of its own.
+        for d in [self.runner.env.workspace(), self.runner.env.home()] {
+            chown_tree(&d, self.cfg.uid)?;
+        }
+        tracing::info!(sandbox = %self.cfg.key(), key, "workspace restored");
+        Ok(())
+    }
+}

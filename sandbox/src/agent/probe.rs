@@ -1,0 +1,120 @@
+//! At start: the mounts checked again, and the capability set applied to a
+//! probe call, measuring per control what actually took effect.
+
+use super::*;
+
+impl Agent {
+    /// Mounts are checked again here: registry data may have been edited
+    /// past the API's validation.
+    pub(super) fn check_mounts(&self) -> Result<(), String> {
+        let user = self.cfg.user.as_deref().unwrap_or_default();
+        for m in &self.cfg.mounts {
+            check_mount(&m.path, m.mode, user).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Applies the capability set to a probe call and reports per control
+    /// what actually took effect.
+    pub async fn measure(&self) -> Result<Controls> {
+        self.runner
+            .env
+            .prepare()
+            .context("preparing the sandbox directories")?;
+        let probe = Call {
+            action: Action::Exec {
+                argv: vec!["/bin/true".into()],
+            },
+            run_id: "probe".into(),
+            stdin: None,
+            timeout: Duration::from_secs(30),
+            bind_ports: vec![],
+            env: vec![],
+        };
+        let run = self.runner.run(probe).await?;
+        let _ = self.runner.env.drop_scratch("probe");
+        let rep = &run.report;
+        let caps = &self.cfg.caps;
+        let step = |s: Step, what: &str| -> Control {
+            Control {
+                status: rep.status(s),
+                reason: if rep.detail(s).is_empty() {
+                    format!("{what}: not applied")
+                } else {
+                    rep.detail(s).to_string()
+                },
+            }
+        };
+        let off = || Control::not_enforced("profile off: the capability set is not applied");
+        let filesystem = if !caps.enforce {
+            off()
+        } else {
+            let mut c = step(Step::Filesystem, "landlock");
+            if rep.status(Step::Uid) != Enforcement::Enforced && c.status == Enforcement::Enforced {
+                c.status = Enforcement::Partial;
+            }
+            c.reason = format!("{}; {}", c.reason, rep.detail(Step::Uid));
+            c
+        };
+        let network = if !caps.enforce {
+            off()
+        } else if caps.restrict_network {
+            step(Step::Network, "network namespace")
+        } else if rep.status(Step::Tcp) == Enforcement::Enforced {
+            Control::partial(format!(
+                "not restricted by the profile; {} (landlock); UDP and destinations are not filtered",
+                rep.detail(Step::Tcp)
+            ))
+        } else {
+            Control::not_enforced(
+                "not restricted by the profile, and TCP ports could not be limited",
+            )
+        };
+        let syscalls = if caps.enforce {
+            step(Step::Syscalls, "seccomp")
+        } else {
+            off()
+        };
+        let mounts = if caps.enforce {
+            step(Step::Mounts, "mount namespace")
+        } else {
+            off()
+        };
+        let (_, own) = usable_cgroup();
+        let limit_control = |v: Option<String>, what: &str| match v {
+            Some(d) => Control::enforced(d),
+            None => Control::not_enforced(format!("no {what} limit is in force on the sandbox")),
+        };
+        let memory = limit_control(
+            own.as_ref().and_then(Cgroup::memory_limit).map(|b| {
+                format!(
+                    "{} MB on the sandbox's cgroup; each call gets {} MB",
+                    b / (1024 * 1024),
+                    self.runner.env.call_memory_bytes() / (1024 * 1024)
+                )
+            }),
+            "memory",
+        );
+        let cpu = limit_control(
+            own.as_ref()
+                .and_then(Cgroup::cpu_millis)
+                .map(|m| format!("{m} millicores (CFS quota; throttled, not killed)")),
+            "CPU",
+        );
+        let pids = limit_control(
+            own.as_ref()
+                .and_then(Cgroup::pids_max)
+                .map(|n| format!("at most {n} processes")),
+            "pid",
+        );
+        Ok(Controls {
+            filesystem,
+            network,
+            syscalls,
+            memory,
+            cpu,
+            pids,
+            mounts,
+        })
+    }
+}

@@ -1,0 +1,354 @@
+//! Serving the hand queue: one call at a time, each marked STARTED with a
+//! conditional write, run in the jail, answered to the harness queue and
+//! marked FINISHED; a call an earlier incarnation died in is answered `Lost`.
+
+use tracing::Instrument;
+
+use super::*;
+
+impl Agent {
+    pub(super) async fn serve(
+        &mut self,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<Exit> {
+        if faults::stall_at_start(&self.cfg.agent) {
+            // A task that never comes up (a hung image pull, say).
+            let _ = stop.changed().await;
+            return Ok(Exit::Stopped);
+        }
+        if let Err(why) = self.check_mounts() {
+            return self.fail_closed(&format!("refused at start: {why}")).await;
+        }
+        if let Some(key) = self.cfg.restore.clone() {
+            if let Err(e) = self.restore(&key).await {
+                return self
+                    .fail_closed(&format!(
+                        "could not restore the workspace from {key}: {e:#}"
+                    ))
+                    .await;
+            }
+        }
+        let controls = match self.measure().await {
+            Ok(c) => c,
+            Err(e) => return self.fail_closed(&format!("could not confine: {e:#}")).await,
+        };
+        let unmet = Required::of(&self.cfg.caps).unmet(&controls);
+        if !unmet.is_empty() {
+            return self
+                .fail_closed(&format!(
+                    "profile '{}' cannot be enforced here: {}",
+                    self.cfg.caps.profile,
+                    unmet.join("; ")
+                ))
+                .await;
+        }
+        let now = now_ms();
+        let arn = self.cfg.task_arn.clone();
+        let ready = self
+            .update(|r| {
+                r.agent_ready(r.generation, &arn, controls.clone(), now)
+                    .is_ok()
+            })
+            .await?;
+        match ready {
+            Some(r) if r.state == SandboxState::Ready => {}
+            other => {
+                let why = format!(
+                    "this task's generation {} is not the sandbox's ({:?})",
+                    self.cfg.generation,
+                    other.map(|r| (r.generation, r.state))
+                );
+                tracing::warn!(sandbox = %self.cfg.key(), %why, "stale sandbox task exits");
+                return Ok(Exit::Destroyed(why));
+            }
+        }
+        tracing::info!(sandbox = %self.cfg.key(), generation = self.cfg.generation, "sandbox ready");
+        self.recover_inflight().await?;
+        // The heartbeat goes on during calls too: a long call is not a dead
+        // sandbox. It also notices the sandbox being destroyed meanwhile.
+        let (gone_tx, mut gone) = tokio::sync::watch::channel(None::<String>);
+        let beat = tokio::spawn(heartbeat(
+            self.store.clone(),
+            self.cfg.tenant.clone(),
+            self.cfg.agent.clone(),
+            self.cfg.generation,
+            Duration::from_secs(u64::from(self.cfg.heartbeat_seconds)),
+            gone_tx,
+        ));
+        let exit = self.serve_queue(&mut stop, &mut gone).await;
+        beat.abort();
+        exit
+    }
+
+    pub(super) async fn serve_queue(
+        &mut self,
+        stop: &mut tokio::sync::watch::Receiver<bool>,
+        gone: &mut tokio::sync::watch::Receiver<Option<String>>,
+    ) -> Result<Exit> {
+        let idle = Duration::from_secs(u64::from(self.cfg.idle_seconds));
+        // Look for calls often enough to notice idleness in time.
+        let wait = self.cfg.wait_seconds.min(
+            i32::try_from(self.cfg.idle_seconds / 2)
+                .unwrap_or(i32::MAX)
+                .max(1),
+        );
+        let mut last_active = Instant::now();
+        loop {
+            if let Some(why) = gone.borrow().clone() {
+                return Ok(Exit::Destroyed(why));
+            }
+            if self.may_hibernate() && last_active.elapsed() >= idle {
+                if let Some(exit) = self.hibernate(idle).await? {
+                    return Ok(exit);
+                }
+                last_active = Instant::now();
+            }
+            let receive = self
+                .aws
+                .sqs
+                .receive_message()
+                .queue_url(&self.cfg.hand_queue_url)
+                .max_number_of_messages(1)
+                .wait_time_seconds(wait)
+                .send();
+            let out = tokio::select! {
+                r = receive => r,
+                _ = stop.changed() => return Ok(Exit::Stopped),
+            };
+            let msgs = match out {
+                Ok(o) => o.messages.unwrap_or_default(),
+                Err(e) => {
+                    tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "hand queue receive failed");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            for m in msgs {
+                let receipt = m.receipt_handle().unwrap_or_default().to_string();
+                let msg: HandMessage = match serde_json::from_str(m.body().unwrap_or_default()) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        tracing::error!(error = %e, "malformed hand message dropped");
+                        self.delete(&receipt).await;
+                        continue;
+                    }
+                };
+                match msg {
+                    HandMessage::EndRun { run_id, .. } => {
+                        let cleaned = self.runner.env.drop_scratch(&run_id);
+                        self.delete(&receipt).await;
+                        if let Err(e) = cleaned {
+                            // A Run's files could not be removed: the next
+                            // Run would see them. The sandbox goes instead.
+                            let why =
+                                format!("force-destroyed: cleanup after run {run_id} failed: {e}");
+                            let now = now_ms();
+                            self.update(|r| r.destroy(&why, now)).await?;
+                            self.shutdown_services();
+                            return Ok(Exit::Destroyed(why));
+                        }
+                    }
+                    HandMessage::Invoke(inv) => {
+                        if let Some(exit) = self.invoke(inv, &receipt).await? {
+                            self.shutdown_services();
+                            return Ok(exit);
+                        }
+                        last_active = Instant::now();
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) async fn delete(&self, receipt: &str) {
+        if let Err(e) = self
+            .aws
+            .sqs
+            .delete_message()
+            .queue_url(&self.cfg.hand_queue_url)
+            .receipt_handle(receipt)
+            .send()
+            .await
+        {
+            tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "could not delete a hand message; it will come back");
+        }
+    }
+
+    /// A restarted agent answers for the call its predecessor died in.
+    pub(super) async fn recover_inflight(&self) -> Result<()> {
+        let Ok(text) = std::fs::read_to_string(self.inflight_path()) else {
+            return Ok(());
+        };
+        let Ok(inflight) = serde_json::from_str::<Inflight>(&text) else {
+            let _ = std::fs::remove_file(self.inflight_path());
+            return Ok(());
+        };
+        let inv = inflight.invocation;
+        tracing::warn!(run_id = %inv.run_id, call_id = %inv.call_id, "answering for a call the previous agent died in");
+        self.answer(
+            &inv,
+            CallOutcome::Lost {
+                reason: "the sandbox agent crashed during the call".into(),
+            },
+        )
+        .await?;
+        self.delete(&inflight.receipt_handle).await;
+        let _ = std::fs::remove_file(self.inflight_path());
+        Ok(())
+    }
+
+    /// Sends an outcome to the harness queue.
+    pub(super) async fn answer(&self, inv: &Invocation, outcome: CallOutcome) -> Result<()> {
+        let inline = serde_json::to_string(&outcome)?;
+        let body = if inline.len() > INLINE_OUTCOME_BYTES {
+            let key = format!(
+                "sandboxes/{}/{}/{}-{}.json",
+                inv.tenant, inv.run_id, inv.call_id, inv.attempt
+            );
+            self.aws
+                .s3
+                .put_object()
+                .bucket(&self.cfg.payload_bucket)
+                .key(&key)
+                .content_type("application/json")
+                .body(inline.into_bytes().into())
+                .send()
+                .await
+                .context("storing a large outcome")?;
+            ResultBody::Stored { key }
+        } else {
+            ResultBody::Inline { outcome }
+        };
+        let msg = HarnessMessage::ToolResult {
+            run_id: inv.run_id.clone(),
+            tenant: inv.tenant.clone(),
+            step: inv.step,
+            call_id: inv.call_id.clone(),
+            attempt: inv.attempt,
+            body,
+        };
+        self.aws
+            .sqs
+            .send_message()
+            .queue_url(&self.cfg.harness_queue_url)
+            .message_body(serde_json::to_string(&msg)?)
+            .message_group_id(&inv.run_id)
+            .message_deduplication_id(msg.dedup_id())
+            .send()
+            .await
+            .context("sending an outcome to the harness queue")?;
+        Ok(())
+    }
+
+    /// Handles one call; `Some(exit)` when the sandbox must stop after it.
+    pub(super) async fn invoke(&mut self, inv: Invocation, receipt: &str) -> Result<Option<Exit>> {
+        let span = tracing::info_span!("call", run_id = %inv.run_id, call_id = %inv.call_id, skill = %inv.skill);
+        self.invoke_in_span(inv, receipt).instrument(span).await
+    }
+
+    async fn invoke_in_span(&mut self, inv: Invocation, receipt: &str) -> Result<Option<Exit>> {
+        if inv.tenant != self.cfg.tenant || inv.agent != self.cfg.agent {
+            // Seed 000 §E: a sandbox serving another identity is destroyed
+            // at once, and the event is recorded.
+            let why = format!(
+                "security: sandbox of {}#{} was sent a call of {}#{}",
+                self.cfg.tenant, self.cfg.agent, inv.tenant, inv.agent
+            );
+            tracing::error!(security = true, %why, "cross-identity call refused; destroying the sandbox");
+            self.answer(
+                &inv,
+                CallOutcome::NotRun {
+                    code: armada_domain::sandbox::hand::SECURITY_VIOLATION.into(),
+                    message: why.clone(),
+                },
+            )
+            .await?;
+            self.delete(receipt).await;
+            let now = now_ms();
+            self.update(|r| r.destroy(&why, now)).await?;
+            return Ok(Some(Exit::Destroyed(why)));
+        }
+        let call = CallRef {
+            run_id: inv.run_id.clone(),
+            call_id: inv.call_id.clone(),
+            attempt: inv.attempt,
+        };
+        let prior = self
+            .store
+            .mark_first(&call, CallMark::Started, self.cfg.generation, now_ms())
+            .await?;
+        match prior.map(|m| m.mark) {
+            None => {}
+            Some(CallMark::Started) => {
+                // Started by an agent that died before answering.
+                self.answer(
+                    &inv,
+                    CallOutcome::Lost {
+                        reason: "the call was started by a sandbox that died before answering"
+                            .into(),
+                    },
+                )
+                .await?;
+                self.delete(receipt).await;
+                return Ok(None);
+            }
+            Some(CallMark::Finished) | Some(CallMark::Abandoned) => {
+                // Answered already, or given up on by the control plane.
+                self.delete(receipt).await;
+                return Ok(None);
+            }
+        }
+        let inflight = Inflight {
+            invocation: inv.clone(),
+            receipt_handle: receipt.to_string(),
+        };
+        std::fs::write(self.inflight_path(), serde_json::to_vec(&inflight)?)?;
+        faults::panic_on(&inv);
+        let answer = if inv.skill == SERVE {
+            self.serve_call(&inv).await
+        } else {
+            skills::invoke(
+                &self.runner,
+                &inv.skill,
+                &inv.args,
+                &inv.run_id,
+                inv.timeout_s,
+            )
+            .await
+        };
+        self.answer(
+            &inv,
+            CallOutcome::Finished {
+                result: answer.result.clone(),
+            },
+        )
+        .await?;
+        if let Err(e) = self.store.mark_finished(&call, now_ms()).await {
+            tracing::warn!(error = %e, "could not mark the call finished");
+        }
+        self.delete(receipt).await;
+        let _ = std::fs::remove_file(self.inflight_path());
+        let now = now_ms();
+        let g = self.cfg.generation;
+        let ports: Vec<PortLease> = self
+            .ports
+            .values()
+            .map(|p| PortLease {
+                container: p.container,
+                host: p.bind,
+            })
+            .collect();
+        self.update(|r| {
+            r.ports = ports.clone();
+            r.touch(g, now).is_ok()
+        })
+        .await?;
+        if answer.aftermath == Aftermath::Destroy {
+            let code = answer.result["error"]["code"].as_str().unwrap_or("error");
+            let why = format!("force-destroyed after {code} in call {}", inv.call_id);
+            self.update(|r| r.destroy(&why, now)).await?;
+            return Ok(Some(Exit::Destroyed(why)));
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,117 @@
+//! Helpers of the sandbox tests: a stack with a quick watchdog, agents with
+//! code skills, their ECS tasks and files, and polling for a condition.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use armada_cli::client::Client;
+use armada_core::hands::started_by;
+
+use crate::{params, TestStack};
+
+/// Quick watchdog, heartbeat and staleness, so losses show in seconds.
+pub fn fast() -> HashMap<String, String> {
+    params(&[
+        ("SandboxCheckSeconds", "1"),
+        ("SandboxHeartbeatSeconds", "1"),
+        ("SandboxStaleSeconds", "4"),
+    ])
+}
+
+pub async fn start() -> TestStack {
+    TestStack::start_with(fast(), None).await
+}
+
+/// The result JSON inside the scripted model's `tool <name> returned: <json>`.
+pub fn tool_result(run: &Value, skill: &str) -> Value {
+    let out = run["output"].as_str().unwrap_or_default();
+    let json = out
+        .strip_prefix(&format!("tool {skill} returned: "))
+        .unwrap_or_else(|| panic!("not a {skill} result: {run}"));
+    serde_json::from_str(json).unwrap()
+}
+
+pub fn sh(command: &str) -> String {
+    format!("/tool shell_exec {}", json!({ "command": command }))
+}
+
+pub fn py(code: &str) -> String {
+    format!("/tool python_exec {}", json!({ "code": code }))
+}
+
+pub async fn sandbox_of(c: &Client, agent: &str) -> Value {
+    c.get(&format!("/v1/sandboxes/{agent}")).await.unwrap()
+}
+
+pub async fn put_agent(t: &TestStack, name: &str, sandbox: Value) -> Value {
+    t.admin
+        .call(
+            Method::PUT,
+            &format!("/v1/agents/{name}"),
+            Some(&json!({
+                "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 8192},
+                "system_prompt": "You run code.",
+                "skills": ["shell_exec", "python_exec", "file_read", "file_write", "serve"],
+                "sandbox": sandbox,
+                "limits": {"timeout_s": 120}
+            })),
+            true,
+        )
+        .await
+        .unwrap()
+}
+
+pub async fn tasks_of(t: &TestStack, tenant: &str, agent: &str) -> Vec<String> {
+    t.stack
+        .aws
+        .ecs
+        .list_tasks()
+        .cluster(&t.stack.svc.cfg.sandbox.cluster)
+        .started_by(started_by(tenant, agent))
+        .send()
+        .await
+        .unwrap()
+        .task_arns()
+        .to_vec()
+}
+
+pub async fn task_status(t: &TestStack, arn: &str) -> String {
+    let d = t
+        .stack
+        .aws
+        .ecs
+        .describe_tasks()
+        .cluster(&t.stack.svc.cfg.sandbox.cluster)
+        .tasks(arn)
+        .send()
+        .await
+        .unwrap();
+    d.tasks()[0].last_status().unwrap_or_default().to_string()
+}
+
+pub fn task_dir(t: &TestStack, arn: &str) -> PathBuf {
+    PathBuf::from("/var/tmp/armada")
+        .join(t.stack.template.stack())
+        .join(arn.rsplit('/').next().unwrap())
+}
+
+/// Polls until `f` holds (up to 30 s).
+pub async fn eventually<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..300 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
