@@ -103,7 +103,7 @@ async fn duplicate_deliveries_have_exactly_one_effect() {
             .aws
             .sqs
             .send_message()
-            .queue_url(&q.harness_url)
+            .queue_url(q.harness_url())
             .message_body(body)
             .message_group_id(&run_id)
             .message_deduplication_id(format!("dup-{step}"))

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use armada_core::aws::AwsClients;
+use armada_core::ports::SandboxesExt as _;
 use armada_core::store::sandboxes::{Change, SandboxStore};
 
 use crate::agent::{Agent, AgentConfig, Exit};

@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use armada_core::aws::AwsClients;
+use armada_core::ports::RunEvents as _;
 use armada_core::store::runs::RunStore;
 
 mod fill;
@@ -453,10 +454,13 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
             .unwrap_or("us-east-1"),
     )
     .await;
+    let cfg = &stack.svc.cfg;
     let store = RunStore::new(
         watcher_aws.dynamo.clone(),
-        &stack.svc.cfg.runs_table,
-        &stack.svc.cfg.run_events_table,
+        &cfg.runs_table,
+        &cfg.run_events_table,
+        &cfg.sessions_table,
+        &cfg.idempotency_table,
     );
     let store = Watcher::start(
         store,

@@ -6,7 +6,7 @@ use super::*;
 /// A sandbox call's own time in a Run: from the harness dispatching it to
 /// the harness recording its result (the model's turns are not in it).
 async fn call_interval_ms(stack: &LocalStack, run_id: &str) -> Result<f64> {
-    let events = stack.svc.runs.all_events(run_id).await?;
+    let events = stack.svc.run_events.all_events(run_id).await?;
     let at = |kind: &str| {
         events
             .iter()

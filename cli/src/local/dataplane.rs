@@ -17,6 +17,7 @@ use anyhow::{bail, Context, Result};
 use tokio::sync::watch;
 
 use armada_core::hands::{task_env, SandboxProvider, TaskInfo};
+use armada_core::ports::{Provider as _, Sandboxes as _, SandboxesExt as _};
 use armada_core::store::sandboxes::{Change, SandboxStore};
 use armada_domain::sandbox::lifecycle::{SandboxRecord, SandboxState};
 use armada_domain::sandbox::{host_port, Limits, CONTAINER_PORTS};
@@ -106,10 +107,10 @@ pub fn sandbox_program() -> Result<Program> {
 }
 
 /// Applies a lifecycle step to a task's sandbox record (if it applies).
-async fn record<E: std::fmt::Display>(
+async fn record<E: std::fmt::Display + Send>(
     store: &SandboxStore,
     t: &LocalTask,
-    mut step: impl FnMut(&mut SandboxRecord) -> Result<(), E>,
+    mut step: impl FnMut(&mut SandboxRecord) -> Result<(), E> + Send,
 ) -> Result<(), armada_core::error::StoreError> {
     store
         .modify(&t.tenant, &t.agent, |cur| match cur {

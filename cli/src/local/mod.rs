@@ -229,7 +229,7 @@ impl LocalStack {
         let dispatcher_svc = services("dispatcher").await?;
         let harness_svc = services("harness").await?;
 
-        provision::load_agents(&ingress_svc.registry, &opts.root).await?;
+        provision::load_agents(ingress_svc.registry.as_ref(), &opts.root).await?;
         let tenant = "local".to_string();
         let key = ApiKey::mint();
         let stored_key = StoredKey {
@@ -309,7 +309,7 @@ impl LocalStack {
                 dp_aws.ecs.clone(),
                 dp_aws.sqs.clone(),
                 cfg.sandbox.clone(),
-                &harness_svc.queues.harness_url,
+                &harness_svc.queues.harness_url(),
                 &cfg.sandboxes_table,
                 &cfg.payload_bucket,
             );

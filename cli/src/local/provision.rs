@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_sqs::types::QueueAttributeName;
 
 use armada_core::aws::AwsClients;
-use armada_core::store::registry::Registry;
+use armada_core::ports::Registry as RegistryPort;
 use armada_domain::agent::AgentDefinition;
 
 use super::template::{TableSpec, TaskDefSpec, Template};
@@ -265,7 +265,7 @@ pub async fn default_network(endpoint: &str, region: &str) -> Result<(String, St
 
 /// Loads every `config/agents/*.json` into the registry. The scripted
 /// provider needs no URL in the file: the deployment supplies it.
-pub async fn load_agents(registry: &Registry, root: &Path) -> Result<Vec<String>> {
+pub async fn load_agents(registry: &dyn RegistryPort, root: &Path) -> Result<Vec<String>> {
     let dir = root.join("config/agents");
     let mut names = Vec::new();
     let mut entries: Vec<_> = std::fs::read_dir(&dir)

@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use armada_core::aws::AwsClients;
+use armada_core::ports::Registry as _;
 use armada_core::store::registry::{Registry, StoredKey};
 
 use super::template::Template;

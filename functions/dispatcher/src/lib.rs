@@ -64,7 +64,7 @@ impl Dispatcher {
             retry_base_s: self.svc.cfg.retry_base_seconds,
             keep_hidden_s: None,
         };
-        process_batch(event, &self.svc.queues, policy, |msg| {
+        process_batch(event, self.svc.queues.as_ref(), policy, |msg| {
             self.handle_record(msg)
         })
         .await
@@ -74,7 +74,7 @@ impl Dispatcher {
         let queue = source_queue(&msg);
         let receives = receive_count(&msg);
         let body = msg.body.unwrap_or_default();
-        if queue == self.svc.queues.dispatch_dlq || queue == self.svc.queues.harness_dlq {
+        if self.svc.queues.is_dead_letter_queue(&queue) {
             return self.dead_letter(&queue, &body, receives).await;
         }
         let parsed: DispatchMessage = match serde_json::from_str(&body) {

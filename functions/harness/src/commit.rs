@@ -74,26 +74,30 @@ impl Harness {
             json!({"output": preview, "truncated": truncated}),
             now,
         ));
-        let mut extra = Vec::new();
+        let mut also = Vec::new();
         if let (Some(sid), Some(seq)) = (&run.session_id, run.session_seq) {
             let (user_turn, assistant_turn) = session::turn_numbers(seq);
-            let turn = |role, content: &str| HistoryTurn {
-                role,
-                content: content.to_string(),
-                run_id: run.run_id.clone(),
-            };
-            extra.push(
-                svc.sessions
-                    .turn_put(sid, user_turn, &turn(Role::User, input))
-                    .await?,
-            );
-            extra.push(
-                svc.sessions
-                    .turn_put(sid, assistant_turn, &turn(Role::Assistant, &reply.content))
-                    .await?,
-            );
+            for (turn, role, text) in [
+                (user_turn, Role::User, input),
+                (assistant_turn, Role::Assistant, reply.content.as_str()),
+            ] {
+                // A large turn goes to S3 first, under a key fixed by session
+                // and turn, so a retried commit overwrites the same object.
+                let key = format!("turns/{sid}/{turn}");
+                let content = svc
+                    .payloads
+                    .spill(&key, text, svc.cfg.inline_limit_bytes)
+                    .await?;
+                also.push(Also::SessionTurn {
+                    session_id: sid.clone(),
+                    turn,
+                    role,
+                    content,
+                    run_id: run.run_id.clone(),
+                });
+            }
         }
-        self.svc.runs.save(prev, run, &events, extra).await?;
+        self.svc.runs.save(prev, run, &events, also).await?;
         tracing::info!(run_id = %run.run_id, epoch = run.epoch, "run completed");
         self.carry_out(run, &actions).await
     }

@@ -24,10 +24,10 @@ use tracing::Instrument;
 use armada_core::error::StoreError;
 use armada_core::sandboxing::{self, SandboxError};
 use armada_core::sqs::{process_batch, BatchPolicy, Outcome};
-use armada_core::Services;
+use armada_core::{Also, Services};
 use armada_domain::agent::AgentDefinition;
 use armada_domain::chat::{ChatMessage, ModelReply, Role, ToolCall};
-use armada_domain::context::{self, HistoryTurn};
+use armada_domain::context;
 use armada_domain::ledger::ToolCallRecord;
 use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};
 use armada_domain::run::{
@@ -142,7 +142,7 @@ impl Harness {
             retry_base_s: self.svc.cfg.retry_base_seconds,
             keep_hidden_s: Some(self.svc.cfg.harness_visibility_s),
         };
-        let resp = process_batch(event, &self.svc.queues, policy, |msg| async {
+        let resp = process_batch(event, self.svc.queues.as_ref(), policy, |msg| async {
             // Once the invocation has died, it handles nothing more.
             if aborted.lock().map(|a| a.is_some()).unwrap_or(true) {
                 return Outcome::Abandoned;
@@ -276,3 +276,6 @@ pub fn transcript(input: &str, log: &[RunEventRecord]) -> Vec<ChatMessage> {
     }
     msgs
 }
+
+#[cfg(test)]
+mod tests;

@@ -135,7 +135,7 @@ impl Harness {
             Some(sid) => svc.sessions.history(sid).await?,
             None => vec![],
         };
-        let log = svc.runs.all_events(&run.run_id).await?;
+        let log = svc.run_events.all_events(&run.run_id).await?;
         let transcript = transcript(&input, &log);
         let assembled = context::assemble(
             &agent.system_prompt,

@@ -13,9 +13,9 @@ use tracing::Instrument;
 
 use armada_core::clock::{new_id, rfc3339};
 use armada_core::error::StoreError;
+use armada_core::ports::StoredKey;
+use armada_core::ports::{Also, IdemRecord};
 use armada_core::sandboxing;
-use armada_core::store::idempotency::IdemRecord;
-use armada_core::store::registry::StoredKey;
 use armada_core::Services;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::api::{

@@ -33,6 +33,7 @@ use serde_json::Value;
 
 use armada_core::aws::AwsClients;
 use armada_core::hands::task_env;
+use armada_core::ports::{Sandboxes as _, SandboxesExt as _};
 use armada_core::store::sandboxes::{CallRef, Change, SandboxStore};
 use armada_domain::messages::{HarnessMessage, ResultBody};
 use armada_domain::sandbox::controls::{Control, Controls, Enforcement, Required};
@@ -314,7 +315,7 @@ impl Agent {
     /// Updates this generation's record; `f` returns false to leave it.
     async fn update(
         &self,
-        mut f: impl FnMut(&mut SandboxRecord) -> bool,
+        mut f: impl FnMut(&mut SandboxRecord) -> bool + Send,
     ) -> Result<Option<SandboxRecord>> {
         let generation = self.cfg.generation;
         let out = self

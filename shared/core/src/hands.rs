@@ -22,7 +22,10 @@ use armada_domain::sandbox::lifecycle::sandbox_key;
 use armada_domain::sandbox::CapabilitySet;
 
 use crate::config::SandboxConfig;
+use async_trait::async_trait;
+
 use crate::error::{classify, StoreError};
+use crate::ports::Provider;
 
 /// Tags every sandbox task carries.
 pub const TAG_TENANT: &str = "armada:tenant";
@@ -120,10 +123,6 @@ impl SandboxProvider {
         }
     }
 
-    pub fn config(&self) -> &SandboxConfig {
-        &self.cfg
-    }
-
     fn hand_queue_name(&self, tenant: &str, agent: &str, generation: u64) -> String {
         let d = Sha256::digest(sandbox_key(tenant, agent).as_bytes());
         format!(
@@ -134,7 +133,22 @@ impl SandboxProvider {
     }
 
     /// Creates the generation's hand queue (FIFO, grouped by Run) or finds it.
-    pub async fn hand_queue(
+    fn task_definition(&self, spec: &SandboxSpec) -> &str {
+        if spec.limits.cpu_millis <= 1000 && spec.limits.memory_mb <= 2048 {
+            &self.cfg.task_standard
+        } else {
+            &self.cfg.task_large
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for SandboxProvider {
+    fn config(&self) -> &SandboxConfig {
+        &self.cfg
+    }
+
+    async fn hand_queue(
         &self,
         tenant: &str,
         agent: &str,
@@ -156,7 +170,7 @@ impl SandboxProvider {
             .ok_or_else(|| StoreError::Terminal("CreateQueue returned no URL".into()))
     }
 
-    pub async fn delete_hand_queue(&self, url: &str) -> Result<(), StoreError> {
+    async fn delete_hand_queue(&self, url: &str) -> Result<(), StoreError> {
         match self.sqs.delete_queue().queue_url(url).send().await {
             Ok(_) => Ok(()),
             Err(e) => match classify(e) {
@@ -167,7 +181,7 @@ impl SandboxProvider {
     }
 
     /// Sends a message to a hand queue. Calls are deduplicated per call.
-    pub async fn send(&self, queue_url: &str, msg: &HandMessage) -> Result<(), StoreError> {
+    async fn send(&self, queue_url: &str, msg: &HandMessage) -> Result<(), StoreError> {
         let body = serde_json::to_string(msg).map_err(|e| StoreError::Terminal(e.to_string()))?;
         let (group, dedup) = match msg {
             HandMessage::Invoke(inv) => (inv.run_id.clone(), inv.dedup_id()),
@@ -185,16 +199,8 @@ impl SandboxProvider {
         Ok(())
     }
 
-    fn task_definition(&self, spec: &SandboxSpec) -> &str {
-        if spec.limits.cpu_millis <= 1000 && spec.limits.memory_mb <= 2048 {
-            &self.cfg.task_standard
-        } else {
-            &self.cfg.task_large
-        }
-    }
-
     /// Starts a generation's task; returns its ARN.
-    pub async fn start(&self, req: &TaskRequest<'_>) -> Result<String, StoreError> {
+    async fn start(&self, req: &TaskRequest<'_>) -> Result<String, StoreError> {
         use task_env::*;
         let env: Vec<(&str, String)> = vec![
             (TENANT, req.tenant.to_string()),
@@ -275,7 +281,7 @@ impl SandboxProvider {
             .ok_or_else(|| StoreError::Retryable("RunTask returned no task".into()))
     }
 
-    pub async fn stop(&self, task_arn: &str, reason: &str) -> Result<(), StoreError> {
+    async fn stop(&self, task_arn: &str, reason: &str) -> Result<(), StoreError> {
         let mut reason = reason.to_string();
         reason.truncate(255);
         match self
@@ -301,7 +307,7 @@ impl SandboxProvider {
     }
 
     /// The task ARNs started for an identity (any state ECS still lists).
-    pub async fn list(&self, started: Option<&str>) -> Result<Vec<String>, StoreError> {
+    async fn list(&self, started: Option<&str>) -> Result<Vec<String>, StoreError> {
         let mut arns = Vec::new();
         let mut token = None;
         loop {
@@ -322,7 +328,7 @@ impl SandboxProvider {
         }
     }
 
-    pub async fn describe(&self, arns: &[String]) -> Result<Vec<TaskInfo>, StoreError> {
+    async fn describe(&self, arns: &[String]) -> Result<Vec<TaskInfo>, StoreError> {
         let mut out = Vec::new();
         // DescribeTasks takes at most 100 tasks.
         for chunk in arns.chunks(100) {

@@ -9,8 +9,10 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod hands;
+pub mod memory;
 pub mod models;
 pub mod payloads;
+pub mod ports;
 pub mod queues;
 pub mod sandboxing;
 pub mod sqs;
@@ -28,31 +30,38 @@ use crate::error::StoreError;
 use crate::hands::SandboxProvider;
 use crate::models::Models;
 use crate::payloads::Payloads;
-use crate::queues::Queues;
+use crate::queues::Queues as SqsQueues;
 use crate::store::idempotency::IdempotencyStore;
-use crate::store::registry::Registry;
+use crate::store::registry::Registry as RegistryTable;
 use crate::store::runs::RunStore;
 use crate::store::sandboxes::SandboxStore;
 use crate::store::sessions::SessionStore;
 use crate::tools::InlineTools;
 
-/// Everything a handler needs, built once per process.
+pub use crate::ports::{
+    Also, Blobs, Idempotency, Model, Provider, Queues, Registry, RunEvents, Runs, Sandboxes,
+    SandboxesExt, Sessions,
+};
+
+/// Everything a handler needs, built once per process: the ports (AWS
+/// adapters in a deployment and on the local stack, [`memory`] in unit
+/// tests) and the pure services beside them.
 #[derive(Debug, Clone)]
 pub struct Services {
     /// What this process's handlers counted, per `Services`: each local
     /// stack (and so each test) reads its own.
     pub counters: Arc<Counters>,
     pub cfg: Config,
-    pub aws: AwsClients,
-    pub runs: RunStore,
-    pub sessions: SessionStore,
-    pub registry: Registry,
-    pub sandboxes: SandboxStore,
-    pub provider: SandboxProvider,
-    pub idempotency: IdempotencyStore,
-    pub queues: Queues,
-    pub payloads: Payloads,
-    pub models: Models,
+    pub runs: Arc<dyn Runs>,
+    pub run_events: Arc<dyn RunEvents>,
+    pub sessions: Arc<dyn Sessions>,
+    pub registry: Arc<dyn Registry>,
+    pub sandboxes: Arc<dyn Sandboxes>,
+    pub provider: Arc<dyn Provider>,
+    pub idempotency: Arc<dyn Idempotency>,
+    pub queues: Arc<dyn Queues>,
+    pub payloads: Arc<dyn Blobs>,
+    pub models: Arc<dyn Model>,
     pub tools: InlineTools,
     pub callbacks: Callbacks,
     pub clock: Clock,
@@ -72,36 +81,45 @@ pub struct Counters {
 
 impl Services {
     pub async fn init(cfg: Config, aws: AwsClients) -> Result<Arc<Self>, StoreError> {
-        let queues = Queues::resolve(aws.sqs.clone(), &cfg).await?;
+        let queues = SqsQueues::resolve(aws.sqs.clone(), &cfg).await?;
         let payloads = Payloads::new(aws.s3.clone(), &cfg.payload_bucket);
+        let runs = Arc::new(RunStore::new(
+            aws.dynamo.clone(),
+            &cfg.runs_table,
+            &cfg.run_events_table,
+            &cfg.sessions_table,
+            &cfg.idempotency_table,
+        ));
         Ok(Arc::new(Services {
             counters: Arc::default(),
-            runs: RunStore::new(aws.dynamo.clone(), &cfg.runs_table, &cfg.run_events_table),
-            sessions: SessionStore::new(
+            runs: runs.clone(),
+            run_events: runs,
+            sessions: Arc::new(SessionStore::new(
                 aws.dynamo.clone(),
                 &cfg.sessions_table,
                 payloads.clone(),
-                cfg.inline_limit_bytes,
-            ),
-            registry: Registry::new(aws.dynamo.clone(), &cfg.registry_table),
-            sandboxes: SandboxStore::new(aws.dynamo.clone(), &cfg.sandboxes_table),
-            provider: SandboxProvider::new(
+            )),
+            registry: Arc::new(RegistryTable::new(aws.dynamo.clone(), &cfg.registry_table)),
+            sandboxes: Arc::new(SandboxStore::new(aws.dynamo.clone(), &cfg.sandboxes_table)),
+            provider: Arc::new(SandboxProvider::new(
                 aws.ecs.clone(),
                 aws.sqs.clone(),
                 cfg.sandbox.clone(),
                 &queues.harness_url,
                 &cfg.sandboxes_table,
                 &cfg.payload_bucket,
-            ),
-            idempotency: IdempotencyStore::new(aws.dynamo.clone(), &cfg.idempotency_table),
-            payloads,
-            models: Models::new(&aws.sdk_config, cfg.scripted_model_url.clone()),
+            )),
+            idempotency: Arc::new(IdempotencyStore::new(
+                aws.dynamo.clone(),
+                &cfg.idempotency_table,
+            )),
+            payloads: Arc::new(payloads),
+            models: Arc::new(Models::new(&aws.sdk_config, cfg.scripted_model_url.clone())),
             tools: InlineTools::new(),
             callbacks: Callbacks::new(&cfg.callback_signing_secret, 3),
             clock: Clock::default(),
-            queues,
+            queues: Arc::new(queues),
             cfg,
-            aws,
         }))
     }
 

@@ -9,6 +9,9 @@ use serde_json::{json, Value};
 
 use armada_domain::agent::{ModelProvider, ModelSpec};
 use armada_domain::chat::{ChatMessage, ModelReply, Role, TokenUsage, ToolCall, ToolSpec};
+use async_trait::async_trait;
+
+use crate::ports::Model;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ModelError {
@@ -36,62 +39,6 @@ impl Models {
             http,
             scripted_url,
             bedrock: aws_sdk_bedrockruntime::Client::new(sdk_config),
-        }
-    }
-
-    pub async fn complete(
-        &self,
-        spec: &ModelSpec,
-        messages: &[ChatMessage],
-        tools: &[ToolSpec],
-    ) -> Result<ModelReply, ModelError> {
-        match spec.provider {
-            ModelProvider::Scripted => {
-                let base = self.scripted_url.as_deref().ok_or_else(|| {
-                    ModelError::Terminal(
-                        "no scripted model is configured in this deployment".into(),
-                    )
-                })?;
-                self.openai(base, None, &spec.model_id, messages, tools)
-                    .await
-            }
-            ModelProvider::Openai => {
-                let base = spec
-                    .base_url
-                    .as_deref()
-                    .ok_or_else(|| ModelError::Terminal("openai model without base_url".into()))?;
-                let key = spec
-                    .api_key_env
-                    .as_deref()
-                    .and_then(|name| std::env::var(name).ok());
-                self.openai(base, key.as_deref(), &spec.model_id, messages, tools)
-                    .await
-            }
-            ModelProvider::Bedrock => self.converse(&spec.model_id, messages, tools).await,
-        }
-    }
-
-    /// Calls the model up to `attempts` times, backing off between retryable
-    /// failures. Returns the reply and how many attempts it took.
-    pub async fn complete_with_retry(
-        &self,
-        spec: &ModelSpec,
-        messages: &[ChatMessage],
-        tools: &[ToolSpec],
-        attempts: u32,
-    ) -> Result<(ModelReply, u32), (ModelError, u32)> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.complete(spec, messages, tools).await {
-                Ok(r) => return Ok((r, attempt)),
-                Err(e @ ModelError::Terminal(_)) => return Err((e, attempt)),
-                Err(e) if attempt >= attempts => return Err((e, attempt)),
-                Err(e) => {
-                    tracing::warn!(attempt, error = %e, "model call failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(100 * (1 << attempt.min(6)))).await;
-                }
-            }
         }
     }
 
@@ -280,6 +227,41 @@ impl Models {
             tool_calls,
             usage,
         })
+    }
+}
+
+#[async_trait]
+impl Model for Models {
+    async fn complete(
+        &self,
+        spec: &ModelSpec,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+    ) -> Result<ModelReply, ModelError> {
+        match spec.provider {
+            ModelProvider::Scripted => {
+                let base = self.scripted_url.as_deref().ok_or_else(|| {
+                    ModelError::Terminal(
+                        "no scripted model is configured in this deployment".into(),
+                    )
+                })?;
+                self.openai(base, None, &spec.model_id, messages, tools)
+                    .await
+            }
+            ModelProvider::Openai => {
+                let base = spec
+                    .base_url
+                    .as_deref()
+                    .ok_or_else(|| ModelError::Terminal("openai model without base_url".into()))?;
+                let key = spec
+                    .api_key_env
+                    .as_deref()
+                    .and_then(|name| std::env::var(name).ok());
+                self.openai(base, key.as_deref(), &spec.model_id, messages, tools)
+                    .await
+            }
+            ModelProvider::Bedrock => self.converse(&spec.model_id, messages, tools).await,
+        }
     }
 }
 

@@ -4,9 +4,10 @@
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
 
-use armada_domain::run::Payload;
+use async_trait::async_trait;
 
 use crate::error::{classify, StoreError};
+use crate::ports::Blobs;
 
 #[derive(Debug, Clone)]
 pub struct Payloads {
@@ -21,8 +22,11 @@ impl Payloads {
             bucket: bucket.to_string(),
         }
     }
+}
 
-    pub async fn put_text(&self, key: &str, text: &str) -> Result<(), StoreError> {
+#[async_trait]
+impl Blobs for Payloads {
+    async fn put_text(&self, key: &str, text: &str) -> Result<(), StoreError> {
         self.s3
             .put_object()
             .bucket(&self.bucket)
@@ -35,29 +39,7 @@ impl Payloads {
         Ok(())
     }
 
-    /// Keeps `text` inline when it is at most `limit` bytes, else stores it
-    /// under `key` and returns the reference.
-    pub async fn spill(&self, key: &str, text: &str, limit: usize) -> Result<Payload, StoreError> {
-        if text.len() <= limit {
-            return Ok(Payload::Inline {
-                text: text.to_string(),
-            });
-        }
-        self.put_text(key, text).await?;
-        Ok(Payload::Stored {
-            key: key.to_string(),
-            bytes: text.len(),
-        })
-    }
-
-    pub async fn read(&self, p: &Payload) -> Result<String, StoreError> {
-        match p {
-            Payload::Inline { text } => Ok(text.clone()),
-            Payload::Stored { key, .. } => self.get_text(key).await,
-        }
-    }
-
-    pub async fn get_text(&self, key: &str) -> Result<String, StoreError> {
+    async fn get_text(&self, key: &str) -> Result<String, StoreError> {
         let out = self
             .s3
             .get_object()

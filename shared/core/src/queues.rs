@@ -7,8 +7,11 @@ use aws_sdk_sqs::Client;
 
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
 
+use async_trait::async_trait;
+
 use crate::config::Config;
 use crate::error::{classify, StoreError};
+use crate::ports;
 
 #[derive(Debug, Clone)]
 pub struct Queues {
@@ -51,12 +54,14 @@ impl Queues {
         })
     }
 
-    pub async fn send_dispatch(&self, msg: &DispatchMessage) -> Result<(), StoreError> {
-        self.send_dispatch_delayed(msg, 0).await
+    pub fn queue_name(arn: &str) -> &str {
+        arn.rsplit(':').next().unwrap_or(arn)
     }
+}
 
-    /// Sends to the dispatch queue, delivered after `delay_s` (at most 900).
-    pub async fn send_dispatch_delayed(
+#[async_trait]
+impl ports::Queues for Queues {
+    async fn send_dispatch_delayed(
         &self,
         msg: &DispatchMessage,
         delay_s: u32,
@@ -74,10 +79,9 @@ impl Queues {
         Ok(())
     }
 
-    /// Sends to the harness FIFO queue, grouped by run id and deduplicated
-    /// per step, so one Run's steps are delivered in order and once per
-    /// five-minute window even if sent twice.
-    pub async fn send_harness(&self, msg: &HarnessMessage) -> Result<(), StoreError> {
+    /// Grouped by run id and deduplicated per step, so one Run's steps are
+    /// delivered in order and once per five-minute window even if sent twice.
+    async fn send_harness(&self, msg: &HarnessMessage) -> Result<(), StoreError> {
         let body = serde_json::to_string(msg).map_err(|e| StoreError::Terminal(e.to_string()))?;
         self.sqs
             .send_message()
@@ -91,22 +95,21 @@ impl Queues {
         Ok(())
     }
 
-    /// The URL of a queue from the ARN an SQS event names.
-    pub fn url_for_arn(&self, arn: &str) -> Option<&str> {
+    fn url_for_arn(&self, arn: &str) -> Option<String> {
         let name = arn.rsplit(':').next()?;
-        self.urls.get(name).map(String::as_str)
+        self.urls.get(name).cloned()
     }
 
-    pub fn queue_name(arn: &str) -> &str {
-        arn.rsplit(':').next().unwrap_or(arn)
+    fn harness_url(&self) -> String {
+        self.harness_url.clone()
     }
 
-    /// Delays the next delivery of a failed message: `base * 2^(receives-1)`
-    /// seconds (at least `min_delay_s`), capped at 15 minutes. Without it a failed message would wait
-    /// the whole visibility timeout.
-    /// Hides a message being handled for `seconds` more (the heartbeat of a
-    /// live invocation); an error is logged, as the next beat tries again.
-    pub async fn keep_hidden(&self, queue_url: &str, receipt_handle: &str, seconds: u32) {
+    fn is_dead_letter_queue(&self, name: &str) -> bool {
+        name == self.dispatch_dlq || name == self.harness_dlq
+    }
+
+    /// An error is logged, as the next beat tries again.
+    async fn keep_hidden(&self, queue_url: &str, receipt_handle: &str, seconds: u32) {
         if let Err(e) = self
             .sqs
             .change_message_visibility()
@@ -120,7 +123,8 @@ impl Queues {
         }
     }
 
-    pub async fn back_off(
+    /// Without it a failed message would wait the whole visibility timeout.
+    async fn back_off(
         &self,
         queue_url: &str,
         receipt_handle: &str,

@@ -11,7 +11,7 @@ use armada_domain::sandbox::lifecycle::{Acquired, LifecycleError, SandboxRecord,
 
 use crate::error::StoreError;
 use crate::hands::TaskRequest;
-use crate::store::sandboxes::{CallRef, Change, StoredMark};
+use crate::ports::{CallRef, Change, SandboxesExt, StoredMark};
 use crate::Services;
 
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use tracing::Instrument;
 
-use crate::queues::Queues;
+use crate::ports::Queues;
 
 /// What became of one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +46,7 @@ impl Outcome {
 pub fn source_queue(msg: &SqsMessage) -> String {
     msg.event_source_arn
         .as_deref()
-        .map(Queues::queue_name)
+        .map(crate::queues::Queues::queue_name)
         .unwrap_or_default()
         .to_string()
 }
@@ -81,7 +81,7 @@ type InFlight = Arc<Mutex<Vec<(String, String, String)>>>;
 /// Extends the visibility of every record in `in_flight`, forever; the
 /// caller drops it when the batch is done.
 async fn heartbeat(
-    queues: &Queues,
+    queues: &dyn Queues,
     in_flight: InFlight,
     keep_hidden_s: Option<u32>,
 ) -> std::convert::Infallible {
@@ -102,7 +102,7 @@ async fn heartbeat(
 /// standard records concurrently.
 pub async fn process_batch<F, Fut>(
     event: SqsEvent,
-    queues: &Queues,
+    queues: &dyn Queues,
     policy: BatchPolicy,
     handle: F,
 ) -> SqsBatchResponse
@@ -139,7 +139,7 @@ where
 
 async fn handle_records<F, Fut>(
     event: SqsEvent,
-    queues: &Queues,
+    queues: &dyn Queues,
     retry_base_s: u32,
     handle: F,
     in_flight: InFlight,
@@ -221,7 +221,7 @@ where
                 tracing::warn!(message_id = %id, %reason, "record failed; it will be redelivered");
                 if let Some(url) = queues.url_for_arn(&arn) {
                     queues
-                        .back_off(url, &receipt, receives, retry_base_s, min_delay_s)
+                        .back_off(&url, &receipt, receives, retry_base_s, min_delay_s)
                         .await;
                 }
                 failures.push(failure(&id));

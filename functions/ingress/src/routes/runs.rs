@@ -121,25 +121,28 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
             json!({"agent": run.agent, "session_id": run.session_id, "session_seq": run.session_seq}),
             now,
         );
-        let mut extra = Vec::new();
+        // In a conflict, `which` is 1 + the index of the `Also` that failed.
+        let mut also = Vec::new();
         let idem_index = new.idempotency.as_ref().map(|(key, fp)| {
-            extra.push(svc.idempotency.claim_item(
-                new.tenant,
-                key,
-                &IdemRecord {
+            also.push(Also::IdempotencyKey {
+                tenant: new.tenant.to_string(),
+                key: key.clone(),
+                record: IdemRecord {
                     fingerprint: fp.clone(),
                     run_id: run_id.clone(),
                 },
-                now,
-            ));
-            extra.len()
+                now_ms: now,
+            });
+            also.len()
         });
         let session_index = session.as_ref().map(|h| {
-            let first = extra.len() + 1;
-            extra.extend(svc.sessions.accept_message(h, &run_id));
-            first
+            also.push(Also::SessionMessage {
+                header: h.clone(),
+                run_id: run_id.clone(),
+            });
+            also.len()
         });
-        match svc.runs.create(&run, &[created], extra).await {
+        match svc.runs.create(&run, &[created], also).await {
             Ok(()) => {
                 enqueue_start(svc, &run).await?;
                 let mut body = json!({"run_id": run.run_id, "state": run.state});
@@ -288,7 +291,7 @@ pub(crate) async fn run_events(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_s);
     loop {
         let events = svc
-            .runs
+            .run_events
             .events(run_id, after, 100)
             .await
             .map_err(store_err)?;

@@ -7,6 +7,9 @@ use aws_sdk_dynamodb::Client;
 use super::item::{get_s, n, s, ttl_after, Item};
 use super::runs::put;
 use crate::error::{classify, StoreError};
+use crate::ports;
+
+use async_trait::async_trait;
 
 const TTL_DAYS: i64 = 1;
 
@@ -16,11 +19,7 @@ pub struct IdempotencyStore {
     table: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdemRecord {
-    pub fingerprint: String,
-    pub run_id: String,
-}
+pub use crate::ports::IdemRecord;
 
 impl IdempotencyStore {
     pub fn new(dynamo: Client, table: &str) -> Self {
@@ -29,33 +28,37 @@ impl IdempotencyStore {
             table: table.to_string(),
         }
     }
+}
 
-    fn key(tenant: &str, key: &str) -> String {
-        format!("{tenant}#{key}")
-    }
+fn idem_key(tenant: &str, key: &str) -> String {
+    format!("{tenant}#{key}")
+}
 
-    pub fn claim_item(
-        &self,
-        tenant: &str,
-        key: &str,
-        rec: &IdemRecord,
-        now_ms: i64,
-    ) -> TransactWriteItem {
-        let mut item = Item::new();
-        item.insert("idem_key".into(), s(Self::key(tenant, key)));
-        item.insert("fingerprint".into(), s(&rec.fingerprint));
-        item.insert("run_id".into(), s(&rec.run_id));
-        item.insert("created_at".into(), n(now_ms));
-        item.insert("expires_at".into(), ttl_after(now_ms, TTL_DAYS));
-        put(&self.table, item, "attribute_not_exists(idem_key)")
-    }
+/// The record of a key, written once in the transaction creating its Run.
+pub(crate) fn claim_item(
+    table: &str,
+    tenant: &str,
+    key: &str,
+    rec: &IdemRecord,
+    now_ms: i64,
+) -> TransactWriteItem {
+    let mut item = Item::new();
+    item.insert("idem_key".into(), s(idem_key(tenant, key)));
+    item.insert("fingerprint".into(), s(&rec.fingerprint));
+    item.insert("run_id".into(), s(&rec.run_id));
+    item.insert("created_at".into(), n(now_ms));
+    item.insert("expires_at".into(), ttl_after(now_ms, TTL_DAYS));
+    put(table, item, "attribute_not_exists(idem_key)")
+}
 
-    pub async fn get(&self, tenant: &str, key: &str) -> Result<Option<IdemRecord>, StoreError> {
+#[async_trait]
+impl ports::Idempotency for IdempotencyStore {
+    async fn get(&self, tenant: &str, key: &str) -> Result<Option<IdemRecord>, StoreError> {
         let out = self
             .dynamo
             .get_item()
             .table_name(&self.table)
-            .key("idem_key", s(Self::key(tenant, key)))
+            .key("idem_key", s(idem_key(tenant, key)))
             .consistent_read(true)
             .send()
             .await

@@ -12,6 +12,9 @@ use armada_domain::skills::SkillManifest;
 
 use super::item::{get_json, get_s, json, n, opt_s, s, Item};
 use crate::error::{classify, StoreError};
+use crate::ports;
+
+use async_trait::async_trait;
 
 #[derive(Debug, Clone)]
 pub struct Registry {
@@ -19,13 +22,7 @@ pub struct Registry {
     table: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredKey {
-    pub key_id: String,
-    pub tenant: String,
-    pub secret_sha256: String,
-    pub revoked: bool,
-}
+pub use crate::ports::StoredKey;
 
 impl Registry {
     pub fn new(dynamo: Client, table: &str) -> Self {
@@ -45,142 +42,6 @@ impl Registry {
             .await
             .map_err(classify)?;
         Ok(out.item().cloned())
-    }
-
-    pub async fn agent(&self, name: &str) -> Result<Option<AgentDefinition>, StoreError> {
-        self.get(&format!("agent#{name}"))
-            .await?
-            .map(|i| get_json(&i, "doc"))
-            .transpose()
-    }
-
-    /// Creates or replaces an agent; the stored version is incremented
-    /// atomically and returned.
-    pub async fn put_agent(&self, def: &AgentDefinition) -> Result<u64, StoreError> {
-        let out = self
-            .dynamo
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", s(format!("agent#{}", def.name)))
-            .update_expression("SET kind = :k, #name = :n, doc = :d ADD version :one")
-            .expression_attribute_names("#name", "name")
-            .expression_attribute_values(":k", s("agent"))
-            .expression_attribute_values(":n", s(&def.name))
-            .expression_attribute_values(":d", json(def))
-            .expression_attribute_values(":one", n(1))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
-            .send()
-            .await
-            .map_err(classify)?;
-        let version = out
-            .attributes()
-            .and_then(|a| a.get("version"))
-            .and_then(|v| v.as_n().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1);
-        Ok(version)
-    }
-
-    /// Every item of a kind (the `by_kind` index), all pages.
-    async fn of_kind(&self, kind: &str) -> Result<Vec<Item>, StoreError> {
-        self.dynamo
-            .query()
-            .table_name(&self.table)
-            .index_name("by_kind")
-            .key_condition_expression("kind = :k")
-            .expression_attribute_values(":k", s(kind))
-            .into_paginator()
-            .items()
-            .send()
-            .collect::<Result<Vec<Item>, _>>()
-            .await
-            .map_err(classify)
-    }
-
-    pub async fn list_agents(&self) -> Result<Vec<(AgentDefinition, u64)>, StoreError> {
-        self.of_kind("agent")
-            .await?
-            .iter()
-            .map(|item| {
-                let def: AgentDefinition = get_json(item, "doc")?;
-                Ok((def, super::item::get_n(item, "version").unwrap_or(1)))
-            })
-            .collect()
-    }
-
-    pub async fn agent_version(
-        &self,
-        name: &str,
-    ) -> Result<Option<(AgentDefinition, u64)>, StoreError> {
-        match self.get(&format!("agent#{name}")).await? {
-            None => Ok(None),
-            Some(i) => Ok(Some((
-                get_json(&i, "doc")?,
-                super::item::get_n(&i, "version").unwrap_or(1),
-            ))),
-        }
-    }
-
-    /// Removes an agent definition; whether there was one.
-    pub async fn delete_agent(&self, name: &str) -> Result<bool, StoreError> {
-        let out = self
-            .dynamo
-            .delete_item()
-            .table_name(&self.table)
-            .key("pk", s(format!("agent#{name}")))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
-            .send()
-            .await
-            .map_err(classify)?;
-        Ok(out.attributes().is_some())
-    }
-
-    /// The global sandbox profiles (custom profiles defined platform-wide;
-    /// they win over any agent's project profiles of the same name).
-    pub async fn profiles(&self) -> Result<BTreeMap<String, ProfileDef>, StoreError> {
-        self.of_kind("profile")
-            .await?
-            .iter()
-            .map(|item| Ok((get_s(item, "name")?, get_json(item, "doc")?)))
-            .collect()
-    }
-
-    /// A skill manifest defined in the registry (built-ins are not here).
-    pub async fn skill(&self, name: &str) -> Result<Option<SkillManifest>, StoreError> {
-        self.get(&format!("skill#{name}"))
-            .await?
-            .map(|i| get_json(&i, "doc"))
-            .transpose()
-    }
-
-    pub async fn put_skill(&self, m: &SkillManifest) -> Result<(), StoreError> {
-        self.put_doc("skill", &m.name, m).await
-    }
-
-    pub async fn list_skills(&self) -> Result<Vec<SkillManifest>, StoreError> {
-        self.of_kind("skill")
-            .await?
-            .iter()
-            .map(|i| get_json(i, "doc"))
-            .collect()
-    }
-
-    /// Freezes an agent's skill manifests: registry ones, else built-ins.
-    pub async fn resolve_manifests(
-        &self,
-        def: &mut AgentDefinition,
-    ) -> Result<Result<(), armada_domain::fields::FieldError>, StoreError> {
-        let mut found = std::collections::HashMap::new();
-        for s in &def.skills {
-            if let Some(m) = self.skill(s).await? {
-                found.insert(s.clone(), m);
-            }
-        }
-        Ok(def.resolve_manifests(|s| found.get(s).cloned()))
-    }
-
-    pub async fn put_profile(&self, name: &str, def: &ProfileDef) -> Result<(), StoreError> {
-        self.put_doc("profile", name, def).await
     }
 
     /// Creates or replaces a `<kind>#<name>` item holding `doc`.
@@ -205,7 +66,132 @@ impl Registry {
         Ok(())
     }
 
-    pub async fn put_key(&self, key: &StoredKey, now_ms: i64) -> Result<(), StoreError> {
+    /// Every item of a kind (the `by_kind` index), all pages.
+    async fn of_kind(&self, kind: &str) -> Result<Vec<Item>, StoreError> {
+        self.dynamo
+            .query()
+            .table_name(&self.table)
+            .index_name("by_kind")
+            .key_condition_expression("kind = :k")
+            .expression_attribute_values(":k", s(kind))
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Result<Vec<Item>, _>>()
+            .await
+            .map_err(classify)
+    }
+}
+
+#[async_trait]
+impl ports::Registry for Registry {
+    async fn agent(&self, name: &str) -> Result<Option<AgentDefinition>, StoreError> {
+        self.get(&format!("agent#{name}"))
+            .await?
+            .map(|i| get_json(&i, "doc"))
+            .transpose()
+    }
+
+    /// Creates or replaces an agent; the stored version is incremented
+    /// atomically and returned.
+    async fn put_agent(&self, def: &AgentDefinition) -> Result<u64, StoreError> {
+        let out = self
+            .dynamo
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(format!("agent#{}", def.name)))
+            .update_expression("SET kind = :k, #name = :n, doc = :d ADD version :one")
+            .expression_attribute_names("#name", "name")
+            .expression_attribute_values(":k", s("agent"))
+            .expression_attribute_values(":n", s(&def.name))
+            .expression_attribute_values(":d", json(def))
+            .expression_attribute_values(":one", n(1))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .map_err(classify)?;
+        let version = out
+            .attributes()
+            .and_then(|a| a.get("version"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        Ok(version)
+    }
+
+    async fn list_agents(&self) -> Result<Vec<(AgentDefinition, u64)>, StoreError> {
+        self.of_kind("agent")
+            .await?
+            .iter()
+            .map(|item| {
+                let def: AgentDefinition = get_json(item, "doc")?;
+                Ok((def, super::item::get_n(item, "version").unwrap_or(1)))
+            })
+            .collect()
+    }
+
+    async fn agent_version(
+        &self,
+        name: &str,
+    ) -> Result<Option<(AgentDefinition, u64)>, StoreError> {
+        match self.get(&format!("agent#{name}")).await? {
+            None => Ok(None),
+            Some(i) => Ok(Some((
+                get_json(&i, "doc")?,
+                super::item::get_n(&i, "version").unwrap_or(1),
+            ))),
+        }
+    }
+
+    /// Removes an agent definition; whether there was one.
+    async fn delete_agent(&self, name: &str) -> Result<bool, StoreError> {
+        let out = self
+            .dynamo
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(format!("agent#{name}")))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(out.attributes().is_some())
+    }
+
+    /// The global sandbox profiles (custom profiles defined platform-wide;
+    /// they win over any agent's project profiles of the same name).
+    async fn profiles(&self) -> Result<BTreeMap<String, ProfileDef>, StoreError> {
+        self.of_kind("profile")
+            .await?
+            .iter()
+            .map(|item| Ok((get_s(item, "name")?, get_json(item, "doc")?)))
+            .collect()
+    }
+
+    /// A skill manifest defined in the registry (built-ins are not here).
+    async fn skill(&self, name: &str) -> Result<Option<SkillManifest>, StoreError> {
+        self.get(&format!("skill#{name}"))
+            .await?
+            .map(|i| get_json(&i, "doc"))
+            .transpose()
+    }
+
+    async fn put_skill(&self, m: &SkillManifest) -> Result<(), StoreError> {
+        self.put_doc("skill", &m.name, m).await
+    }
+
+    async fn list_skills(&self) -> Result<Vec<SkillManifest>, StoreError> {
+        self.of_kind("skill")
+            .await?
+            .iter()
+            .map(|i| get_json(i, "doc"))
+            .collect()
+    }
+
+    async fn put_profile(&self, name: &str, def: &ProfileDef) -> Result<(), StoreError> {
+        self.put_doc("profile", name, def).await
+    }
+
+    async fn put_key(&self, key: &StoredKey, now_ms: i64) -> Result<(), StoreError> {
         let mut item = Item::new();
         item.insert("pk".into(), s(format!("apikey#{}", key.key_id)));
         item.insert("kind".into(), s("apikey"));
@@ -216,7 +202,7 @@ impl Registry {
         super::item::put_new(&self.dynamo, &self.table, item, "pk").await
     }
 
-    pub async fn key(&self, key_id: &str) -> Result<Option<StoredKey>, StoreError> {
+    async fn key(&self, key_id: &str) -> Result<Option<StoredKey>, StoreError> {
         let Some(item) = self.get(&format!("apikey#{key_id}")).await? else {
             return Ok(None);
         };
@@ -229,7 +215,7 @@ impl Registry {
     }
 
     /// Marks a key revoked; `Conflict` when there is no such key.
-    pub async fn revoke_key(&self, key_id: &str, now_ms: i64) -> Result<(), StoreError> {
+    async fn revoke_key(&self, key_id: &str, now_ms: i64) -> Result<(), StoreError> {
         self.dynamo
             .update_item()
             .table_name(&self.table)

@@ -4,6 +4,7 @@
 //! document. Every write after creation is conditional on the epoch and event
 //! sequence the writer read, so a superseded worker cannot commit.
 
+use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
@@ -11,7 +12,9 @@ use aws_sdk_dynamodb::Client;
 use armada_domain::run::{Run, RunEventRecord, RunState};
 
 use super::item::{get_json, get_n, get_s, json, n, s, ttl_after, Item};
+use super::{idempotency, sessions};
 use crate::error::{classify, StoreError};
+use crate::ports::{self, Also};
 
 /// How long events are kept.
 const EVENT_TTL_DAYS: i64 = 30;
@@ -21,16 +24,89 @@ pub struct RunStore {
     dynamo: Client,
     runs_table: String,
     events_table: String,
+    /// Tables that [`Also`] writes land in, with the Run's.
+    sessions_table: String,
+    idempotency_table: String,
+}
+
+/// A transaction's items, each with what it belongs to: the Run (0), the
+/// `i`-th [`Also`] (`1 + i`), or an event (`None`), so a failed condition
+/// is reported as the caller's own index.
+#[derive(Default)]
+struct Transaction {
+    items: Vec<TransactWriteItem>,
+    owners: Vec<Option<usize>>,
+}
+
+impl Transaction {
+    fn push(&mut self, owner: Option<usize>, item: TransactWriteItem) {
+        self.items.push(item);
+        self.owners.push(owner);
+    }
 }
 
 pub use armada_domain::run::Stamp;
 
 impl RunStore {
-    pub fn new(dynamo: Client, runs_table: &str, events_table: &str) -> Self {
+    pub fn new(
+        dynamo: Client,
+        runs_table: &str,
+        events_table: &str,
+        sessions_table: &str,
+        idempotency_table: &str,
+    ) -> Self {
         RunStore {
             dynamo,
             runs_table: runs_table.to_string(),
             events_table: events_table.to_string(),
+            sessions_table: sessions_table.to_string(),
+            idempotency_table: idempotency_table.to_string(),
+        }
+    }
+
+    /// Adds the items of `also` to a transaction.
+    fn push_also(&self, tx: &mut Transaction, also: Vec<Also>) {
+        for (i, a) in also.into_iter().enumerate() {
+            let owner = Some(1 + i);
+            match a {
+                Also::SessionMessage { header, run_id } => {
+                    for item in sessions::accept_items(&self.sessions_table, &header, &run_id) {
+                        tx.push(owner, item);
+                    }
+                }
+                Also::SessionTurn {
+                    session_id,
+                    turn,
+                    role,
+                    content,
+                    run_id,
+                } => tx.push(
+                    owner,
+                    sessions::turn_item(
+                        &self.sessions_table,
+                        &session_id,
+                        turn,
+                        role,
+                        &content,
+                        &run_id,
+                    ),
+                ),
+                Also::IdempotencyKey {
+                    tenant,
+                    key,
+                    record,
+                    now_ms,
+                } => tx.push(
+                    owner,
+                    idempotency::claim_item(
+                        &self.idempotency_table,
+                        &tenant,
+                        &key,
+                        &record,
+                        now_ms,
+                    ),
+                ),
+            }
         }
     }
 
@@ -86,85 +162,17 @@ impl RunStore {
     }
 
     /// Reads a Run (strongly consistent).
-    pub async fn get(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
-        let out = self
-            .dynamo
-            .get_item()
-            .table_name(&self.runs_table)
-            .key("run_id", s(run_id))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(classify)?;
-        out.item().map(Self::from_item).transpose()
-    }
-
-    /// Creates a Run with its first events, plus any items that must be
-    /// written atomically with it (idempotency record, session slot). The
-    /// Run is item 0 of the transaction; `extra` follow in order.
-    pub async fn create(
-        &self,
-        run: &Run,
-        events: &[RunEventRecord],
-        extra: Vec<TransactWriteItem>,
-    ) -> Result<(), StoreError> {
-        let mut items = vec![put(
-            &self.runs_table,
-            Self::run_item(run),
-            "attribute_not_exists(run_id)",
-        )];
-        items.extend(extra);
-        items.extend(events.iter().map(|e| self.event_put(&run.run_id, e)));
-        self.transact(items).await
-    }
-
+    /// Creates a Run with its first events, plus the items that must be
+    /// written atomically with it (idempotency record, session slot).
     /// Claims a step for a harness worker: writes `claimed` (the Run as
     /// the domain's `Claimed` event left it: new state, next epoch, a lease)
     /// with one conditional update on the version `read` and an expired
     /// lease, so of two workers claiming the same step one wins.
-    pub async fn claim(&self, read: &Run, claimed: &Run) -> Result<(), StoreError> {
-        self.dynamo
-            .update_item()
-            .table_name(&self.runs_table)
-            .key("run_id", s(&read.run_id))
-            .update_expression(
-                "SET #state = :to, epoch = :next, lease_until = :lease, updated_at = :now",
-            )
-            .condition_expression(
-                "#state = :from AND step = :step AND epoch = :epoch AND lease_until <= :now",
-            )
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":to", s(claimed.state.as_str()))
-            .expression_attribute_values(":next", n(claimed.epoch))
-            .expression_attribute_values(":lease", n(claimed.lease_until_ms))
-            .expression_attribute_values(":now", n(claimed.updated_at_ms))
-            .expression_attribute_values(":from", s(read.state.as_str()))
-            .expression_attribute_values(":step", n(read.step))
-            .expression_attribute_values(":epoch", n(read.epoch))
-            .send()
-            .await
-            .map_err(classify)?;
-        Ok(())
-    }
-
     /// Extends the lease of a step that is still working, if `epoch` still
     /// owns it and has not ended it (a commit or a release sets the lease to
     /// 0, and a renewal must never revive it). `false`: the step is no
     /// longer ours to renew.
-    pub async fn renew(
-        &self,
-        run_id: &str,
-        epoch: u64,
-        lease_until_ms: i64,
-    ) -> Result<bool, StoreError> {
-        self.set_lease(run_id, epoch, lease_until_ms, true).await
-    }
-
     /// Gives a claimed step back (lease expired now), if `epoch` still owns it.
-    pub async fn release(&self, run_id: &str, epoch: u64) -> Result<(), StoreError> {
-        self.set_lease(run_id, epoch, 0, false).await.map(|_| ())
-    }
-
     /// Sets the lease if `epoch` still owns the Run (and, with
     /// `only_if_live`, its lease has not been ended); `false` when not.
     async fn set_lease(
@@ -200,12 +208,110 @@ impl RunStore {
     /// Writes the new version of a Run and its new events in one transaction,
     /// conditional on the version the writer read (`prev`). A worker whose
     /// epoch was superseded gets `Conflict { which: Some(0) }`.
-    pub async fn save(
+    /// Events with `seq > after`, oldest first, at most `limit`.
+    /// All events of a Run, paging through the table.
+    async fn transact(&self, tx: Transaction) -> Result<(), StoreError> {
+        match self
+            .dynamo
+            .transact_write_items()
+            .set_transact_items(Some(tx.items))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(err) => {
+                if let Some(TransactWriteItemsError::TransactionCanceledException(tc)) =
+                    err.as_service_error()
+                {
+                    let failed = tc
+                        .cancellation_reasons()
+                        .iter()
+                        .position(|r| r.code() == Some("ConditionalCheckFailed"));
+                    if let Some(i) = failed {
+                        let which = tx.owners.get(i).copied().flatten();
+                        return Err(StoreError::Conflict { which });
+                    }
+                }
+                Err(classify(err))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ports::Runs for RunStore {
+    async fn get(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
+        let out = self
+            .dynamo
+            .get_item()
+            .table_name(&self.runs_table)
+            .key("run_id", s(run_id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        out.item().map(Self::from_item).transpose()
+    }
+    async fn create(
+        &self,
+        run: &Run,
+        events: &[RunEventRecord],
+        also: Vec<Also>,
+    ) -> Result<(), StoreError> {
+        let mut tx = Transaction::default();
+        let run_put = put(
+            &self.runs_table,
+            Self::run_item(run),
+            "attribute_not_exists(run_id)",
+        );
+        tx.push(Some(0), run_put);
+        self.push_also(&mut tx, also);
+        for e in events {
+            tx.push(None, self.event_put(&run.run_id, e));
+        }
+        self.transact(tx).await
+    }
+    async fn claim(&self, read: &Run, claimed: &Run) -> Result<(), StoreError> {
+        self.dynamo
+            .update_item()
+            .table_name(&self.runs_table)
+            .key("run_id", s(&read.run_id))
+            .update_expression(
+                "SET #state = :to, epoch = :next, lease_until = :lease, updated_at = :now",
+            )
+            .condition_expression(
+                "#state = :from AND step = :step AND epoch = :epoch AND lease_until <= :now",
+            )
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":to", s(claimed.state.as_str()))
+            .expression_attribute_values(":next", n(claimed.epoch))
+            .expression_attribute_values(":lease", n(claimed.lease_until_ms))
+            .expression_attribute_values(":now", n(claimed.updated_at_ms))
+            .expression_attribute_values(":from", s(read.state.as_str()))
+            .expression_attribute_values(":step", n(read.step))
+            .expression_attribute_values(":epoch", n(read.epoch))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+    async fn renew(
+        &self,
+        run_id: &str,
+        epoch: u64,
+        lease_until_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.set_lease(run_id, epoch, lease_until_ms, true).await
+    }
+    async fn release(&self, run_id: &str, epoch: u64) -> Result<(), StoreError> {
+        self.set_lease(run_id, epoch, 0, false).await.map(|_| ())
+    }
+    async fn save(
         &self,
         prev: Stamp,
         run: &Run,
         events: &[RunEventRecord],
-        extra: Vec<TransactWriteItem>,
+        also: Vec<Also>,
     ) -> Result<(), StoreError> {
         let mut item = Self::run_item(run);
         item.remove("run_id");
@@ -236,14 +342,19 @@ impl RunStore {
             .set_expression_attribute_values(Some(values))
             .build()
             .map_err(|e| StoreError::Terminal(e.to_string()))?;
-        let mut items = vec![TransactWriteItem::builder().update(update).build()];
-        items.extend(events.iter().map(|e| self.event_put(&run.run_id, e)));
-        items.extend(extra);
-        self.transact(items).await
+        let mut tx = Transaction::default();
+        tx.push(Some(0), TransactWriteItem::builder().update(update).build());
+        for e in events {
+            tx.push(None, self.event_put(&run.run_id, e));
+        }
+        self.push_also(&mut tx, also);
+        self.transact(tx).await
     }
+}
 
-    /// Events with `seq > after`, oldest first, at most `limit`.
-    pub async fn events(
+#[async_trait]
+impl ports::RunEvents for RunStore {
+    async fn events(
         &self,
         run_id: &str,
         after: u64,
@@ -272,46 +383,6 @@ impl RunStore {
                 })
             })
             .collect()
-    }
-
-    /// All events of a Run, paging through the table.
-    pub async fn all_events(&self, run_id: &str) -> Result<Vec<RunEventRecord>, StoreError> {
-        let mut all = Vec::new();
-        loop {
-            let after = all.last().map(|e: &RunEventRecord| e.seq).unwrap_or(0);
-            let page = self.events(run_id, after, 500).await?;
-            let done = page.len() < 500;
-            all.extend(page);
-            if done {
-                return Ok(all);
-            }
-        }
-    }
-
-    pub async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<(), StoreError> {
-        match self
-            .dynamo
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(err) => {
-                if let Some(TransactWriteItemsError::TransactionCanceledException(tc)) =
-                    err.as_service_error()
-                {
-                    let which = tc
-                        .cancellation_reasons()
-                        .iter()
-                        .position(|r| r.code() == Some("ConditionalCheckFailed"));
-                    if which.is_some() {
-                        return Err(StoreError::Conflict { which });
-                    }
-                }
-                Err(classify(err))
-            }
-        }
     }
 }
 

@@ -16,11 +16,12 @@ use armada_domain::sandbox::lifecycle::{sandbox_key, SandboxRecord};
 
 use super::item::{get_json, get_n, get_s, json, n, opt_s, s, ttl_after, Item};
 use crate::error::{classify, StoreError};
+use crate::ports;
+
+use async_trait::async_trait;
 
 /// How long call marks are kept.
 const MARK_TTL_DAYS: i64 = 7;
-/// Conflicting writers retried before giving up (the caller retries later).
-const CAS_ATTEMPTS: usize = 25;
 
 #[derive(Debug, Clone)]
 pub struct SandboxStore {
@@ -28,35 +29,12 @@ pub struct SandboxStore {
     table: String,
 }
 
-/// What a read-modify-write decided.
-#[derive(Debug)]
-pub enum Change<T> {
-    /// Write this record (conditional on the version read) and return `T`.
-    Write(Box<SandboxRecord>, T),
-    /// Leave the record as it is.
-    Keep(T),
-}
-
-/// Identifies one attempt of one call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallRef {
-    pub run_id: String,
-    pub call_id: String,
-    pub attempt: u32,
-}
+pub use crate::ports::{CallRef, Change, StoredMark};
 
 impl CallRef {
     fn key(&self) -> String {
         format!("call#{}#{}#{}", self.run_id, self.call_id, self.attempt)
     }
-}
-
-/// The mark of a call, as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredMark {
-    pub mark: CallMark,
-    pub generation: u64,
-    pub at_ms: i64,
 }
 
 impl SandboxStore {
@@ -98,110 +76,11 @@ impl SandboxStore {
         Ok(out.item().cloned())
     }
 
-    pub async fn get(
-        &self,
-        tenant: &str,
-        agent: &str,
-    ) -> Result<Option<SandboxRecord>, StoreError> {
-        self.get_item(&sandbox_key(tenant, agent))
-            .await?
-            .as_ref()
-            .map(Self::from_item)
-            .transpose()
-    }
-
     /// The sandboxes of one tenant (the `by_tenant` index).
-    pub async fn list(&self, tenant: &str) -> Result<Vec<SandboxRecord>, StoreError> {
-        let items: Vec<Item> = self
-            .dynamo
-            .query()
-            .table_name(&self.table)
-            .index_name("by_tenant")
-            .key_condition_expression("tenant = :t")
-            .expression_attribute_values(":t", s(tenant))
-            .into_paginator()
-            .items()
-            .send()
-            .collect::<Result<_, _>>()
-            .await
-            .map_err(classify)?;
-        items.iter().map(Self::from_item).collect()
-    }
-
     /// Every tenant's sandbox of one agent (a scan: deleting an agent is rare).
-    pub async fn list_agent(&self, agent: &str) -> Result<Vec<SandboxRecord>, StoreError> {
-        let items: Vec<Item> = self
-            .dynamo
-            .scan()
-            .table_name(&self.table)
-            .filter_expression("#agent = :a AND attribute_exists(tenant)")
-            .expression_attribute_names("#agent", "agent")
-            .expression_attribute_values(":a", s(agent))
-            .consistent_read(true)
-            .into_paginator()
-            .items()
-            .send()
-            .collect::<Result<_, _>>()
-            .await
-            .map_err(classify)?;
-        items.iter().map(Self::from_item).collect()
-    }
-
-    /// Reads the record of an identity, lets `f` decide, and writes what it
-    /// decided conditional on the version read (or on the key's absence).
-    /// A conflicting writer makes it read and decide again.
-    pub async fn modify<T>(
-        &self,
-        tenant: &str,
-        agent: &str,
-        mut f: impl FnMut(Option<SandboxRecord>) -> Change<T>,
-    ) -> Result<T, StoreError> {
-        let key = sandbox_key(tenant, agent);
-        for _ in 0..CAS_ATTEMPTS {
-            let current = self.get_item(&key).await?;
-            let read = current.as_ref().map(Self::from_item).transpose()?;
-            let read_version = read.as_ref().map(|r| r.version);
-            let (mut rec, out) = match f(read) {
-                Change::Keep(out) => return Ok(out),
-                Change::Write(rec, out) => (rec, out),
-            };
-            rec.version = read_version.map_or(1, |v| v + 1);
-            let mut put = self
-                .dynamo
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(Self::record_item(&rec)));
-            put = match read_version {
-                Some(v) => put
-                    .condition_expression("version = :v")
-                    .expression_attribute_values(":v", n(v)),
-                None => put.condition_expression("attribute_not_exists(sandbox_key)"),
-            };
-            match put.send().await.map_err(classify) {
-                Ok(_) => return Ok(out),
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(StoreError::Retryable(format!(
-            "sandbox {key} kept changing under {CAS_ATTEMPTS} attempts"
-        )))
-    }
-
+    /// Writes `rec` if the stored version is still `read_version` (or,
+    /// with `None`, if there is no record yet).
     /// Removes an identity's record (the agent was deleted), if unchanged.
-    pub async fn delete(&self, rec: &SandboxRecord) -> Result<(), StoreError> {
-        self.dynamo
-            .delete_item()
-            .table_name(&self.table)
-            .key("sandbox_key", s(rec.key()))
-            .condition_expression("version = :v")
-            .expression_attribute_values(":v", n(rec.version))
-            .send()
-            .await
-            .map_err(classify)?;
-        Ok(())
-    }
-
     fn mark_of(item: &Item) -> Result<StoredMark, StoreError> {
         let mark = match get_s(item, "mark")?.as_str() {
             "STARTED" => CallMark::Started,
@@ -223,9 +102,88 @@ impl SandboxStore {
             CallMark::Abandoned => "ABANDONED",
         }
     }
+}
+
+#[async_trait]
+impl ports::Sandboxes for SandboxStore {
+    async fn get(&self, tenant: &str, agent: &str) -> Result<Option<SandboxRecord>, StoreError> {
+        self.get_item(&sandbox_key(tenant, agent))
+            .await?
+            .as_ref()
+            .map(Self::from_item)
+            .transpose()
+    }
+
+    async fn list(&self, tenant: &str) -> Result<Vec<SandboxRecord>, StoreError> {
+        let items: Vec<Item> = self
+            .dynamo
+            .query()
+            .table_name(&self.table)
+            .index_name("by_tenant")
+            .key_condition_expression("tenant = :t")
+            .expression_attribute_values(":t", s(tenant))
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Result<_, _>>()
+            .await
+            .map_err(classify)?;
+        items.iter().map(Self::from_item).collect()
+    }
+
+    async fn list_agent(&self, agent: &str) -> Result<Vec<SandboxRecord>, StoreError> {
+        let items: Vec<Item> = self
+            .dynamo
+            .scan()
+            .table_name(&self.table)
+            .filter_expression("#agent = :a AND attribute_exists(tenant)")
+            .expression_attribute_names("#agent", "agent")
+            .expression_attribute_values(":a", s(agent))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Result<_, _>>()
+            .await
+            .map_err(classify)?;
+        items.iter().map(Self::from_item).collect()
+    }
+
+    async fn put_if_version(
+        &self,
+        rec: &SandboxRecord,
+        read_version: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let mut put = self
+            .dynamo
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(Self::record_item(rec)));
+        put = match read_version {
+            Some(v) => put
+                .condition_expression("version = :v")
+                .expression_attribute_values(":v", n(v)),
+            None => put.condition_expression("attribute_not_exists(sandbox_key)"),
+        };
+        put.send().await.map_err(classify)?;
+        Ok(())
+    }
+
+    async fn delete(&self, rec: &SandboxRecord) -> Result<(), StoreError> {
+        self.dynamo
+            .delete_item()
+            .table_name(&self.table)
+            .key("sandbox_key", s(rec.key()))
+            .condition_expression("version = :v")
+            .expression_attribute_values(":v", n(rec.version))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
 
     /// Puts `mark` on a call that has none; otherwise returns the mark it has.
-    pub async fn mark_first(
+    async fn mark_first(
         &self,
         call: &CallRef,
         mark: CallMark,
@@ -250,7 +208,7 @@ impl SandboxStore {
     }
 
     /// A started call finished (its result is on its way).
-    pub async fn mark_finished(&self, call: &CallRef, now_ms: i64) -> Result<(), StoreError> {
+    async fn mark_finished(&self, call: &CallRef, now_ms: i64) -> Result<(), StoreError> {
         self.dynamo
             .update_item()
             .table_name(&self.table)
@@ -267,7 +225,7 @@ impl SandboxStore {
         Ok(())
     }
 
-    pub async fn mark(&self, call: &CallRef) -> Result<Option<StoredMark>, StoreError> {
+    async fn mark(&self, call: &CallRef) -> Result<Option<StoredMark>, StoreError> {
         self.get_item(&call.key())
             .await?
             .as_ref()
@@ -277,7 +235,7 @@ impl SandboxStore {
 
     /// Takes a pooled port on `host` for `holder`; `false` if another
     /// sandbox holds it.
-    pub async fn take_port(
+    async fn take_port(
         &self,
         host: &str,
         port: u16,
@@ -306,12 +264,7 @@ impl SandboxStore {
     }
 
     /// Gives back a port `holder` holds (a no-op for anyone else's).
-    pub async fn release_port(
-        &self,
-        host: &str,
-        port: u16,
-        holder: &str,
-    ) -> Result<(), StoreError> {
+    async fn release_port(&self, host: &str, port: u16, holder: &str) -> Result<(), StoreError> {
         let r = self
             .dynamo
             .delete_item()
@@ -329,7 +282,7 @@ impl SandboxStore {
     }
 
     /// Who holds a port, if anyone.
-    pub async fn port_holder(&self, host: &str, port: u16) -> Result<Option<String>, StoreError> {
+    async fn port_holder(&self, host: &str, port: u16) -> Result<Option<String>, StoreError> {
         Ok(self
             .get_item(&format!("port#{host}#{port}"))
             .await?

@@ -3,6 +3,7 @@
 //! naming its Run), so the dispatcher can find the next message's Run with a
 //! strongly consistent read.
 
+use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 
@@ -16,6 +17,7 @@ use super::item::{get_n, get_s, n, opt_s, s, Item};
 use super::runs::put;
 use crate::error::{classify, StoreError};
 use crate::payloads::Payloads;
+use crate::ports::{self, Blobs};
 
 #[derive(Debug, Clone)]
 pub struct SessionStore {
@@ -23,7 +25,6 @@ pub struct SessionStore {
     table: String,
     /// Turns too large for an item live in S3.
     payloads: Payloads,
-    inline_limit: usize,
 }
 
 fn role_str(r: Role) -> &'static str {
@@ -46,16 +47,69 @@ fn parse_role(s: &str) -> Option<Role> {
 }
 
 impl SessionStore {
-    pub fn new(dynamo: Client, table: &str, payloads: Payloads, inline_limit: usize) -> Self {
+    pub fn new(dynamo: Client, table: &str, payloads: Payloads) -> Self {
         SessionStore {
             dynamo,
             table: table.to_string(),
             payloads,
-            inline_limit,
         }
     }
+}
 
-    pub async fn create(&self, h: &SessionHeader) -> Result<(), StoreError> {
+/// The transaction items that accept message `seq = header.next_seq + 1`
+/// for `run_id`: bump the header (conditional on the counter read, and
+/// for `reject` sessions on nothing being active) and index the message.
+pub(crate) fn accept_items(table: &str, h: &SessionHeader, run_id: &str) -> Vec<TransactWriteItem> {
+    let seq = h.next_seq + 1;
+    let mut cond = "next_seq = :prev".to_string();
+    if h.on_busy == OnBusy::Reject {
+        cond.push_str(" AND done_seq = :prev");
+    }
+    let update = Update::builder()
+        .table_name(table)
+        .key("session_id", s(&h.session_id))
+        .key("turn", n(0))
+        .update_expression("SET next_seq = :seq")
+        .condition_expression(cond)
+        .expression_attribute_values(":seq", n(seq))
+        .expression_attribute_values(":prev", n(h.next_seq))
+        .build()
+        .expect("table, key and expression are set");
+    let mut index = Item::new();
+    index.insert("session_id".into(), s(&h.session_id));
+    index.insert("turn".into(), n(-(seq as i64)));
+    index.insert("run_id".into(), s(run_id));
+    vec![
+        TransactWriteItem::builder().update(update).build(),
+        put(table, index, "attribute_not_exists(turn)"),
+    ]
+}
+
+/// A history turn, written once, in the same transaction as the Run's
+/// commit; large contents are already in S3 (`Payload::Stored`).
+pub(crate) fn turn_item(
+    table: &str,
+    session_id: &str,
+    turn: u64,
+    role: Role,
+    content: &Payload,
+    run_id: &str,
+) -> TransactWriteItem {
+    let mut item = Item::new();
+    item.insert("session_id".into(), s(session_id));
+    item.insert("turn".into(), n(turn));
+    item.insert("role".into(), s(role_str(role)));
+    match content {
+        Payload::Inline { text } => item.insert("content".into(), s(text)),
+        Payload::Stored { key, .. } => item.insert("content_ref".into(), s(key)),
+    };
+    item.insert("run_id".into(), s(run_id));
+    put(table, item, "attribute_not_exists(turn)")
+}
+
+#[async_trait]
+impl ports::Sessions for SessionStore {
+    async fn create(&self, h: &SessionHeader) -> Result<(), StoreError> {
         let mut item = Item::new();
         item.insert("session_id".into(), s(&h.session_id));
         item.insert("turn".into(), n(0));
@@ -68,7 +122,7 @@ impl SessionStore {
         super::item::put_new(&self.dynamo, &self.table, item, "session_id").await
     }
 
-    pub async fn header(&self, session_id: &str) -> Result<Option<SessionHeader>, StoreError> {
+    async fn header(&self, session_id: &str) -> Result<Option<SessionHeader>, StoreError> {
         let out = self
             .dynamo
             .get_item()
@@ -95,41 +149,8 @@ impl SessionStore {
         }))
     }
 
-    /// The transaction items that accept message `seq = header.next_seq + 1`
-    /// for `run_id`: bump the header (conditional on the counter read, and
-    /// for `reject` sessions on nothing being active) and index the message.
-    pub fn accept_message(&self, h: &SessionHeader, run_id: &str) -> Vec<TransactWriteItem> {
-        let seq = h.next_seq + 1;
-        let mut cond = "next_seq = :prev".to_string();
-        if h.on_busy == OnBusy::Reject {
-            cond.push_str(" AND done_seq = :prev");
-        }
-        let update = Update::builder()
-            .table_name(&self.table)
-            .key("session_id", s(&h.session_id))
-            .key("turn", n(0))
-            .update_expression("SET next_seq = :seq")
-            .condition_expression(cond)
-            .expression_attribute_values(":seq", n(seq))
-            .expression_attribute_values(":prev", n(h.next_seq))
-            .build()
-            .expect("table, key and expression are set");
-        let mut index = Item::new();
-        index.insert("session_id".into(), s(&h.session_id));
-        index.insert("turn".into(), n(-(seq as i64)));
-        index.insert("run_id".into(), s(run_id));
-        vec![
-            TransactWriteItem::builder().update(update).build(),
-            put(&self.table, index, "attribute_not_exists(turn)"),
-        ]
-    }
-
     /// The Run that carries message `seq`.
-    pub async fn message_run(
-        &self,
-        session_id: &str,
-        seq: u64,
-    ) -> Result<Option<String>, StoreError> {
+    async fn message_run(&self, session_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
         let out = self
             .dynamo
             .get_item()
@@ -143,34 +164,8 @@ impl SessionStore {
         out.item().map(|i| get_s(i, "run_id")).transpose()
     }
 
-    /// A history turn, for writing in the same transaction as the Run's
-    /// commit. A turn above the inline limit is stored in S3 first (under a
-    /// key fixed by session and turn, so a retry overwrites the same object).
-    pub async fn turn_put(
-        &self,
-        session_id: &str,
-        turn: u64,
-        t: &HistoryTurn,
-    ) -> Result<TransactWriteItem, StoreError> {
-        let key = format!("turns/{session_id}/{turn}");
-        let content = self
-            .payloads
-            .spill(&key, &t.content, self.inline_limit)
-            .await?;
-        let mut item = Item::new();
-        item.insert("session_id".into(), s(session_id));
-        item.insert("turn".into(), n(turn));
-        item.insert("role".into(), s(role_str(t.role)));
-        match content {
-            Payload::Inline { text } => item.insert("content".into(), s(text)),
-            Payload::Stored { key, .. } => item.insert("content_ref".into(), s(key)),
-        };
-        item.insert("run_id".into(), s(&t.run_id));
-        Ok(put(&self.table, item, "attribute_not_exists(turn)"))
-    }
-
     /// The whole history, oldest first, paging through the table.
-    pub async fn history(&self, session_id: &str) -> Result<Vec<HistoryTurn>, StoreError> {
+    async fn history(&self, session_id: &str) -> Result<Vec<HistoryTurn>, StoreError> {
         let mut turns = Vec::new();
         let mut start = None;
         loop {
@@ -206,7 +201,7 @@ impl SessionStore {
     }
 
     /// Counts message `seq` as done; conditional on the previous one being done.
-    pub async fn mark_done(&self, session_id: &str, seq: u64) -> Result<(), StoreError> {
+    async fn mark_done(&self, session_id: &str, seq: u64) -> Result<(), StoreError> {
         self.dynamo
             .update_item()
             .table_name(&self.table)

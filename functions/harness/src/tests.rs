@@ -1,0 +1,279 @@
+//! The harness's decisions on in-memory ports: claims, fencing, duplicate
+//! and stale deliveries, inline tool calls and their ledger, the follow-up
+//! messages. No emulator; the emulator tests in `tests/` are the
+//! integration layer.
+
+use std::sync::Arc;
+
+use armada_core::memory::fixtures::{accepted_run, agent, sqs_event};
+use armada_core::memory::{test_config, Memory};
+use armada_domain::ledger::{ToolCallRecord, ToolCallState};
+use armada_domain::run::{RunState, Stamp};
+
+use super::*;
+
+const TENANT: &str = "acme";
+
+async fn setup() -> (Arc<Services>, Arc<Memory>, Harness) {
+    let (svc, mem) = Services::in_memory(test_config());
+    agent(&svc, "assistant", &["current_time"]).await;
+    (svc.clone(), mem, Harness::new(svc))
+}
+
+fn step_message(run_id: &str, tenant: &str, step: u32) -> String {
+    let msg = HarnessMessage::Step {
+        run_id: run_id.into(),
+        tenant: tenant.into(),
+        step,
+    };
+    serde_json::to_string(&msg).unwrap_or_default()
+}
+
+/// Delivers messages as one batch; returns the ids Lambda would redeliver.
+async fn deliver(h: &Harness, svc: &Services, bodies: &[String]) -> Vec<String> {
+    let event = sqs_event(&svc.cfg.harness_queue, bodies);
+    let resp = h.handle_event(event).await.expect("the batch is handled");
+    resp.batch_item_failures
+        .into_iter()
+        .map(|f| f.item_identifier)
+        .collect()
+}
+
+async fn run_of(svc: &Services, run_id: &str) -> Run {
+    svc.runs
+        .get(run_id)
+        .await
+        .ok()
+        .flatten()
+        .expect("the run exists")
+}
+
+async fn kinds(svc: &Services, run_id: &str) -> Vec<String> {
+    let events = svc.run_events.all_events(run_id).await.unwrap_or_default();
+    events.into_iter().map(|e| e.kind).collect()
+}
+
+#[tokio::test]
+async fn a_step_claims_answers_and_announces_the_end_once() {
+    let (svc, mem, h) = setup().await;
+    let def = svc
+        .registry
+        .agent("assistant")
+        .await
+        .ok()
+        .flatten()
+        .expect("agent");
+    let run = accepted_run(&svc, TENANT, &def, "hello").await;
+    assert!(deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)])
+        .await
+        .is_empty());
+    let done = run_of(&svc, &run.run_id).await;
+    assert_eq!(
+        (done.state, done.epoch, done.lease_until_ms),
+        (RunState::Completed, 1, 0)
+    );
+    assert_eq!(
+        done.output,
+        Some(Payload::Inline {
+            text: "echo: hello".into()
+        })
+    );
+    assert_eq!(
+        kinds(&svc, &run.run_id).await,
+        ["run_created", "model_reply", "run_completed"]
+    );
+    assert_eq!(
+        mem.take_dispatch(),
+        [DispatchMessage::RunTerminal {
+            run_id: run.run_id.clone(),
+            tenant: TENANT.into()
+        }]
+    );
+    assert!(mem.take_harness().is_empty());
+}
+
+#[tokio::test]
+async fn a_duplicate_delivery_has_one_effect() {
+    let (svc, _mem, h) = setup().await;
+    let def = svc
+        .registry
+        .agent("assistant")
+        .await
+        .ok()
+        .flatten()
+        .expect("agent");
+    let run = accepted_run(&svc, TENANT, &def, "hello").await;
+    let msg = step_message(&run.run_id, TENANT, 0);
+    deliver(&h, &svc, std::slice::from_ref(&msg)).await;
+    let failed = deliver(&h, &svc, &[msg]).await;
+    assert!(failed.is_empty(), "a duplicate is dropped, not retried");
+    assert_eq!(run_of(&svc, &run.run_id).await.epoch, 1, "claimed once");
+    let replies = kinds(&svc, &run.run_id).await;
+    assert_eq!(replies.iter().filter(|k| *k == "model_reply").count(), 1);
+    assert_eq!(svc.counters.stale_drops.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test]
+async fn a_step_held_under_a_live_lease_is_retried_later_and_left_alone() {
+    let (svc, mem, h) = setup().await;
+    let def = svc
+        .registry
+        .agent("assistant")
+        .await
+        .ok()
+        .flatten()
+        .expect("agent");
+    let run = accepted_run(&svc, TENANT, &def, "hello").await;
+    mem.state()
+        .runs
+        .get_mut(&run.run_id)
+        .expect("run")
+        .lease_until_ms = svc.clock.now_ms() + 60_000;
+    let failed = deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
+    assert_eq!(failed, ["m0"], "redelivered after the lease");
+    let after = run_of(&svc, &run.run_id).await;
+    assert_eq!((after.state, after.epoch), (RunState::Pending, 0));
+}
+
+/// Takes the Run away from the worker after its model call, as a second
+/// worker claiming it would.
+struct Superseded(Arc<Memory>);
+
+impl StepHooks for Superseded {
+    fn after_model_call<'a>(&'a self, run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
+        Box::pin(async move {
+            if let Some(r) = self.0.state().runs.get_mut(&run.run_id) {
+                r.epoch += 1;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_superseded_worker_cannot_commit() {
+    let (svc, mem, _) = setup().await;
+    let h = Harness::with_hooks(svc.clone(), Arc::new(Superseded(mem.clone())));
+    let def = svc
+        .registry
+        .agent("assistant")
+        .await
+        .ok()
+        .flatten()
+        .expect("agent");
+    let run = accepted_run(&svc, TENANT, &def, "hello").await;
+    let failed = deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
+    assert!(failed.is_empty(), "fenced work is dropped, not retried");
+    assert_eq!(svc.counters.fenced_commits.load(Ordering::Relaxed), 1);
+    let after = run_of(&svc, &run.run_id).await;
+    assert_eq!((after.state, after.epoch), (RunState::Executing, 2));
+    assert_eq!(kinds(&svc, &run.run_id).await, ["run_created"]);
+    assert!(mem.take_dispatch().is_empty(), "nothing announced");
+}
+
+#[tokio::test]
+async fn an_inline_tool_call_is_recorded_run_and_followed_by_the_next_step() {
+    let (svc, mem, h) = setup().await;
+    let def = svc
+        .registry
+        .agent("assistant")
+        .await
+        .ok()
+        .flatten()
+        .expect("agent");
+    let run = accepted_run(&svc, TENANT, &def, "/tool current_time {}").await;
+    deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
+    let after = run_of(&svc, &run.run_id).await;
+    assert_eq!((after.state, after.step), (RunState::Executing, 1));
+    let calls: Vec<&ToolCallRecord> = after.ledger.values().collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        (calls[0].skill.as_str(), calls[0].state),
+        ("current_time", ToolCallState::Done)
+    );
+    let next = mem.take_harness();
+    assert_eq!(
+        next,
+        [HarnessMessage::Step {
+            run_id: run.run_id.clone(),
+            tenant: TENANT.into(),
+            step: 1
+        }]
+    );
+    deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 1)]).await;
+    let done = run_of(&svc, &run.run_id).await;
+    assert_eq!(done.state, RunState::Completed);
+    let text = match done.output {
+        Some(Payload::Inline { text }) => text,
+        other => panic!("{other:?}"),
+    };
+    assert!(text.starts_with("tool current_time returned: "), "{text}");
+}
+
+#[tokio::test]
+async fn a_lost_call_with_effects_fails_the_run_instead_of_running_twice() {
+    let (svc, _mem, h) = setup().await;
+    let def = svc
+        .registry
+        .agent("assistant")
+        .await
+        .ok()
+        .flatten()
+        .expect("agent");
+    let mut run = accepted_run(&svc, TENANT, &def, "hello").await;
+    // A previous worker recorded the call as dispatched and died.
+    let prev = Stamp {
+        epoch: run.epoch,
+        event_seq: run.event_seq,
+    };
+    let mut rec = ToolCallRecord::planned("c1", "http_request", json!({}), 0, false, false);
+    rec.state = ToolCallState::Dispatched;
+    run.ledger.insert("c1".into(), rec);
+    svc.runs.save(prev, &run, &[], vec![]).await.expect("saved");
+    deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
+    let after = run_of(&svc, &run.run_id).await;
+    assert_eq!(after.state, RunState::Failed);
+    assert_eq!(
+        after.error.map(|e| e.code),
+        Some("TOOL_INDETERMINATE".into())
+    );
+    assert_eq!(after.ledger["c1"].state, ToolCallState::Indeterminate);
+}
+
+#[tokio::test]
+async fn a_message_naming_another_tenant_changes_nothing() {
+    let (svc, _mem, h) = setup().await;
+    let def = svc
+        .registry
+        .agent("assistant")
+        .await
+        .ok()
+        .flatten()
+        .expect("agent");
+    let run = accepted_run(&svc, TENANT, &def, "hello").await;
+    let failed = deliver(&h, &svc, &[step_message(&run.run_id, "mallory", 0)]).await;
+    assert!(failed.is_empty());
+    let after = run_of(&svc, &run.run_id).await;
+    assert_eq!((after.state, after.epoch), (RunState::Pending, 0));
+}
+
+#[tokio::test]
+async fn a_run_whose_agent_was_deleted_fails_with_a_reason() {
+    let (svc, _mem, h) = setup().await;
+    let def = svc
+        .registry
+        .agent("assistant")
+        .await
+        .ok()
+        .flatten()
+        .expect("agent");
+    let run = accepted_run(&svc, TENANT, &def, "hello").await;
+    svc.registry
+        .delete_agent("assistant")
+        .await
+        .expect("deleted");
+    deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
+    let after = run_of(&svc, &run.run_id).await;
+    assert_eq!(after.state, RunState::Failed);
+    assert_eq!(after.error.map(|e| e.code), Some("AGENT_NOT_FOUND".into()));
+}

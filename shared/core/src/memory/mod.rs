@@ -1,0 +1,432 @@
+//! Every port in memory, for unit tests of the handlers' decision logic:
+//! one [`Memory`] holds all the tables behind one lock, so a Run's commit
+//! and the writes that go with it ([`Also`]) are atomic here as in
+//! DynamoDB, with the same conditions (fencing on the version read, a
+//! claim only of the state read with an expired lease, create-once items).
+//! Queues and the sandbox provider record what was sent, for the tests to
+//! read and to deliver by hand. Nothing here is used outside tests.
+//!
+//! - this file: [`Memory`], [`Services::in_memory`], runs, events, sessions,
+//!   idempotency
+//! - [`others`]: registry, sandboxes, provider, queues, blobs, the model
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use armada_domain::agent::AgentDefinition;
+use armada_domain::chat::Role;
+use armada_domain::context::HistoryTurn;
+use armada_domain::messages::{DispatchMessage, HarnessMessage};
+use armada_domain::run::{Payload, Run, RunEventRecord, Stamp};
+use armada_domain::sandbox::hand::HandMessage;
+use armada_domain::sandbox::lifecycle::SandboxRecord;
+use armada_domain::sandbox::ProfileDef;
+use armada_domain::session::{OnBusy, SessionHeader};
+use armada_domain::skills::SkillManifest;
+
+use crate::callbacks::Callbacks;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::error::StoreError;
+use crate::hands::TaskInfo;
+use crate::ports::{
+    Also, Blobs, IdemRecord, Idempotency, RunEvents, Runs, Sessions, StoredKey, StoredMark,
+};
+use crate::tools::InlineTools;
+use crate::{Counters, Services};
+
+pub mod fixtures;
+mod others;
+
+/// The tables, queues and tasks of an in-memory deployment.
+#[derive(Debug, Default)]
+pub struct State {
+    pub runs: HashMap<String, Run>,
+    pub events: HashMap<String, BTreeMap<u64, RunEventRecord>>,
+    pub sessions: HashMap<String, SessionHeader>,
+    /// (session, seq) → the Run of that message.
+    pub session_index: HashMap<(String, u64), String>,
+    /// session → turn → (role, content, run).
+    pub turns: HashMap<String, BTreeMap<u64, (Role, Payload, String)>>,
+    pub idempotency: HashMap<String, IdemRecord>,
+    pub agents: HashMap<String, (AgentDefinition, u64)>,
+    pub skills: BTreeMap<String, SkillManifest>,
+    pub profiles: BTreeMap<String, ProfileDef>,
+    pub keys: HashMap<String, StoredKey>,
+    pub sandboxes: HashMap<String, SandboxRecord>,
+    pub marks: HashMap<String, StoredMark>,
+    /// `host#port` → (holder, generation).
+    pub ports: HashMap<String, (String, u64)>,
+    pub blobs: HashMap<String, String>,
+    /// Messages sent to the harness queue, oldest first.
+    pub harness: Vec<HarnessMessage>,
+    /// Messages sent to the dispatch queue, with their delay.
+    pub dispatch: Vec<(DispatchMessage, u32)>,
+    /// Messages sent to hand queues: (queue URL, message).
+    pub hands: Vec<(String, HandMessage)>,
+    /// Tasks the provider started, by ARN.
+    pub tasks: BTreeMap<String, TaskInfo>,
+}
+
+/// Every port over one [`State`].
+#[derive(Debug)]
+pub struct Memory {
+    state: Mutex<State>,
+    cfg: Config,
+}
+
+impl Memory {
+    pub fn new(cfg: Config) -> Arc<Memory> {
+        Arc::new(Memory {
+            state: Mutex::default(),
+            cfg,
+        })
+    }
+
+    /// The state, for a test to look at or to change.
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        // A test that panicked while holding it has failed already.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the harness messages sent so far.
+    pub fn take_harness(&self) -> Vec<HarnessMessage> {
+        std::mem::take(&mut self.state().harness)
+    }
+
+    /// Takes the dispatch messages sent so far (without their delays).
+    pub fn take_dispatch(&self) -> Vec<DispatchMessage> {
+        std::mem::take(&mut self.state().dispatch)
+            .into_iter()
+            .map(|(m, _)| m)
+            .collect()
+    }
+}
+
+/// A configuration for unit tests: names that are only names.
+pub fn test_config() -> Config {
+    let vars: HashMap<String, String> = [
+        ("ARMADA_RUNS_TABLE", "runs"),
+        ("ARMADA_RUN_EVENTS_TABLE", "run_events"),
+        ("ARMADA_SESSIONS_TABLE", "sessions"),
+        ("ARMADA_APPROVALS_TABLE", "approvals"),
+        ("ARMADA_SANDBOXES_TABLE", "sandboxes"),
+        ("ARMADA_REGISTRY_TABLE", "registry"),
+        ("ARMADA_IDEMPOTENCY_TABLE", "idempotency"),
+        ("ARMADA_DISPATCH_QUEUE", "dispatch"),
+        ("ARMADA_DISPATCH_DLQ", "dispatch-dlq"),
+        ("ARMADA_HARNESS_QUEUE", "harness.fifo"),
+        ("ARMADA_HARNESS_DLQ", "harness-dlq.fifo"),
+        ("ARMADA_PAYLOAD_BUCKET", "payloads"),
+        ("ARMADA_ADMIN_KEY_SHA256", &"0".repeat(64)),
+        ("ARMADA_CALLBACK_SIGNING_SECRET", "a test signing secret"),
+        ("ARMADA_SANDBOX_CLUSTER", "cluster"),
+        ("ARMADA_SANDBOX_TASK_STANDARD", "standard"),
+        ("ARMADA_SANDBOX_TASK_LARGE", "large"),
+        ("ARMADA_HAND_QUEUE_PREFIX", "hand"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    // Every variable is set above, with a valid value.
+    Config::from_map(&vars).unwrap_or_else(|e| panic!("test configuration: {e}"))
+}
+
+impl Services {
+    /// Services over in-memory ports, for unit tests; the memory is
+    /// returned beside them for the test to inspect.
+    pub fn in_memory(cfg: Config) -> (Arc<Services>, Arc<Memory>) {
+        let mem = Memory::new(cfg.clone());
+        let svc = Services {
+            counters: Arc::<Counters>::default(),
+            runs: mem.clone(),
+            run_events: mem.clone(),
+            sessions: mem.clone(),
+            registry: mem.clone(),
+            sandboxes: mem.clone(),
+            provider: mem.clone(),
+            idempotency: mem.clone(),
+            queues: mem.clone(),
+            payloads: mem.clone(),
+            models: mem.clone(),
+            tools: InlineTools::new(),
+            callbacks: Callbacks::new(&cfg.callback_signing_secret, 1),
+            clock: Clock::default(),
+            cfg,
+        };
+        (Arc::new(svc), mem)
+    }
+}
+
+fn conflict(which: Option<usize>) -> StoreError {
+    StoreError::Conflict { which }
+}
+
+fn idem_key(tenant: &str, key: &str) -> String {
+    format!("{tenant}#{key}")
+}
+
+/// Checks every `Also` write's condition, naming the first that fails.
+fn check_also(st: &State, also: &[Also]) -> Result<(), StoreError> {
+    for (i, a) in also.iter().enumerate() {
+        let ok = match a {
+            Also::SessionMessage { header, .. } => {
+                let seq = header.next_seq + 1;
+                st.sessions.get(&header.session_id).is_some_and(|h| {
+                    h.next_seq == header.next_seq
+                        && (header.on_busy != OnBusy::Reject || h.done_seq == header.next_seq)
+                }) && !st
+                    .session_index
+                    .contains_key(&(header.session_id.clone(), seq))
+            }
+            Also::SessionTurn {
+                session_id, turn, ..
+            } => !st
+                .turns
+                .get(session_id)
+                .is_some_and(|t| t.contains_key(turn)),
+            Also::IdempotencyKey { tenant, key, .. } => {
+                !st.idempotency.contains_key(&idem_key(tenant, key))
+            }
+        };
+        if !ok {
+            return Err(conflict(Some(1 + i)));
+        }
+    }
+    Ok(())
+}
+
+fn write_also(st: &mut State, also: Vec<Also>) {
+    for a in also {
+        match a {
+            Also::SessionMessage { header, run_id } => {
+                let seq = header.next_seq + 1;
+                if let Some(h) = st.sessions.get_mut(&header.session_id) {
+                    h.next_seq = seq;
+                }
+                st.session_index.insert((header.session_id, seq), run_id);
+            }
+            Also::SessionTurn {
+                session_id,
+                turn,
+                role,
+                content,
+                run_id,
+            } => {
+                st.turns
+                    .entry(session_id)
+                    .or_default()
+                    .insert(turn, (role, content, run_id));
+            }
+            Also::IdempotencyKey {
+                tenant,
+                key,
+                record,
+                ..
+            } => {
+                st.idempotency.insert(idem_key(&tenant, &key), record);
+            }
+        }
+    }
+}
+
+fn check_events(st: &State, run_id: &str, events: &[RunEventRecord]) -> Result<(), StoreError> {
+    let log = st.events.get(run_id);
+    if events
+        .iter()
+        .any(|e| log.is_some_and(|l| l.contains_key(&e.seq)))
+    {
+        return Err(conflict(None));
+    }
+    Ok(())
+}
+
+fn write_events(st: &mut State, run_id: &str, events: &[RunEventRecord]) {
+    let log = st.events.entry(run_id.to_string()).or_default();
+    for e in events {
+        log.insert(e.seq, e.clone());
+    }
+}
+
+#[async_trait]
+impl Runs for Memory {
+    async fn get(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
+        Ok(self.state().runs.get(run_id).cloned())
+    }
+
+    async fn create(
+        &self,
+        run: &Run,
+        events: &[RunEventRecord],
+        also: Vec<Also>,
+    ) -> Result<(), StoreError> {
+        let mut st = self.state();
+        if st.runs.contains_key(&run.run_id) {
+            return Err(conflict(Some(0)));
+        }
+        check_also(&st, &also)?;
+        check_events(&st, &run.run_id, events)?;
+        st.runs.insert(run.run_id.clone(), run.clone());
+        write_events(&mut st, &run.run_id, events);
+        write_also(&mut st, also);
+        Ok(())
+    }
+
+    async fn claim(&self, read: &Run, claimed: &Run) -> Result<(), StoreError> {
+        let mut st = self.state();
+        let Some(cur) = st.runs.get_mut(&read.run_id) else {
+            return Err(conflict(None));
+        };
+        let claimable = cur.state == read.state
+            && cur.step == read.step
+            && cur.epoch == read.epoch
+            && cur.lease_until_ms <= claimed.updated_at_ms;
+        if !claimable {
+            return Err(conflict(None));
+        }
+        cur.state = claimed.state;
+        cur.epoch = claimed.epoch;
+        cur.lease_until_ms = claimed.lease_until_ms;
+        cur.updated_at_ms = claimed.updated_at_ms;
+        Ok(())
+    }
+
+    async fn renew(
+        &self,
+        run_id: &str,
+        epoch: u64,
+        lease_until_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let mut st = self.state();
+        match st.runs.get_mut(run_id) {
+            Some(r) if r.epoch == epoch && r.lease_until_ms > 0 => {
+                r.lease_until_ms = lease_until_ms;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn release(&self, run_id: &str, epoch: u64) -> Result<(), StoreError> {
+        let mut st = self.state();
+        if let Some(r) = st.runs.get_mut(run_id).filter(|r| r.epoch == epoch) {
+            r.lease_until_ms = 0;
+        }
+        Ok(())
+    }
+
+    async fn save(
+        &self,
+        prev: Stamp,
+        run: &Run,
+        events: &[RunEventRecord],
+        also: Vec<Also>,
+    ) -> Result<(), StoreError> {
+        let mut st = self.state();
+        let lease = match st.runs.get(&run.run_id) {
+            Some(cur) if cur.epoch == prev.epoch && cur.event_seq == prev.event_seq => {
+                cur.lease_until_ms
+            }
+            _ => return Err(conflict(Some(0))),
+        };
+        check_events(&st, &run.run_id, events)?;
+        check_also(&st, &also)?;
+        let mut next = run.clone();
+        // A save ends the lease (0) but never writes back the one it read.
+        if next.lease_until_ms != 0 {
+            next.lease_until_ms = lease;
+        }
+        st.runs.insert(run.run_id.clone(), next);
+        write_events(&mut st, &run.run_id, events);
+        write_also(&mut st, also);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl RunEvents for Memory {
+    async fn events(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: i32,
+    ) -> Result<Vec<RunEventRecord>, StoreError> {
+        let st = self.state();
+        Ok(st
+            .events
+            .get(run_id)
+            .map(|log| {
+                log.range(after + 1..)
+                    .take(limit.max(0) as usize)
+                    .map(|(_, e)| e.clone())
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}
+
+#[async_trait]
+impl Sessions for Memory {
+    async fn create(&self, h: &SessionHeader) -> Result<(), StoreError> {
+        let mut st = self.state();
+        if st.sessions.contains_key(&h.session_id) {
+            return Err(conflict(None));
+        }
+        st.sessions.insert(h.session_id.clone(), h.clone());
+        Ok(())
+    }
+
+    async fn header(&self, session_id: &str) -> Result<Option<SessionHeader>, StoreError> {
+        Ok(self.state().sessions.get(session_id).cloned())
+    }
+
+    async fn message_run(&self, session_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
+        let st = self.state();
+        Ok(st
+            .session_index
+            .get(&(session_id.to_string(), seq))
+            .cloned())
+    }
+
+    async fn history(&self, session_id: &str) -> Result<Vec<HistoryTurn>, StoreError> {
+        let turns: Vec<(Role, Payload, String)> = self
+            .state()
+            .turns
+            .get(session_id)
+            .map(|t| t.values().cloned().collect())
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(turns.len());
+        for (role, content, run_id) in turns {
+            out.push(HistoryTurn {
+                role,
+                content: self.read(&content).await?,
+                run_id,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn mark_done(&self, session_id: &str, seq: u64) -> Result<(), StoreError> {
+        let mut st = self.state();
+        match st.sessions.get_mut(session_id) {
+            Some(h) if h.done_seq + 1 == seq => {
+                h.done_seq = seq;
+                Ok(())
+            }
+            _ => Err(conflict(None)),
+        }
+    }
+}
+
+#[async_trait]
+impl Idempotency for Memory {
+    async fn get(&self, tenant: &str, key: &str) -> Result<Option<IdemRecord>, StoreError> {
+        Ok(self
+            .state()
+            .idempotency
+            .get(&idem_key(tenant, key))
+            .cloned())
+    }
+}

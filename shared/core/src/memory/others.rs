@@ -1,0 +1,378 @@
+//! The registry, sandboxes, provider, queues, blobs and model in memory.
+//! The model is the scripted one, called in process (a `Fail` is a
+//! retryable error, as its HTTP 500 would be; a `Sleep` is not slept).
+
+use std::collections::{BTreeMap, HashMap};
+
+use async_trait::async_trait;
+
+use armada_domain::agent::{AgentDefinition, ModelSpec};
+use armada_domain::chat::{ChatMessage, ModelReply, ToolSpec};
+use armada_domain::messages::{DispatchMessage, HarnessMessage};
+use armada_domain::sandbox::hand::{CallMark, HandMessage};
+use armada_domain::sandbox::lifecycle::{sandbox_key, SandboxRecord};
+use armada_domain::sandbox::ProfileDef;
+use armada_domain::scripted::{self, Scripted};
+use armada_domain::skills::SkillManifest;
+
+use super::{conflict, Memory};
+use crate::config::SandboxConfig;
+use crate::error::StoreError;
+use crate::hands::{started_by, TaskInfo, TaskRequest};
+use crate::models::ModelError;
+use crate::ports::{
+    Blobs, CallRef, Model, Provider, Queues, Registry, Sandboxes, StoredKey, StoredMark,
+};
+
+fn call_key(call: &CallRef) -> String {
+    format!("{}#{}#{}", call.run_id, call.call_id, call.attempt)
+}
+
+fn port_key(host: &str, port: u16) -> String {
+    format!("{host}#{port}")
+}
+
+#[async_trait]
+impl Registry for Memory {
+    async fn agent(&self, name: &str) -> Result<Option<AgentDefinition>, StoreError> {
+        Ok(self.state().agents.get(name).map(|(d, _)| d.clone()))
+    }
+
+    async fn put_agent(&self, def: &AgentDefinition) -> Result<u64, StoreError> {
+        let mut st = self.state();
+        let version = st.agents.get(&def.name).map_or(1, |(_, v)| v + 1);
+        st.agents.insert(def.name.clone(), (def.clone(), version));
+        Ok(version)
+    }
+
+    async fn list_agents(&self) -> Result<Vec<(AgentDefinition, u64)>, StoreError> {
+        let mut all: Vec<_> = self.state().agents.values().cloned().collect();
+        all.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        Ok(all)
+    }
+
+    async fn agent_version(
+        &self,
+        name: &str,
+    ) -> Result<Option<(AgentDefinition, u64)>, StoreError> {
+        Ok(self.state().agents.get(name).cloned())
+    }
+
+    async fn delete_agent(&self, name: &str) -> Result<bool, StoreError> {
+        Ok(self.state().agents.remove(name).is_some())
+    }
+
+    async fn profiles(&self) -> Result<BTreeMap<String, ProfileDef>, StoreError> {
+        Ok(self.state().profiles.clone())
+    }
+
+    async fn put_profile(&self, name: &str, def: &ProfileDef) -> Result<(), StoreError> {
+        self.state().profiles.insert(name.to_string(), def.clone());
+        Ok(())
+    }
+
+    async fn skill(&self, name: &str) -> Result<Option<SkillManifest>, StoreError> {
+        Ok(self.state().skills.get(name).cloned())
+    }
+
+    async fn put_skill(&self, m: &SkillManifest) -> Result<(), StoreError> {
+        self.state().skills.insert(m.name.clone(), m.clone());
+        Ok(())
+    }
+
+    async fn list_skills(&self) -> Result<Vec<SkillManifest>, StoreError> {
+        Ok(self.state().skills.values().cloned().collect())
+    }
+
+    async fn put_key(&self, key: &StoredKey, _now_ms: i64) -> Result<(), StoreError> {
+        let mut st = self.state();
+        if st.keys.contains_key(&key.key_id) {
+            return Err(conflict(None));
+        }
+        st.keys.insert(key.key_id.clone(), key.clone());
+        Ok(())
+    }
+
+    async fn key(&self, key_id: &str) -> Result<Option<StoredKey>, StoreError> {
+        Ok(self.state().keys.get(key_id).cloned())
+    }
+
+    async fn revoke_key(&self, key_id: &str, _now_ms: i64) -> Result<(), StoreError> {
+        match self.state().keys.get_mut(key_id) {
+            Some(k) => {
+                k.revoked = true;
+                Ok(())
+            }
+            None => Err(conflict(None)),
+        }
+    }
+}
+
+#[async_trait]
+impl Sandboxes for Memory {
+    async fn get(&self, tenant: &str, agent: &str) -> Result<Option<SandboxRecord>, StoreError> {
+        Ok(self
+            .state()
+            .sandboxes
+            .get(&sandbox_key(tenant, agent))
+            .cloned())
+    }
+
+    async fn list(&self, tenant: &str) -> Result<Vec<SandboxRecord>, StoreError> {
+        let st = self.state();
+        Ok(st
+            .sandboxes
+            .values()
+            .filter(|r| r.tenant == tenant)
+            .cloned()
+            .collect())
+    }
+
+    async fn list_agent(&self, agent: &str) -> Result<Vec<SandboxRecord>, StoreError> {
+        let st = self.state();
+        Ok(st
+            .sandboxes
+            .values()
+            .filter(|r| r.agent == agent)
+            .cloned()
+            .collect())
+    }
+
+    async fn put_if_version(
+        &self,
+        rec: &SandboxRecord,
+        read_version: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let mut st = self.state();
+        let key = rec.key();
+        if st.sandboxes.get(&key).map(|r| r.version) != read_version {
+            return Err(conflict(None));
+        }
+        st.sandboxes.insert(key, rec.clone());
+        Ok(())
+    }
+
+    async fn delete(&self, rec: &SandboxRecord) -> Result<(), StoreError> {
+        let mut st = self.state();
+        let key = rec.key();
+        if st.sandboxes.get(&key).map(|r| r.version) != Some(rec.version) {
+            return Err(conflict(None));
+        }
+        st.sandboxes.remove(&key);
+        Ok(())
+    }
+
+    async fn mark_first(
+        &self,
+        call: &CallRef,
+        mark: CallMark,
+        generation: u64,
+        now_ms: i64,
+    ) -> Result<Option<StoredMark>, StoreError> {
+        let mut st = self.state();
+        let key = call_key(call);
+        if let Some(m) = st.marks.get(&key) {
+            return Ok(Some(m.clone()));
+        }
+        let m = StoredMark {
+            mark,
+            generation,
+            at_ms: now_ms,
+        };
+        st.marks.insert(key, m);
+        Ok(None)
+    }
+
+    async fn mark_finished(&self, call: &CallRef, now_ms: i64) -> Result<(), StoreError> {
+        let mut st = self.state();
+        match st.marks.get_mut(&call_key(call)) {
+            Some(m) if m.mark == CallMark::Started => {
+                m.mark = CallMark::Finished;
+                m.at_ms = now_ms;
+                Ok(())
+            }
+            _ => Err(conflict(None)),
+        }
+    }
+
+    async fn mark(&self, call: &CallRef) -> Result<Option<StoredMark>, StoreError> {
+        Ok(self.state().marks.get(&call_key(call)).cloned())
+    }
+
+    async fn take_port(
+        &self,
+        host: &str,
+        port: u16,
+        holder: &str,
+        generation: u64,
+    ) -> Result<bool, StoreError> {
+        let mut st = self.state();
+        let key = port_key(host, port);
+        if st.ports.get(&key).is_some_and(|(h, _)| h != holder) {
+            return Ok(false);
+        }
+        st.ports.insert(key, (holder.to_string(), generation));
+        Ok(true)
+    }
+
+    async fn release_port(&self, host: &str, port: u16, holder: &str) -> Result<(), StoreError> {
+        let mut st = self.state();
+        let key = port_key(host, port);
+        if st.ports.get(&key).is_some_and(|(h, _)| h == holder) {
+            st.ports.remove(&key);
+        }
+        Ok(())
+    }
+
+    async fn port_holder(&self, host: &str, port: u16) -> Result<Option<String>, StoreError> {
+        let st = self.state();
+        Ok(st.ports.get(&port_key(host, port)).map(|(h, _)| h.clone()))
+    }
+}
+
+#[async_trait]
+impl Provider for Memory {
+    fn config(&self) -> &SandboxConfig {
+        &self.cfg.sandbox
+    }
+
+    async fn hand_queue(
+        &self,
+        tenant: &str,
+        agent: &str,
+        generation: u64,
+    ) -> Result<String, StoreError> {
+        Ok(format!("memory://hand/{tenant}/{agent}/g{generation}"))
+    }
+
+    async fn delete_hand_queue(&self, _url: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn send(&self, queue_url: &str, msg: &HandMessage) -> Result<(), StoreError> {
+        self.state()
+            .hands
+            .push((queue_url.to_string(), msg.clone()));
+        Ok(())
+    }
+
+    async fn start(&self, req: &TaskRequest<'_>) -> Result<String, StoreError> {
+        let mut st = self.state();
+        let arn = format!("arn:memory:task/{}", st.tasks.len() + 1);
+        let info = TaskInfo {
+            arn: arn.clone(),
+            last_status: "PROVISIONING".into(),
+            desired_status: "RUNNING".into(),
+            started_by: Some(started_by(req.tenant, req.agent)),
+            tags: HashMap::new(),
+            env: HashMap::new(),
+            task_definition: "memory".into(),
+        };
+        st.tasks.insert(arn.clone(), info);
+        Ok(arn)
+    }
+
+    async fn stop(&self, task_arn: &str, _reason: &str) -> Result<(), StoreError> {
+        if let Some(t) = self.state().tasks.get_mut(task_arn) {
+            t.desired_status = "STOPPED".into();
+            t.last_status = "STOPPED".into();
+        }
+        Ok(())
+    }
+
+    async fn list(&self, started: Option<&str>) -> Result<Vec<String>, StoreError> {
+        let st = self.state();
+        Ok(st
+            .tasks
+            .values()
+            .filter(|t| started.is_none_or(|s| t.started_by.as_deref() == Some(s)))
+            .map(|t| t.arn.clone())
+            .collect())
+    }
+
+    async fn describe(&self, arns: &[String]) -> Result<Vec<TaskInfo>, StoreError> {
+        let st = self.state();
+        Ok(arns
+            .iter()
+            .filter_map(|a| st.tasks.get(a).cloned())
+            .collect())
+    }
+}
+
+#[async_trait]
+impl Queues for Memory {
+    async fn send_dispatch_delayed(
+        &self,
+        msg: &DispatchMessage,
+        delay_s: u32,
+    ) -> Result<(), StoreError> {
+        self.state().dispatch.push((msg.clone(), delay_s));
+        Ok(())
+    }
+
+    async fn send_harness(&self, msg: &HarnessMessage) -> Result<(), StoreError> {
+        self.state().harness.push(msg.clone());
+        Ok(())
+    }
+
+    async fn keep_hidden(&self, _queue_url: &str, _receipt_handle: &str, _seconds: u32) {}
+
+    async fn back_off(
+        &self,
+        _queue_url: &str,
+        _receipt_handle: &str,
+        _receives: u32,
+        _base_s: u32,
+        _min_delay_s: u32,
+    ) {
+    }
+
+    fn url_for_arn(&self, arn: &str) -> Option<String> {
+        arn.rsplit(':')
+            .next()
+            .map(|name| format!("memory://{name}"))
+    }
+
+    fn is_dead_letter_queue(&self, name: &str) -> bool {
+        name == self.cfg.dispatch_dlq || name == self.cfg.harness_dlq
+    }
+
+    fn harness_url(&self) -> String {
+        format!("memory://{}", self.cfg.harness_queue)
+    }
+}
+
+#[async_trait]
+impl Blobs for Memory {
+    async fn put_text(&self, key: &str, text: &str) -> Result<(), StoreError> {
+        self.state().blobs.insert(key.to_string(), text.to_string());
+        Ok(())
+    }
+
+    async fn get_text(&self, key: &str) -> Result<String, StoreError> {
+        self.state()
+            .blobs
+            .get(key)
+            .cloned()
+            .ok_or_else(|| StoreError::Terminal(format!("NoSuchKey: {key}")))
+    }
+}
+
+#[async_trait]
+impl Model for Memory {
+    async fn complete(
+        &self,
+        _spec: &ModelSpec,
+        messages: &[ChatMessage],
+        _tools: &[ToolSpec],
+    ) -> Result<ModelReply, ModelError> {
+        let mut answer = scripted::respond(messages);
+        loop {
+            match answer {
+                Scripted::Reply(r) => return Ok(r),
+                Scripted::Fail(text) => return Err(ModelError::Retryable(text)),
+                Scripted::Sleep(_, rest) => answer = *rest,
+            }
+        }
+    }
+}

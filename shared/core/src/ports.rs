@@ -1,0 +1,417 @@
+//! The ports: what the handlers need from the outside world, one trait per
+//! table or concern, named by what the domain asks of it. The DynamoDB, SQS,
+//! S3 and ECS adapters implement them (`store::*`, `queues`, `payloads`,
+//! `hands`, `models`); [`crate::memory`] implements every one in memory for
+//! unit tests. No SDK type crosses a port: writes that must land with a
+//! Run's commit are named by [`Also`], failed conditions are
+//! [`StoreError::Conflict`], and the adapters own the attribute mapping.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use armada_domain::agent::{AgentDefinition, ModelSpec};
+use armada_domain::chat::{ChatMessage, ModelReply, Role, ToolSpec};
+use armada_domain::context::HistoryTurn;
+use armada_domain::fields::FieldError;
+use armada_domain::messages::{DispatchMessage, HarnessMessage};
+use armada_domain::run::{Payload, Run, RunEventRecord, Stamp};
+use armada_domain::sandbox::hand::{CallMark, HandMessage};
+use armada_domain::sandbox::lifecycle::SandboxRecord;
+use armada_domain::sandbox::ProfileDef;
+use armada_domain::session::SessionHeader;
+use armada_domain::skills::SkillManifest;
+
+use crate::config::SandboxConfig;
+use crate::error::StoreError;
+use crate::hands::{TaskInfo, TaskRequest};
+use crate::models::ModelError;
+
+/// A write that lands in the same transaction as a Run's creation or
+/// commit. In a conflict, `Conflict { which: Some(0) }` is the Run itself
+/// and `Some(1 + i)` the `i`-th of these.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Also {
+    /// Accepts message `header.next_seq + 1` of a session for `run_id`:
+    /// conditional on the counter read (and, for a `reject` session, on no
+    /// earlier message being still open).
+    SessionMessage {
+        header: SessionHeader,
+        run_id: String,
+    },
+    /// A turn of a session's history (its content already in the payload
+    /// bucket when large); written once.
+    SessionTurn {
+        session_id: String,
+        turn: u64,
+        role: Role,
+        content: Payload,
+        run_id: String,
+    },
+    /// The `Idempotency-Key` of the request that created the Run; written once.
+    IdempotencyKey {
+        tenant: String,
+        key: String,
+        record: IdemRecord,
+        now_ms: i64,
+    },
+}
+
+/// What an `Idempotency-Key` was first used for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdemRecord {
+    pub fingerprint: String,
+    pub run_id: String,
+}
+
+/// An API key as stored: the secret's SHA-256 only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredKey {
+    pub key_id: String,
+    pub tenant: String,
+    pub secret_sha256: String,
+    pub revoked: bool,
+}
+
+/// The Run records: read, created, claimed, leased and committed, every
+/// write after creation conditional on the version the writer read.
+#[async_trait]
+pub trait Runs: Send + Sync + Debug {
+    /// Reads a Run (strongly consistent).
+    async fn get(&self, run_id: &str) -> Result<Option<Run>, StoreError>;
+    /// Creates a Run with its first events and `also`, atomically.
+    async fn create(
+        &self,
+        run: &Run,
+        events: &[RunEventRecord],
+        also: Vec<Also>,
+    ) -> Result<(), StoreError>;
+    /// Writes `claimed` if the Run is still as `read` (state, step, epoch)
+    /// and its lease has expired by `claimed.updated_at_ms`.
+    async fn claim(&self, read: &Run, claimed: &Run) -> Result<(), StoreError>;
+    /// Extends a live lease of `epoch`; `false` if it is not ours or ended.
+    async fn renew(
+        &self,
+        run_id: &str,
+        epoch: u64,
+        lease_until_ms: i64,
+    ) -> Result<bool, StoreError>;
+    /// Ends the lease of `epoch` now, if `epoch` still owns the Run.
+    async fn release(&self, run_id: &str, epoch: u64) -> Result<(), StoreError>;
+    /// Commits the new version of a Run, its new events and `also`,
+    /// conditional on `prev`; a superseded writer gets `Conflict { which:
+    /// Some(0) }`. The lease is never written back as read: only ended (0).
+    async fn save(
+        &self,
+        prev: Stamp,
+        run: &Run,
+        events: &[RunEventRecord],
+        also: Vec<Also>,
+    ) -> Result<(), StoreError>;
+}
+
+/// A Run's append-only event log.
+#[async_trait]
+pub trait RunEvents: Send + Sync + Debug {
+    /// Events with `seq > after`, oldest first, at most `limit`.
+    async fn events(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: i32,
+    ) -> Result<Vec<RunEventRecord>, StoreError>;
+
+    /// Every event of a Run, page by page.
+    async fn all_events(&self, run_id: &str) -> Result<Vec<RunEventRecord>, StoreError> {
+        let mut all: Vec<RunEventRecord> = Vec::new();
+        loop {
+            let after = all.last().map_or(0, |e| e.seq);
+            let page = self.events(run_id, after, 500).await?;
+            let done = page.len() < 500;
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+}
+
+/// Session headers, their message index and their history.
+#[async_trait]
+pub trait Sessions: Send + Sync + Debug {
+    /// Creates a session; an existing id is a `Conflict`.
+    async fn create(&self, h: &SessionHeader) -> Result<(), StoreError>;
+    async fn header(&self, session_id: &str) -> Result<Option<SessionHeader>, StoreError>;
+    /// The Run that carries message `seq`.
+    async fn message_run(&self, session_id: &str, seq: u64) -> Result<Option<String>, StoreError>;
+    /// The whole history, oldest first, with stored contents read back.
+    async fn history(&self, session_id: &str) -> Result<Vec<HistoryTurn>, StoreError>;
+    /// Counts message `seq` as done, if `seq - 1` is the last one done.
+    async fn mark_done(&self, session_id: &str, seq: u64) -> Result<(), StoreError>;
+}
+
+/// `Idempotency-Key` records (written through [`Also::IdempotencyKey`]).
+#[async_trait]
+pub trait Idempotency: Send + Sync + Debug {
+    async fn get(&self, tenant: &str, key: &str) -> Result<Option<IdemRecord>, StoreError>;
+}
+
+/// Agents, skills, profiles and API keys.
+#[async_trait]
+pub trait Registry: Send + Sync + Debug {
+    async fn agent(&self, name: &str) -> Result<Option<AgentDefinition>, StoreError>;
+    /// Creates or replaces an agent; returns its new version.
+    async fn put_agent(&self, def: &AgentDefinition) -> Result<u64, StoreError>;
+    async fn list_agents(&self) -> Result<Vec<(AgentDefinition, u64)>, StoreError>;
+    async fn agent_version(&self, name: &str)
+        -> Result<Option<(AgentDefinition, u64)>, StoreError>;
+    /// `false` when there was no such agent.
+    async fn delete_agent(&self, name: &str) -> Result<bool, StoreError>;
+    async fn profiles(&self) -> Result<BTreeMap<String, ProfileDef>, StoreError>;
+    async fn put_profile(&self, name: &str, def: &ProfileDef) -> Result<(), StoreError>;
+    async fn skill(&self, name: &str) -> Result<Option<SkillManifest>, StoreError>;
+    async fn put_skill(&self, m: &SkillManifest) -> Result<(), StoreError>;
+    async fn list_skills(&self) -> Result<Vec<SkillManifest>, StoreError>;
+    async fn put_key(&self, key: &StoredKey, now_ms: i64) -> Result<(), StoreError>;
+    async fn key(&self, key_id: &str) -> Result<Option<StoredKey>, StoreError>;
+    async fn revoke_key(&self, key_id: &str, now_ms: i64) -> Result<(), StoreError>;
+
+    /// Freezes the manifests of a definition's skills: the registry's own
+    /// manifest where there is one, else the built-in.
+    async fn resolve_manifests(
+        &self,
+        def: &mut AgentDefinition,
+    ) -> Result<Result<(), FieldError>, StoreError> {
+        let mut found = std::collections::HashMap::new();
+        for s in &def.skills {
+            if let Some(m) = self.skill(s).await? {
+                found.insert(s.clone(), m);
+            }
+        }
+        Ok(def.resolve_manifests(|s| found.get(s).cloned()))
+    }
+}
+
+/// What a read-modify-write of a sandbox record decided.
+#[derive(Debug)]
+pub enum Change<T> {
+    /// Write this record (conditional on the version read) and return `T`.
+    Write(Box<SandboxRecord>, T),
+    /// Leave the record as it is.
+    Keep(T),
+}
+
+/// Identifies one attempt of one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRef {
+    pub run_id: String,
+    pub call_id: String,
+    pub attempt: u32,
+}
+
+/// The mark of a call, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMark {
+    pub mark: CallMark,
+    pub generation: u64,
+    pub at_ms: i64,
+}
+
+/// Conflicting writers retried by [`SandboxesExt::modify`] before giving up.
+const CAS_ATTEMPTS: usize = 25;
+
+/// Sandbox records (one per agent identity), call marks and pooled ports.
+#[async_trait]
+pub trait Sandboxes: Send + Sync + Debug {
+    async fn get(&self, tenant: &str, agent: &str) -> Result<Option<SandboxRecord>, StoreError>;
+    async fn list(&self, tenant: &str) -> Result<Vec<SandboxRecord>, StoreError>;
+    /// Every tenant's record of one agent.
+    async fn list_agent(&self, agent: &str) -> Result<Vec<SandboxRecord>, StoreError>;
+    /// Writes `rec` with version `read_version + 1` if the stored version is
+    /// still `read_version` (`None`: if there is no record yet).
+    async fn put_if_version(
+        &self,
+        rec: &SandboxRecord,
+        read_version: Option<u64>,
+    ) -> Result<(), StoreError>;
+    /// Removes a record, if unchanged since read.
+    async fn delete(&self, rec: &SandboxRecord) -> Result<(), StoreError>;
+    /// Marks a call once: `None` if this mark was written, else the mark
+    /// already there.
+    async fn mark_first(
+        &self,
+        call: &CallRef,
+        mark: CallMark,
+        generation: u64,
+        now_ms: i64,
+    ) -> Result<Option<StoredMark>, StoreError>;
+    async fn mark_finished(&self, call: &CallRef, now_ms: i64) -> Result<(), StoreError>;
+    async fn mark(&self, call: &CallRef) -> Result<Option<StoredMark>, StoreError>;
+    /// Takes a pooled port for `holder`; `false` if someone holds it.
+    async fn take_port(
+        &self,
+        host: &str,
+        port: u16,
+        holder: &str,
+        generation: u64,
+    ) -> Result<bool, StoreError>;
+    async fn release_port(&self, host: &str, port: u16, holder: &str) -> Result<(), StoreError>;
+    async fn port_holder(&self, host: &str, port: u16) -> Result<Option<String>, StoreError>;
+}
+
+/// Read-modify-write over any [`Sandboxes`].
+#[async_trait]
+pub trait SandboxesExt: Sandboxes {
+    /// Reads the record of an identity, lets `f` decide, and writes what it
+    /// decided conditional on the version read (or on the key's absence).
+    /// A conflicting writer makes it read and decide again.
+    async fn modify<T: Send>(
+        &self,
+        tenant: &str,
+        agent: &str,
+        mut f: impl FnMut(Option<SandboxRecord>) -> Change<T> + Send,
+    ) -> Result<T, StoreError> {
+        for _ in 0..CAS_ATTEMPTS {
+            let read = self.get(tenant, agent).await?;
+            let read_version = read.as_ref().map(|r| r.version);
+            let (mut rec, out) = match f(read) {
+                Change::Keep(out) => return Ok(out),
+                Change::Write(rec, out) => (rec, out),
+            };
+            rec.version = read_version.map_or(1, |v| v + 1);
+            match self.put_if_version(&rec, read_version).await {
+                Ok(()) => return Ok(out),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Retryable(format!(
+            "sandbox {tenant}#{agent} kept changing under {CAS_ATTEMPTS} attempts"
+        )))
+    }
+}
+
+impl<S: Sandboxes + ?Sized> SandboxesExt for S {}
+
+/// The sandbox provider: hand queues and the tasks sandboxes run in.
+#[async_trait]
+pub trait Provider: Send + Sync + Debug {
+    fn config(&self) -> &SandboxConfig;
+    /// The hand queue of a generation (created if missing); its URL.
+    async fn hand_queue(
+        &self,
+        tenant: &str,
+        agent: &str,
+        generation: u64,
+    ) -> Result<String, StoreError>;
+    async fn delete_hand_queue(&self, url: &str) -> Result<(), StoreError>;
+    async fn send(&self, queue_url: &str, msg: &HandMessage) -> Result<(), StoreError>;
+    /// Starts a generation's task; returns its ARN.
+    async fn start(&self, req: &TaskRequest<'_>) -> Result<String, StoreError>;
+    async fn stop(&self, task_arn: &str, reason: &str) -> Result<(), StoreError>;
+    /// Task ARNs, of one identity's tasks when `started` is given.
+    async fn list(&self, started: Option<&str>) -> Result<Vec<String>, StoreError>;
+    async fn describe(&self, arns: &[String]) -> Result<Vec<TaskInfo>, StoreError>;
+}
+
+/// The work queues: the dispatch queue, the harness FIFO queue, and the
+/// visibility of messages being handled.
+#[async_trait]
+pub trait Queues: Send + Sync + Debug {
+    /// Sends to the dispatch queue, delivered after `delay_s` (at most 900).
+    async fn send_dispatch_delayed(
+        &self,
+        msg: &DispatchMessage,
+        delay_s: u32,
+    ) -> Result<(), StoreError>;
+    /// Sends to the harness FIFO queue, grouped by Run and deduplicated per
+    /// step.
+    async fn send_harness(&self, msg: &HarnessMessage) -> Result<(), StoreError>;
+    /// Hides a message being handled for `seconds` more (a heartbeat).
+    async fn keep_hidden(&self, queue_url: &str, receipt_handle: &str, seconds: u32);
+    /// Delays the next delivery of a failed message: `base * 2^(receives-1)`
+    /// seconds (at least `min_delay_s`), capped at 15 minutes.
+    async fn back_off(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+        receives: u32,
+        base_s: u32,
+        min_delay_s: u32,
+    );
+    /// The URL of a queue from the ARN an SQS event names.
+    fn url_for_arn(&self, arn: &str) -> Option<String>;
+    /// Whether a queue (by name) is one of the dead-letter queues.
+    fn is_dead_letter_queue(&self, name: &str) -> bool;
+    /// Where sandboxes send their answers (the harness queue's URL).
+    fn harness_url(&self) -> String;
+
+    async fn send_dispatch(&self, msg: &DispatchMessage) -> Result<(), StoreError> {
+        self.send_dispatch_delayed(msg, 0).await
+    }
+}
+
+/// Large bodies (inputs, outputs, turns, results) in the payload bucket.
+#[async_trait]
+pub trait Blobs: Send + Sync + Debug {
+    async fn put_text(&self, key: &str, text: &str) -> Result<(), StoreError>;
+    async fn get_text(&self, key: &str) -> Result<String, StoreError>;
+
+    /// Inline when at most `limit` bytes, else stored under `key`.
+    async fn spill(&self, key: &str, text: &str, limit: usize) -> Result<Payload, StoreError> {
+        if text.len() <= limit {
+            return Ok(Payload::Inline {
+                text: text.to_string(),
+            });
+        }
+        self.put_text(key, text).await?;
+        Ok(Payload::Stored {
+            key: key.to_string(),
+            bytes: text.len(),
+        })
+    }
+
+    async fn read(&self, p: &Payload) -> Result<String, StoreError> {
+        match p {
+            Payload::Inline { text } => Ok(text.clone()),
+            Payload::Stored { key, .. } => self.get_text(key).await,
+        }
+    }
+}
+
+/// The model an agent talks to.
+#[async_trait]
+pub trait Model: Send + Sync + Debug {
+    async fn complete(
+        &self,
+        spec: &ModelSpec,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+    ) -> Result<ModelReply, ModelError>;
+
+    /// Retries what is retryable, up to `attempts`; says how many it took.
+    async fn complete_with_retry(
+        &self,
+        spec: &ModelSpec,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        attempts: u32,
+    ) -> Result<(ModelReply, u32), (ModelError, u32)> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.complete(spec, messages, tools).await {
+                Ok(r) => return Ok((r, attempt)),
+                Err(e @ ModelError::Terminal(_)) => return Err((e, attempt)),
+                Err(e) if attempt >= attempts => return Err((e, attempt)),
+                Err(e) => {
+                    tracing::warn!(attempt, error = %e, "model call failed; retrying");
+                    let backoff = Duration::from_millis(100 * (1 << attempt.min(6)));
+                    tokio::time::sleep(backoff).await;
+                }
+            }
+        }
+    }
+}
