@@ -552,3 +552,6 @@ impl Dispatcher {
         Outcome::retry("the run kept changing")
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -202,3 +202,6 @@ async fn payload_json(svc: &Services, p: &Payload) -> Value {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

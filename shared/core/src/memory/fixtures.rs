@@ -9,6 +9,9 @@ use serde_json::json;
 
 use armada_domain::agent::AgentDefinition;
 use armada_domain::run::{NewRun, Payload, Run};
+use armada_domain::session::{OnBusy, SessionHeader};
+
+use crate::ports::Also;
 
 use crate::Services;
 
@@ -36,6 +39,52 @@ pub async fn accepted_run(
     agent: &AgentDefinition,
     input: &str,
 ) -> Run {
+    accept(svc, tenant, agent, input, None).await
+}
+
+/// Opens a session of `agent` for `tenant` (messages queue while busy).
+pub async fn session(svc: &Services, tenant: &str, agent: &AgentDefinition) -> SessionHeader {
+    let h = SessionHeader {
+        session_id: crate::clock::new_id("ses"),
+        tenant: tenant.to_string(),
+        agent: agent.name.clone(),
+        on_busy: OnBusy::Queue,
+        next_seq: 0,
+        done_seq: 0,
+        created_at_ms: svc.clock.now_ms(),
+    };
+    svc.sessions
+        .create(&h)
+        .await
+        .unwrap_or_else(|e| panic!("creating a test session: {e}"));
+    h
+}
+
+/// Accepts the next message of a session as its Run, as ingress would.
+pub async fn session_message(
+    svc: &Services,
+    session_id: &str,
+    agent: &AgentDefinition,
+    input: &str,
+) -> Run {
+    let h = svc
+        .sessions
+        .header(session_id)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("no test session {session_id}"));
+    let tenant = h.tenant.clone();
+    accept(svc, &tenant, agent, input, Some(h)).await
+}
+
+async fn accept(
+    svc: &Services,
+    tenant: &str,
+    agent: &AgentDefinition,
+    input: &str,
+    session: Option<SessionHeader>,
+) -> Run {
     let now = svc.clock.now_ms();
     let mut run = Run::new(
         NewRun {
@@ -45,7 +94,9 @@ pub async fn accepted_run(
             input: Payload::Inline {
                 text: input.to_string(),
             },
-            session: None,
+            session: session
+                .as_ref()
+                .map(|h| (h.session_id.clone(), h.next_seq + 1)),
             parent_run_id: None,
             callback_url: None,
             metadata: json!({}),
@@ -55,8 +106,15 @@ pub async fn accepted_run(
         now,
     );
     let created = run.push_event("run_created", json!({"agent": agent.name}), now);
+    let also = session
+        .map(|header| Also::SessionMessage {
+            header,
+            run_id: run.run_id.clone(),
+        })
+        .into_iter()
+        .collect();
     svc.runs
-        .create(&run, &[created], vec![])
+        .create(&run, &[created], also)
         .await
         .unwrap_or_else(|e| panic!("creating a test run: {e}"));
     run

@@ -1,0 +1,161 @@
+//! The dispatcher's decisions on in-memory ports: starting Runs, a
+//! session's messages one after another, settling and closing, dead
+//! letters and the watchdog's deadline. No emulator.
+
+use std::sync::Arc;
+
+use armada_core::memory::fixtures::{accepted_run, agent, session, session_message, sqs_event};
+use armada_core::memory::{test_config, Memory};
+use armada_domain::agent::AgentDefinition;
+use armada_domain::run::Payload;
+
+use super::*;
+
+const TENANT: &str = "acme";
+
+async fn setup() -> (Arc<Services>, Arc<Memory>, Dispatcher, AgentDefinition) {
+    let (svc, mem) = Services::in_memory(test_config());
+    let def = agent(&svc, "assistant", &["current_time"]).await;
+    (svc.clone(), mem, Dispatcher::new(svc), def)
+}
+
+async fn deliver(d: &Dispatcher, queue: &str, msg: &impl serde::Serialize) -> usize {
+    let body = serde_json::to_string(msg).unwrap_or_default();
+    d.handle_event(sqs_event(queue, &[body]))
+        .await
+        .batch_item_failures
+        .len()
+}
+
+fn start(run: &Run) -> DispatchMessage {
+    DispatchMessage::StartRun {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+    }
+}
+
+fn terminal(run: &Run) -> DispatchMessage {
+    DispatchMessage::RunTerminal {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+    }
+}
+
+fn first_step(run: &Run) -> HarnessMessage {
+    HarnessMessage::Step {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+        step: 0,
+    }
+}
+
+/// Moves a stored Run as a harness step would (claim, then `event`).
+fn step_to(mem: &Memory, run_id: &str, event: Option<RunEvent>) {
+    let mut st = mem.state();
+    let r = st.runs.get_mut(run_id).expect("the run exists");
+    r.apply(RunEvent::Claimed { lease_until_ms: 0 }, 1)
+        .expect("claimable");
+    if let Some(e) = event {
+        r.apply(e, 2).expect("legal");
+    }
+}
+
+fn state_of(mem: &Memory, run_id: &str) -> RunState {
+    mem.state().runs[run_id].state
+}
+
+#[tokio::test]
+async fn a_run_is_started_once_and_a_started_one_is_left_alone() {
+    let (svc, mem, d, def) = setup().await;
+    let run = accepted_run(&svc, TENANT, &def, "hi").await;
+    assert_eq!(deliver(&d, &svc.cfg.dispatch_queue, &start(&run)).await, 0);
+    assert_eq!(mem.take_harness(), [first_step(&run)]);
+    step_to(&mem, &run.run_id, None);
+    deliver(&d, &svc.cfg.dispatch_queue, &start(&run)).await;
+    assert!(
+        mem.take_harness().is_empty(),
+        "a duplicate start is dropped"
+    );
+}
+
+#[tokio::test]
+async fn a_sessions_messages_run_one_after_another() {
+    let (svc, mem, d, def) = setup().await;
+    let h = session(&svc, TENANT, &def).await;
+    let first = session_message(&svc, &h.session_id, &def, "one").await;
+    let second = session_message(&svc, &h.session_id, &def, "two").await;
+    let q = svc.cfg.dispatch_queue.clone();
+    deliver(&d, &q, &start(&first)).await;
+    assert_eq!(mem.take_harness(), [first_step(&first)]);
+    step_to(&mem, &first.run_id, None);
+    deliver(&d, &q, &start(&second)).await;
+    assert!(
+        mem.take_harness().is_empty(),
+        "the second waits for the first"
+    );
+
+    let output = Payload::Inline { text: "1".into() };
+    if let Some(r) = mem.state().runs.get_mut(&first.run_id) {
+        r.apply(RunEvent::Answered { output }, 3).expect("legal");
+    }
+    deliver(&d, &q, &terminal(&first)).await;
+    assert_eq!(mem.take_harness(), [first_step(&second)], "then it starts");
+    assert_eq!(state_of(&mem, &first.run_id), RunState::ClosedCompleted);
+    let header = mem.state().sessions[&h.session_id].clone();
+    assert_eq!((header.next_seq, header.done_seq), (2, 1));
+    // Settling is idempotent: a second notice closes nothing twice.
+    deliver(&d, &q, &terminal(&first)).await;
+    assert!(mem.take_harness().is_empty());
+}
+
+#[tokio::test]
+async fn a_dead_lettered_step_fails_its_run_fenced_and_closes_it() {
+    let (svc, mem, d, def) = setup().await;
+    let run = accepted_run(&svc, TENANT, &def, "hi").await;
+    step_to(&mem, &run.run_id, None);
+    let dlq = svc.cfg.harness_dlq.clone();
+    assert_eq!(deliver(&d, &dlq, &first_step(&run)).await, 0);
+    let after = mem.state().runs[&run.run_id].clone();
+    assert_eq!(after.state, RunState::ClosedFailed);
+    assert_eq!(after.epoch, 2, "a worker still on the step is fenced out");
+    assert_eq!(after.error.map(|e| e.code), Some("DEAD_LETTERED".into()));
+}
+
+#[tokio::test]
+async fn the_watchdog_times_out_a_waiting_run_past_its_deadline() {
+    let (svc, mem, d, def) = setup().await;
+    let run = accepted_run(&svc, TENANT, &def, "hi").await;
+    step_to(&mem, &run.run_id, Some(RunEvent::AwaitTool));
+    let check = DispatchMessage::CheckRun {
+        run_id: run.run_id.clone(),
+        tenant: TENANT.into(),
+        step: 0,
+        epoch: 1,
+    };
+    // Before the deadline it only checks again later.
+    deliver(&d, &svc.cfg.dispatch_queue, &check).await;
+    assert_eq!(state_of(&mem, &run.run_id), RunState::AwaitingTool);
+    assert!(matches!(
+        mem.take_dispatch().as_slice(),
+        [DispatchMessage::CheckRun { .. }]
+    ));
+    svc.clock
+        .advance(i64::from(def.limits.timeout_s) * 1000 + 1);
+    deliver(&d, &svc.cfg.dispatch_queue, &check).await;
+    let after = mem.state().runs[&run.run_id].clone();
+    assert_eq!(after.state, RunState::ClosedTimedOut);
+    assert_eq!(after.error.map(|e| e.code), Some("TIMED_OUT".into()));
+}
+
+#[tokio::test]
+async fn a_message_naming_another_tenant_changes_nothing() {
+    let (svc, mem, d, def) = setup().await;
+    let run = accepted_run(&svc, TENANT, &def, "hi").await;
+    let forged = DispatchMessage::StartRun {
+        run_id: run.run_id.clone(),
+        tenant: "mallory".into(),
+    };
+    deliver(&d, &svc.cfg.dispatch_queue, &forged).await;
+    assert!(mem.take_harness().is_empty());
+    assert_eq!(state_of(&mem, &run.run_id), RunState::Pending);
+}

@@ -1,0 +1,183 @@
+//! Ingress on in-memory ports: who may call, accepting a Run once per
+//! `Idempotency-Key`, a tenant never seeing another's Run, cancelling
+//! (fenced, announced once, refused when ended), bad input. No emulator.
+
+use armada_core::memory::fixtures::agent;
+use armada_core::memory::{test_config, Memory};
+use armada_domain::api::ApiKey;
+use armada_domain::messages::DispatchMessage;
+
+use super::*;
+
+struct Api {
+    svc: Arc<Services>,
+    mem: Arc<Memory>,
+}
+
+impl Api {
+    async fn new() -> Api {
+        let (svc, mem) = Services::in_memory(test_config());
+        agent(&svc, "assistant", &["current_time"]).await;
+        Api { svc, mem }
+    }
+
+    /// A tenant's bearer token, as `POST /v1/tenants/{t}/keys` would mint.
+    async fn key(&self, tenant: &str) -> String {
+        let key = ApiKey::mint();
+        let stored = StoredKey {
+            key_id: key.key_id.clone(),
+            tenant: tenant.into(),
+            secret_sha256: key.secret_hash(),
+            revoked: false,
+        };
+        self.svc
+            .registry
+            .put_key(&stored, 0)
+            .await
+            .expect("key stored");
+        key.token()
+    }
+
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = http::Request::builder().method(method).uri(path);
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let body = body.map_or(Body::Empty, |b| Body::Text(b.to_string()));
+        let req = req.body(body).expect("a well-formed request");
+        let resp = handle(self.svc.clone(), req).await;
+        let status = resp.status().as_u16();
+        let json = match resp.body() {
+            Body::Text(t) if !t.is_empty() => serde_json::from_str(t).unwrap_or(Value::Null),
+            _ => Value::Null,
+        };
+        (status, json)
+    }
+}
+
+fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_caller_without_a_valid_key_is_refused() {
+    let api = Api::new().await;
+    let (status, body) = api.call("GET", "/v1/runs/run_x", None, &[], None).await;
+    assert_eq!((status, code(&body)), (401, "UNAUTHORIZED"));
+    let forged = ApiKey::mint().token();
+    let (status, _) = api
+        .call("GET", "/v1/runs/run_x", Some(&forged), &[], None)
+        .await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test]
+async fn a_run_is_accepted_once_per_idempotency_key() {
+    let api = Api::new().await;
+    let key = api.key("acme").await;
+    let body = json!({"agent": "assistant", "input": "hi"});
+    let idem = [("idempotency-key", "k-1")];
+    let (status, first) = api
+        .call("POST", "/v1/runs", Some(&key), &idem, Some(body.clone()))
+        .await;
+    assert_eq!((status, first["state"].as_str()), (202, Some("PENDING")));
+    let run_id = first["run_id"].as_str().expect("a run id").to_string();
+    assert_eq!(
+        api.mem.take_dispatch(),
+        [DispatchMessage::StartRun {
+            run_id: run_id.clone(),
+            tenant: "acme".into()
+        }]
+    );
+    let (status, again) = api
+        .call("POST", "/v1/runs", Some(&key), &idem, Some(body))
+        .await;
+    assert_eq!(
+        (status, again["run_id"].as_str()),
+        (202, Some(run_id.as_str()))
+    );
+    assert_eq!(again["replayed"], true);
+    assert_eq!(api.mem.state().runs.len(), 1, "no second run");
+    let other = json!({"agent": "assistant", "input": "something else"});
+    let (status, refused) = api
+        .call("POST", "/v1/runs", Some(&key), &idem, Some(other))
+        .await;
+    assert_eq!((status, code(&refused)), (409, "IDEMPOTENCY_KEY_REUSED"));
+}
+
+#[tokio::test]
+async fn a_tenant_never_sees_another_tenants_run() {
+    let api = Api::new().await;
+    let (acme, globex) = (api.key("acme").await, api.key("globex").await);
+    let body = json!({"agent": "assistant", "input": "secret plans"});
+    let (_, created) = api
+        .call("POST", "/v1/runs", Some(&acme), &[], Some(body))
+        .await;
+    let path = format!(
+        "/v1/runs/{}",
+        created["run_id"].as_str().unwrap_or_default()
+    );
+    let (status, _) = api.call("GET", &path, Some(&acme), &[], None).await;
+    assert_eq!(status, 200);
+    let (status, body) = api.call("GET", &path, Some(&globex), &[], None).await;
+    assert_eq!((status, code(&body)), (404, "NOT_FOUND"));
+    let cancel = format!("{path}/cancel");
+    let (status, _) = api.call("POST", &cancel, Some(&globex), &[], None).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_cancel_fences_the_run_is_announced_once_and_cannot_be_repeated() {
+    let api = Api::new().await;
+    let key = api.key("acme").await;
+    let body = json!({"agent": "assistant", "input": "hi"});
+    let (_, created) = api
+        .call("POST", "/v1/runs", Some(&key), &[], Some(body))
+        .await;
+    let run_id = created["run_id"].as_str().unwrap_or_default().to_string();
+    api.mem.take_dispatch();
+    let cancel = format!("/v1/runs/{run_id}/cancel");
+    let (status, body) = api.call("POST", &cancel, Some(&key), &[], None).await;
+    assert_eq!((status, body["state"].as_str()), (200, Some("CANCELLED")));
+    let run = api.mem.state().runs[&run_id].clone();
+    assert_eq!((run.state, run.epoch), (RunState::Cancelled, 1));
+    assert_eq!(
+        api.mem.take_dispatch(),
+        [DispatchMessage::RunTerminal {
+            run_id: run_id.clone(),
+            tenant: "acme".into()
+        }]
+    );
+    let (status, body) = api.call("POST", &cancel, Some(&key), &[], None).await;
+    assert_eq!((status, code(&body)), (409, "RUN_TERMINAL"));
+    assert!(api.mem.take_dispatch().is_empty());
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_named_error_and_writes_nothing() {
+    let api = Api::new().await;
+    let key = api.key("acme").await;
+    for body in [
+        json!({"agent": "assistant"}),
+        json!({"agent": "assistant", "input": "hi", "surprise": 1}),
+        json!({"agent": "nobody", "input": "hi"}),
+    ] {
+        let (status, resp) = api
+            .call("POST", "/v1/runs", Some(&key), &[], Some(body))
+            .await;
+        assert!(matches!(status, 400 | 404), "{status} {resp}");
+        assert!(!code(&resp).is_empty(), "{resp}");
+    }
+    assert!(api.mem.state().runs.is_empty());
+    assert!(api.mem.take_dispatch().is_empty());
+}
