@@ -84,8 +84,10 @@ enum Cmd {
         runs: usize,
         #[arg(long, default_value_t = 100)]
         session_messages: usize,
-        #[arg(long, default_value_t = 8)]
-        concurrency: usize,
+        /// Runs in flight for the throughput phases, one phase each
+        /// (comma-separated).
+        #[arg(long, value_delimiter = ',', default_values_t = [8, 32])]
+        concurrency: Vec<usize>,
         /// Skip the function binaries' size, init time and RSS.
         #[arg(long)]
         no_binaries: bool,

@@ -20,6 +20,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use serde_json::json;
 use tracing::Instrument;
 
+use armada_core::calls::on_behalf;
 use armada_core::error::StoreError;
 use armada_core::sandboxing::{self, CallWatch, SandboxError};
 use armada_core::sqs::{process_batch, receive_count, source_queue, BatchPolicy, Outcome};
@@ -84,8 +85,9 @@ impl Dispatcher {
                 return Outcome::Done;
             }
         };
-        let span = tracing::info_span!("dispatch", run_id = %parsed.run_id());
-        async {
+        let run_id = parsed.run_id().to_string();
+        let span = tracing::info_span!("dispatch", %run_id);
+        let work = async {
             match parsed {
                 DispatchMessage::StartRun { run_id, tenant } => self.start(&run_id, &tenant).await,
                 DispatchMessage::RunTerminal { run_id, tenant } => {
@@ -99,8 +101,8 @@ impl Dispatcher {
                 } => self.check_run(&run_id, &tenant, step, epoch).await,
             }
         }
-        .instrument(span)
-        .await
+        .instrument(span);
+        on_behalf(Some(&run_id), work).await
     }
 
     async fn load(&self, run_id: &str, tenant: &str) -> Result<Option<Run>, StoreError> {

@@ -21,6 +21,7 @@ use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use tracing::Instrument;
 
+use armada_core::calls::on_behalf;
 use armada_core::error::StoreError;
 use armada_core::sandboxing::{self, SandboxError};
 use armada_core::sqs::{process_batch, BatchPolicy, Outcome};
@@ -180,7 +181,8 @@ impl Harness {
                 step,
             } => {
                 let span = tracing::info_span!("step", %run_id, %tenant, step);
-                self.step(&run_id, &tenant, step).instrument(span).await
+                let work = self.step(&run_id, &tenant, step).instrument(span);
+                on_behalf(Some(&run_id), work).await
             }
             HarnessMessage::ToolResult {
                 run_id,
@@ -191,9 +193,10 @@ impl Harness {
                 body,
             } => {
                 let span = tracing::info_span!("tool_result", %run_id, %tenant, step, %call_id);
-                self.tool_result(&run_id, &tenant, step, &call_id, attempt, body)
-                    .instrument(span)
-                    .await
+                let work = self
+                    .tool_result(&run_id, &tenant, step, &call_id, attempt, body)
+                    .instrument(span);
+                on_behalf(Some(&run_id), work).await
             }
         };
         match result {

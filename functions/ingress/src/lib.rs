@@ -60,7 +60,7 @@ pub async fn handle(svc: Arc<Services>, req: Request) -> Response<Body> {
     let span = tracing::info_span!("http", %method, %path);
     // The span is attached to the future (not entered across its awaits),
     // so it follows the request wherever the runtime polls it.
-    async {
+    let work = async {
         let result = route(&svc, &req, &method, &path).await;
         let (status, body) = match result {
             Ok(ok) => ok,
@@ -74,9 +74,9 @@ pub async fn handle(svc: Arc<Services>, req: Request) -> Response<Body> {
             }
         };
         json_response(status, &body)
-    }
-    .instrument(span)
-    .await
+    };
+    // The Run a request is for is named once it is known (`start_run`).
+    armada_core::calls::on_behalf(None, work.instrument(span)).await
 }
 
 pub fn json_response(status: u16, body: &Value) -> Response<Body> {

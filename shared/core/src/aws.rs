@@ -3,79 +3,9 @@
 //! emulator; an interceptor counts API calls per service and operation for
 //! `armada bench`.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-
 use aws_config::BehaviorVersion;
-use aws_smithy_runtime_api::box_error::BoxError;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef;
-use aws_smithy_runtime_api::client::interceptors::Intercept;
-use aws_smithy_runtime_api::client::orchestrator::Metadata;
-use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::ConfigBag;
 
-/// Counts AWS API calls by `Service.Operation`, and can record their order.
-#[derive(Debug, Clone, Default)]
-pub struct CallCounter(
-    Arc<Mutex<BTreeMap<String, u64>>>,
-    Arc<Mutex<Option<Vec<String>>>>,
-);
-
-impl CallCounter {
-    pub fn snapshot(&self) -> BTreeMap<String, u64> {
-        self.0.lock().map(|m| m.clone()).unwrap_or_default()
-    }
-
-    /// Starts recording the order of calls (replacing any earlier record).
-    pub fn start_log(&self) {
-        if let Ok(mut l) = self.1.lock() {
-            *l = Some(Vec::new());
-        }
-    }
-
-    /// Stops recording and returns the calls since [`Self::start_log`].
-    pub fn take_log(&self) -> Vec<String> {
-        self.1
-            .lock()
-            .ok()
-            .and_then(|mut l| l.take())
-            .unwrap_or_default()
-    }
-    pub fn total(&self) -> u64 {
-        self.snapshot().values().sum()
-    }
-    pub fn reset(&self) {
-        if let Ok(mut m) = self.0.lock() {
-            m.clear();
-        }
-    }
-}
-
-impl Intercept for CallCounter {
-    fn name(&self) -> &'static str {
-        "CallCounter"
-    }
-
-    fn read_before_serialization(
-        &self,
-        _context: &BeforeSerializationInterceptorContextRef<'_>,
-        _components: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        if let Some(meta) = cfg.load::<Metadata>() {
-            let key = format!("{}.{}", meta.service(), meta.name());
-            if let Ok(mut l) = self.1.lock() {
-                if let Some(log) = l.as_mut() {
-                    log.push(key.clone());
-                }
-            }
-            if let Ok(mut m) = self.0.lock() {
-                *m.entry(key).or_insert(0) += 1;
-            }
-        }
-        Ok(())
-    }
-}
+pub use crate::calls::{CallCounter, CallRecord};
 
 #[derive(Debug, Clone)]
 pub struct AwsClients {
@@ -166,9 +96,26 @@ mod tests {
         let _ = aws.dynamo.get_item().table_name("t").send().await;
         let _ = aws.sqs.get_queue_url().queue_name("q").send().await;
         assert_eq!(aws.calls.snapshot().get("DynamoDB.GetItem"), Some(&1));
-        assert_eq!(
-            aws.calls.take_log(),
-            ["DynamoDB.GetItem", "SQS.GetQueueUrl"]
-        );
+        let log = aws.calls.drain_log();
+        let ops: Vec<&str> = log.iter().map(|c| c.op.as_str()).collect();
+        assert_eq!(ops, ["DynamoDB.GetItem", "SQS.GetQueueUrl"]);
+        assert!(log.iter().all(|c| c.end.is_some()), "failed calls end too");
+        assert_eq!(aws.calls.take_log(), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_call_is_for_the_run_its_work_is_for_even_if_named_later() {
+        let aws = AwsClients::load_local("http://127.0.0.1:9", "us-east-1").await;
+        aws.calls.start_log();
+        let id = format!("run_{}", "ab".repeat(16));
+        crate::calls::on_behalf(None, async {
+            let _ = aws.dynamo.get_item().table_name("registry").send().await;
+            crate::calls::name_run(&id);
+        })
+        .await;
+        let _ = aws.dynamo.get_item().table_name("registry").send().await;
+        let log = aws.calls.drain_log();
+        assert_eq!(log[0].runs, [id]);
+        assert!(log[1].runs.is_empty(), "outside the work, nobody's");
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod aws;
 pub mod callbacks;
+pub mod calls;
 pub mod clock;
 pub mod config;
 pub mod error;

@@ -77,6 +77,7 @@ pub(crate) struct NewRun<'a> {
 pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, Value), ApiError> {
     let now = svc.clock.now_ms();
     let run_id = new_id("run");
+    armada_core::calls::name_run(&run_id);
     let input = if new.input.len() > svc.cfg.inline_limit_bytes {
         let key = format!("inputs/{}/{run_id}", new.tenant);
         svc.payloads
