@@ -1,0 +1,257 @@
+//! `decide` on its own: every branch a step can take, with the ledger
+//! and usage it leaves behind.
+
+use super::*;
+use crate::chat::{TokenUsage, ToolCall};
+use crate::run::{test_run, RunEvent};
+
+fn agent() -> AgentDefinition {
+    AgentDefinition::from_json(
+        "a",
+        &json!({
+            "model": {"provider": "scripted", "model_id": "m", "context_window": 4096},
+            "system_prompt": "You help.",
+            "skills": ["current_time", "shell_exec"]
+        }),
+    )
+    .unwrap()
+}
+
+fn reply(calls: &[(&str, &str)]) -> ModelReply {
+    ModelReply {
+        content: "thinking".into(),
+        tool_calls: calls
+            .iter()
+            .map(|(id, name)| ToolCall {
+                id: id.to_string(),
+                name: name.to_string(),
+                args: json!({"command": "ls"}),
+            })
+            .collect(),
+        usage: TokenUsage {
+            input_tokens: 10,
+            output_tokens: 2,
+        },
+    }
+}
+
+fn failure(d: &Decision) -> &str {
+    match &d.next {
+        Next::End(RunEvent::Failed { error }) => &error.code,
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
+fn kinds(d: &Decision) -> Vec<&str> {
+    d.events.iter().map(|e| e.kind.as_str()).collect()
+}
+
+#[test]
+fn a_claim_past_the_deadline_or_the_turn_budget_ends_the_run() {
+    let mut run = test_run();
+    let late = run.budgets.deadline_ms;
+    let d = decide(&mut run, &agent(), StepInput::Claimed, late).unwrap();
+    assert!(matches!(
+        d.next,
+        Next::End(RunEvent::DeadlineExceeded { .. })
+    ));
+    run.usage.model_turns = run.budgets.max_model_turns;
+    let d = decide(&mut run, &agent(), StepInput::Claimed, 1).unwrap();
+    assert_eq!(failure(&d), "BUDGET_EXCEEDED");
+    run.usage.model_turns = 0;
+    let d = decide(&mut run, &agent(), StepInput::Claimed, 1).unwrap();
+    assert_eq!(
+        d.next,
+        Next::CallModel {
+            hold_sandbox_first: false
+        }
+    );
+    assert!(!d.checkpoint);
+}
+
+#[test]
+fn an_eager_agent_names_its_sandbox_and_commits_before_the_model_call() {
+    let mut a = agent();
+    a.sandbox.provisioning = Provisioning::Eager;
+    let mut run = test_run();
+    let d = decide(&mut run, &a, StepInput::Claimed, 1).unwrap();
+    assert_eq!(
+        d.next,
+        Next::CallModel {
+            hold_sandbox_first: true
+        }
+    );
+    assert!(d.checkpoint);
+    assert_eq!(run.sandbox_key.as_deref(), Some("t#a"));
+}
+
+#[test]
+fn an_answer_without_tools_is_the_output() {
+    let mut run = test_run();
+    let d = decide(&mut run, &agent(), StepInput::Replied(&reply(&[])), 5).unwrap();
+    assert_eq!(d.next, Next::Answer);
+    assert_eq!(kinds(&d), ["model_reply"]);
+    assert_eq!((run.usage.model_turns, run.usage.input_tokens), (1, 10));
+}
+
+#[test]
+fn calls_are_recorded_before_any_runs_and_go_where_their_skill_says() {
+    let (a, mut run) = (agent(), test_run());
+    let r = reply(&[("c1", "current_time"), ("c2", "shell_exec")]);
+    let d = decide(&mut run, &a, StepInput::Replied(&r), 5).unwrap();
+    assert!(d.checkpoint, "calls are committed before they run");
+    assert_eq!(kinds(&d), ["model_reply", "tool_call", "tool_call"]);
+    let Next::RunInline(inline) = &d.next else {
+        panic!("{:?}", d.next)
+    };
+    assert_eq!(inline.len(), 1);
+    assert_eq!(run.ledger["c1"].state, ToolCallState::Dispatched);
+    assert_eq!(run.ledger["c2"].state, ToolCallState::Planned);
+    assert_eq!(run.sandbox_key.as_deref(), Some("t#a"));
+    assert_eq!(run.usage.tool_calls, 2);
+
+    let ran = vec![InlineAnswer {
+        call_id: "c1".into(),
+        ok: true,
+        result: json!("noon"),
+    }];
+    let d = decide(&mut run, &a, StepInput::InlineRan(ran), 6).unwrap();
+    assert_eq!(kinds(&d), ["tool_result"]);
+    let Next::Dispatch(planned) = &d.next else {
+        panic!("{:?}", d.next)
+    };
+    assert_eq!(planned[0].call_id, "c2");
+    let inv = invocation(&run, &a, &planned[0], 7);
+    assert_eq!(
+        (inv.skill.as_str(), inv.generation, inv.attempt),
+        ("shell_exec", 7, 1)
+    );
+    let ev = record_dispatch(&mut run, "c2", 7, "t#a", 7).unwrap();
+    assert_eq!(ev.kind, "tool_dispatched");
+    assert_eq!(run.ledger["c2"].generation, Some(7));
+    assert_eq!(
+        decide(&mut run, &a, StepInput::Claimed, 8).unwrap().next,
+        Next::Wait
+    );
+
+    let outcome = CallOutcome::Finished {
+        result: json!({"stdout": "x"}),
+    };
+    let input = StepInput::SandboxAnswered {
+        call_id: "c2",
+        outcome,
+    };
+    let d = decide(&mut run, &a, input, 9).unwrap();
+    assert_eq!(d.next, Next::Continue);
+    assert_eq!(run.ledger["c2"].state, ToolCallState::Done);
+}
+
+#[test]
+fn the_tool_call_budget_is_checked_before_anything_is_recorded() {
+    let mut run = test_run();
+    run.budgets.max_tool_calls = 1;
+    let r = reply(&[("c1", "current_time"), ("c2", "current_time")]);
+    let d = decide(&mut run, &agent(), StepInput::Replied(&r), 5).unwrap();
+    assert_eq!(failure(&d), "BUDGET_EXCEEDED");
+    assert!(run.ledger.is_empty());
+}
+
+#[test]
+fn a_redelivered_step_repeats_only_what_is_safe_to_repeat() {
+    let a = agent();
+    let mut run = test_run();
+    let r = reply(&[("c1", "current_time")]);
+    decide(&mut run, &a, StepInput::Replied(&r), 5).unwrap();
+    run.ledger.get_mut("c1").unwrap().idempotent = true;
+    let d = decide(&mut run, &a, StepInput::Claimed, 6).unwrap();
+    assert!(matches!(&d.next, Next::RunInline(calls) if calls[0].call_id == "c1"));
+
+    run.ledger.get_mut("c1").unwrap().idempotent = false;
+    let d = decide(&mut run, &a, StepInput::Claimed, 6).unwrap();
+    assert_eq!(failure(&d), "TOOL_INDETERMINATE");
+    assert_eq!(kinds(&d), ["tool_indeterminate"]);
+    assert_eq!(run.ledger["c1"].state, ToolCallState::Indeterminate);
+}
+
+fn dispatched_shell_call(run: &mut Run, a: &AgentDefinition) {
+    let r = reply(&[("c2", "shell_exec")]);
+    decide(run, a, StepInput::Replied(&r), 5).unwrap();
+    record_dispatch(run, "c2", 1, "t#a", 5).unwrap();
+}
+
+#[test]
+fn a_call_that_never_started_is_sent_again_a_bounded_number_of_times() {
+    let (a, mut run) = (agent(), test_run());
+    dispatched_shell_call(&mut run, &a);
+    for attempt in 1..MAX_SANDBOX_ATTEMPTS {
+        let outcome = CallOutcome::NotRun {
+            code: SANDBOX_LOST.into(),
+            message: "gone".into(),
+        };
+        let input = StepInput::SandboxAnswered {
+            call_id: "c2",
+            outcome,
+        };
+        let d = decide(&mut run, &a, input, 6).unwrap();
+        assert_eq!(kinds(&d), ["tool_retried"]);
+        assert!(matches!(d.next, Next::Dispatch(_)));
+        assert_eq!(run.ledger["c2"].attempt, attempt + 1);
+        record_dispatch(&mut run, "c2", 2, "t#a", 6).unwrap();
+    }
+    let outcome = CallOutcome::NotRun {
+        code: SANDBOX_LOST.into(),
+        message: "gone".into(),
+    };
+    let input = StepInput::SandboxAnswered {
+        call_id: "c2",
+        outcome,
+    };
+    let d = decide(&mut run, &a, input, 7).unwrap();
+    assert_eq!(failure(&d), codes::SANDBOX_UNAVAILABLE);
+    assert_eq!(run.ledger["c2"].state, ToolCallState::Failed);
+}
+
+#[test]
+fn a_lost_call_with_effects_is_never_repeated() {
+    let (a, mut run) = (agent(), test_run());
+    dispatched_shell_call(&mut run, &a);
+    run.ledger.get_mut("c2").unwrap().idempotent = false;
+    let outcome = CallOutcome::Lost {
+        reason: "died".into(),
+    };
+    let input = StepInput::SandboxAnswered {
+        call_id: "c2",
+        outcome,
+    };
+    let d = decide(&mut run, &a, input, 6).unwrap();
+    assert_eq!(failure(&d), "TOOL_INDETERMINATE");
+    assert_eq!(run.ledger["c2"].state, ToolCallState::Indeterminate);
+}
+
+#[test]
+fn answers_that_do_not_fit_the_ledger_are_refused_by_name() {
+    let (a, mut run) = (agent(), test_run());
+    let outcome = CallOutcome::Finished { result: json!(1) };
+    let input = StepInput::SandboxAnswered {
+        call_id: "nope",
+        outcome: outcome.clone(),
+    };
+    assert_eq!(
+        decide(&mut run, &a, input, 6).unwrap_err(),
+        StepRefused::UnknownCall("nope".into())
+    );
+    dispatched_shell_call(&mut run, &a);
+    let input = StepInput::SandboxAnswered {
+        call_id: "c2",
+        outcome: outcome.clone(),
+    };
+    decide(&mut run, &a, input, 6).unwrap();
+    let input = StepInput::SandboxAnswered {
+        call_id: "c2",
+        outcome,
+    };
+    assert!(matches!(
+        decide(&mut run, &a, input, 7),
+        Err(StepRefused::Tool { .. })
+    ));
+}

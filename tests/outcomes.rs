@@ -1,0 +1,262 @@
+//! How Runs end and who hears of it, against the real emulator: the agent
+//! registry, model errors retried then failing the Run, the wall-clock
+//! budget, and results posted signed to a callback URL.
+
+#![allow(clippy::unwrap_used)]
+
+use reqwest::Method;
+use serde_json::json;
+
+use armada_tests::{outcome, TestStack};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agents_are_registered_updated_and_listed() {
+    let t = TestStack::start().await;
+    let def = json!({
+        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 2048},
+        "system_prompt": "Be terse.",
+        "skills": ["current_time"],
+        "limits": {"max_model_turns": 1}
+    });
+    let v = t
+        .admin
+        .call(Method::PUT, "/v1/agents/terse", Some(&def), true)
+        .await
+        .unwrap();
+    assert_eq!(v["version"], 1);
+    let v = t
+        .admin
+        .call(Method::PUT, "/v1/agents/terse", Some(&def), true)
+        .await
+        .unwrap();
+    assert_eq!(v["version"], 2);
+    let got = t.client.get("/v1/agents/terse").await.unwrap();
+    assert_eq!(got["system_prompt"], "Be terse.");
+    let list = t.client.get("/v1/agents").await.unwrap();
+    let names: Vec<&str> = list["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"terse") && names.contains(&"assistant"),
+        "{names:?}"
+    );
+    let (s, v) = t
+        .raw(
+            Method::PUT,
+            "/v1/agents/terse",
+            Some(&t.stack.admin_key),
+            Some(r#"{"model": {"provider": "gpt"}, "system_prompt": "x"}"#),
+            &[],
+        )
+        .await;
+    assert_eq!(s, 400);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("model.provider"),
+        "{v}"
+    );
+    // The budget of one model turn stops a tool round.
+    let (_, run) = t.ask("terse", "/tool current_time {}").await;
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "BUDGET_EXCEEDED");
+    // So does a tool-call budget smaller than one turn's calls.
+    let stingy = json!({
+        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 2048},
+        "system_prompt": "One call only.",
+        "skills": ["current_time"],
+        "limits": {"max_tool_calls": 1}
+    });
+    t.admin
+        .call(Method::PUT, "/v1/agents/stingy", Some(&stingy), true)
+        .await
+        .unwrap();
+    let (_, run) = t
+        .ask(
+            "stingy",
+            r#"/tools [{"name":"current_time"},{"name":"current_time"}]"#,
+        )
+        .await;
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "BUDGET_EXCEEDED");
+    assert!(
+        run["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tool calls"),
+        "{run}"
+    );
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn model_errors_are_retried_then_fail_the_run() {
+    let t = TestStack::start().await;
+    let (run_id, run) = t.ask("assistant", "/fail upstream exploded").await;
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "MODEL_ERROR");
+    assert!(run["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("upstream exploded"));
+    // Three attempts (the configured default), then the failure is recorded.
+    assert_eq!(
+        t.stack
+            .model_stats
+            .requests
+            .load(std::sync::atomic::Ordering::Relaxed),
+        3
+    );
+    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_FAILED");
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wall_clock_budget_times_the_run_out() {
+    let t = TestStack::start().await;
+    let def = json!({
+        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 2048},
+        "system_prompt": "Quick.",
+        "skills": ["current_time"],
+        "limits": {"timeout_s": 1}
+    });
+    t.admin
+        .call(Method::PUT, "/v1/agents/quick", Some(&def), true)
+        .await
+        .unwrap();
+    let (run_id, run) = t.ask("quick", "/sleep 1500 /tool current_time {}").await;
+    assert_eq!(outcome(&run), "TIMED_OUT", "{run}");
+    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_TIMED_OUT");
+    t.stack.stop().await;
+}
+
+/// A loopback receiver that records each callback (headers and body) and
+/// answers with the given statuses in turn (the last one repeats).
+async fn receiver(
+    statuses: Vec<u16>,
+) -> (
+    String,
+    tokio::sync::mpsc::UnboundedReceiver<(String, String, String)>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut n = 0;
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // Read headers, then the body by Content-Length.
+            let (head, body) = loop {
+                let k = s.read(&mut chunk).await.unwrap_or(0);
+                if k == 0 {
+                    break (String::new(), String::new());
+                }
+                buf.extend_from_slice(&chunk[..k]);
+                let text = String::from_utf8_lossy(&buf).to_string();
+                if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if rest.len() >= len {
+                        break (head.to_string(), rest[..len].to_string());
+                    }
+                }
+            };
+            let header = |name: &str| {
+                head.lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+                    })
+                    .unwrap_or_default()
+            };
+            let _ = tx.send((
+                header("x-armada-signature"),
+                header("x-armada-delivery"),
+                body,
+            ));
+            let status = statuses[n.min(statuses.len() - 1)];
+            n += 1;
+            let _ = s
+                .write_all(
+                    format!(
+                        "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    )
+                    .as_bytes(),
+                )
+                .await;
+        }
+    });
+    (url, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn results_are_posted_signed_to_the_callback_url() {
+    let t = TestStack::start().await;
+    let (url, mut rx) = receiver(vec![503, 200]).await;
+    let v = t
+        .client
+        .post("/v1/runs", &json!({"agent": "assistant", "input": "call me", "callback_url": url, "metadata": {"ticket": 7}}))
+        .await
+        .unwrap();
+    let run_id = v["run_id"].as_str().unwrap().to_string();
+    t.wait_closed(&run_id).await;
+    // The first attempt got a 503, the second was accepted.
+    let (_, _, first) = rx.recv().await.unwrap();
+    let (sig, delivery, body) = rx.recv().await.unwrap();
+    assert_eq!(first, body);
+    assert_eq!(delivery, run_id);
+    let payload: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(payload["state"], "COMPLETED");
+    assert_eq!(payload["output"], "echo: call me");
+    assert_eq!(payload["metadata"]["ticket"], 7);
+    let (ts, mac) = sig.strip_prefix("t=").unwrap().split_once(",v1=").unwrap();
+    let want = armada_domain::api::hmac_sha256_hex(
+        t.stack.svc.cfg.callback_signing_secret.as_bytes(),
+        format!("{ts}.{body}").as_bytes(),
+    );
+    assert_eq!(mac, want);
+    let evs = t
+        .client
+        .get(&format!("/v1/runs/{run_id}/events"))
+        .await
+        .unwrap();
+    let delivered = evs["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "callback_delivered")
+        .cloned()
+        .unwrap();
+    assert_eq!(delivered["attempts"], 2);
+
+    // A receiver that always fails: bounded attempts, recorded, the Run still closes.
+    let (url, _rx) = receiver(vec![500]).await;
+    let v = t
+        .client
+        .post(
+            "/v1/runs",
+            &json!({"agent": "assistant", "input": "nobody home", "callback_url": url}),
+        )
+        .await
+        .unwrap();
+    let run_id = v["run_id"].as_str().unwrap().to_string();
+    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_COMPLETED");
+    let types = t.event_types(&run_id).await;
+    assert!(types.contains(&"callback_failed".to_string()), "{types:?}");
+    t.stack.stop().await;
+}
