@@ -14,10 +14,17 @@ use super::*;
 
 const TENANT: &str = "acme";
 
+/// Services on memory, a harness over them, and the agent its Runs use.
 async fn setup() -> (Arc<Services>, Arc<Memory>, Harness) {
     let (svc, mem) = Services::in_memory(test_config());
     agent(&svc, "assistant", &["current_time"]).await;
     (svc.clone(), mem, Harness::new(svc))
+}
+
+/// A Run of the test agent, accepted and not yet started.
+async fn new_run(svc: &Services, input: &str) -> Run {
+    let def = svc.registry.agent("assistant").await.ok().flatten();
+    accepted_run(svc, TENANT, &def.expect("the test agent"), input).await
 }
 
 fn step_message(run_id: &str, tenant: &str, step: u32) -> String {
@@ -56,14 +63,7 @@ async fn kinds(svc: &Services, run_id: &str) -> Vec<String> {
 #[tokio::test]
 async fn a_step_claims_answers_and_announces_the_end_once() {
     let (svc, mem, h) = setup().await;
-    let def = svc
-        .registry
-        .agent("assistant")
-        .await
-        .ok()
-        .flatten()
-        .expect("agent");
-    let run = accepted_run(&svc, TENANT, &def, "hello").await;
+    let run = new_run(&svc, "hello").await;
     assert!(deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)])
         .await
         .is_empty());
@@ -95,14 +95,7 @@ async fn a_step_claims_answers_and_announces_the_end_once() {
 #[tokio::test]
 async fn a_duplicate_delivery_has_one_effect() {
     let (svc, _mem, h) = setup().await;
-    let def = svc
-        .registry
-        .agent("assistant")
-        .await
-        .ok()
-        .flatten()
-        .expect("agent");
-    let run = accepted_run(&svc, TENANT, &def, "hello").await;
+    let run = new_run(&svc, "hello").await;
     let msg = step_message(&run.run_id, TENANT, 0);
     deliver(&h, &svc, std::slice::from_ref(&msg)).await;
     let failed = deliver(&h, &svc, &[msg]).await;
@@ -116,14 +109,7 @@ async fn a_duplicate_delivery_has_one_effect() {
 #[tokio::test]
 async fn a_step_held_under_a_live_lease_is_retried_later_and_left_alone() {
     let (svc, mem, h) = setup().await;
-    let def = svc
-        .registry
-        .agent("assistant")
-        .await
-        .ok()
-        .flatten()
-        .expect("agent");
-    let run = accepted_run(&svc, TENANT, &def, "hello").await;
+    let run = new_run(&svc, "hello").await;
     mem.state()
         .runs
         .get_mut(&run.run_id)
@@ -154,14 +140,7 @@ impl StepHooks for Superseded {
 async fn a_superseded_worker_cannot_commit() {
     let (svc, mem, _) = setup().await;
     let h = Harness::with_hooks(svc.clone(), Arc::new(Superseded(mem.clone())));
-    let def = svc
-        .registry
-        .agent("assistant")
-        .await
-        .ok()
-        .flatten()
-        .expect("agent");
-    let run = accepted_run(&svc, TENANT, &def, "hello").await;
+    let run = new_run(&svc, "hello").await;
     let failed = deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
     assert!(failed.is_empty(), "fenced work is dropped, not retried");
     assert_eq!(svc.counters.fenced_commits.load(Ordering::Relaxed), 1);
@@ -174,14 +153,7 @@ async fn a_superseded_worker_cannot_commit() {
 #[tokio::test]
 async fn an_inline_tool_call_is_recorded_run_and_followed_by_the_next_step() {
     let (svc, mem, h) = setup().await;
-    let def = svc
-        .registry
-        .agent("assistant")
-        .await
-        .ok()
-        .flatten()
-        .expect("agent");
-    let run = accepted_run(&svc, TENANT, &def, "/tool current_time {}").await;
+    let run = new_run(&svc, "/tool current_time {}").await;
     deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
     let after = run_of(&svc, &run.run_id).await;
     assert_eq!((after.state, after.step), (RunState::Executing, 1));
@@ -213,14 +185,7 @@ async fn an_inline_tool_call_is_recorded_run_and_followed_by_the_next_step() {
 #[tokio::test]
 async fn a_lost_call_with_effects_fails_the_run_instead_of_running_twice() {
     let (svc, _mem, h) = setup().await;
-    let def = svc
-        .registry
-        .agent("assistant")
-        .await
-        .ok()
-        .flatten()
-        .expect("agent");
-    let mut run = accepted_run(&svc, TENANT, &def, "hello").await;
+    let mut run = new_run(&svc, "hello").await;
     // A previous worker recorded the call as dispatched and died.
     let prev = Stamp {
         epoch: run.epoch,
@@ -243,14 +208,7 @@ async fn a_lost_call_with_effects_fails_the_run_instead_of_running_twice() {
 #[tokio::test]
 async fn a_message_naming_another_tenant_changes_nothing() {
     let (svc, _mem, h) = setup().await;
-    let def = svc
-        .registry
-        .agent("assistant")
-        .await
-        .ok()
-        .flatten()
-        .expect("agent");
-    let run = accepted_run(&svc, TENANT, &def, "hello").await;
+    let run = new_run(&svc, "hello").await;
     let failed = deliver(&h, &svc, &[step_message(&run.run_id, "mallory", 0)]).await;
     assert!(failed.is_empty());
     let after = run_of(&svc, &run.run_id).await;
@@ -260,14 +218,7 @@ async fn a_message_naming_another_tenant_changes_nothing() {
 #[tokio::test]
 async fn a_run_whose_agent_was_deleted_fails_with_a_reason() {
     let (svc, _mem, h) = setup().await;
-    let def = svc
-        .registry
-        .agent("assistant")
-        .await
-        .ok()
-        .flatten()
-        .expect("agent");
-    let run = accepted_run(&svc, TENANT, &def, "hello").await;
+    let run = new_run(&svc, "hello").await;
     svc.registry
         .delete_agent("assistant")
         .await
