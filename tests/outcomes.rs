@@ -1,6 +1,6 @@
 //! How Runs end and who hears of it, against the real emulator: the agent
-//! registry, model errors retried then failing the Run, the wall-clock
-//! budget, and results posted signed to a callback URL.
+//! and team registry, model errors retried then failing the Run, the
+//! wall-clock budget, and results posted signed to a callback URL.
 
 #![allow(clippy::unwrap_used)]
 
@@ -8,6 +8,34 @@ use reqwest::Method;
 use serde_json::json;
 
 use armada_tests::{outcome, TestStack};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn teams_are_stored_listed_and_deleted_in_the_registry_table() {
+    let t = TestStack::start().await;
+    let team = json!({"members": ["researcher", "assistant"], "strategy": "relay"});
+    let put = t
+        .admin
+        .call(Method::PUT, "/v1/teams/pair", Some(&team), true)
+        .await
+        .unwrap();
+    assert_eq!(put["strategy"], "relay");
+    let got = t.client.get("/v1/teams/pair").await.unwrap();
+    assert_eq!(got["members"], json!(["researcher", "assistant"]));
+    assert_eq!(got["max_parallel"], 16);
+    let list = t.client.get("/v1/teams").await.unwrap();
+    assert_eq!(list["teams"][0]["name"], "pair", "{list}");
+    let gone = t
+        .admin
+        .call(Method::DELETE, "/v1/teams/pair", None, true)
+        .await
+        .unwrap();
+    assert_eq!(gone["deleted"], true);
+    let (status, _) = t
+        .raw(Method::GET, "/v1/teams/pair", Some(&t.stack.tenant_key), None, &[])
+        .await;
+    assert_eq!(status, 404);
+    t.stack.stop().await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn agents_are_registered_updated_and_listed() {

@@ -37,6 +37,7 @@ use routes::runs::*;
 use routes::sandboxes::*;
 use routes::sessions::*;
 use routes::skills::*;
+use routes::teams::*;
 
 /// Bodies above this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -136,6 +137,16 @@ async fn route(svc: &Arc<Services>, req: &Request, method: &str, path: &str) -> 
         (["v1", "agents", name], "DELETE") => {
             admin(&who)?;
             delete_agent(svc, name).await
+        }
+        (["v1", "teams"], "GET") => list_teams(svc).await,
+        (["v1", "teams", name], "GET") => get_team(svc, name).await,
+        (["v1", "teams", name], "PUT") => {
+            admin(&who)?;
+            put_team(svc, req, name).await
+        }
+        (["v1", "teams", name], "DELETE") => {
+            admin(&who)?;
+            delete_team(svc, name).await
         }
         (["v1", "profiles"], "GET") => list_profiles(svc).await,
         (["v1", "skills"], "GET") => list_skills(svc).await,

@@ -14,9 +14,14 @@ struct Api {
     mem: Arc<Memory>,
 }
 
+/// The admin key of the test deployment.
+const ADMIN: &str = "adm_unit_test_admin_key";
+
 impl Api {
     async fn new() -> Api {
-        let (svc, mem) = Services::in_memory(test_config());
+        let mut cfg = test_config();
+        cfg.admin_key_sha256 = armada_domain::api::sha256_hex(ADMIN.as_bytes());
+        let (svc, mem) = Services::in_memory(cfg);
         agent(&svc, "assistant", &["current_time"]).await;
         Api { svc, mem }
     }
@@ -180,4 +185,60 @@ async fn bad_input_gets_a_named_error_and_writes_nothing() {
     }
     assert!(api.mem.state().runs.is_empty());
     assert!(api.mem.take_dispatch().is_empty());
+}
+
+#[tokio::test]
+async fn teams_are_admin_data_naming_registered_agents() {
+    let api = Api::new().await;
+    agent(&api.svc, "intel", &["current_time"]).await;
+    let key = api.key("acme").await;
+    let team = json!({"members": ["assistant", "intel"], "strategy": "fan_out",
+                      "failure_policy": {"quorum": 1}});
+    let (status, _) = api
+        .call("PUT", "/v1/teams/soc", Some(&key), &[], Some(team.clone()))
+        .await;
+    assert_eq!(status, 403, "a tenant key cannot define teams");
+    let (status, body) = api
+        .call("PUT", "/v1/teams/soc", Some(ADMIN), &[], Some(team))
+        .await;
+    assert_eq!((status, body["strategy"].as_str()), (200, Some("fan_out")));
+    assert_eq!(body["failure_policy"], json!({"quorum": 1}));
+    let (status, got) = api
+        .call("GET", "/v1/teams/soc", Some(&key), &[], None)
+        .await;
+    assert_eq!(
+        (status, got["members"].clone()),
+        (200, json!(["assistant", "intel"]))
+    );
+    let (_, list) = api.call("GET", "/v1/teams", Some(&key), &[], None).await;
+    assert_eq!(list["teams"].as_array().map(Vec::len), Some(1));
+
+    let unknown = json!({"members": ["assistant", "ghost"], "strategy": "relay"});
+    let (status, body) = api
+        .call("PUT", "/v1/teams/bad", Some(ADMIN), &[], Some(unknown))
+        .await;
+    assert_eq!((status, code(&body)), (404, "NOT_FOUND"), "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("ghost"));
+    let lead = json!({"members": ["assistant"], "strategy": "lead"});
+    let (status, body) = api
+        .call("PUT", "/v1/teams/bad", Some(ADMIN), &[], Some(lead))
+        .await;
+    assert_eq!((status, code(&body)), (400, "INVALID_FIELD"), "{body}");
+    assert!(!api.mem.state().teams.contains_key("bad"));
+
+    let (status, _) = api
+        .call("DELETE", "/v1/teams/soc", Some(ADMIN), &[], None)
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = api
+        .call("GET", "/v1/teams/soc", Some(&key), &[], None)
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = api
+        .call("DELETE", "/v1/teams/soc", Some(ADMIN), &[], None)
+        .await;
+    assert_eq!(status, 404);
 }

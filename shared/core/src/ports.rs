@@ -23,6 +23,7 @@ use armada_domain::sandbox::lifecycle::SandboxRecord;
 use armada_domain::sandbox::ProfileDef;
 use armada_domain::session::SessionHeader;
 use armada_domain::skills::SkillManifest;
+use armada_domain::team::TeamDefinition;
 
 use crate::config::SandboxConfig;
 use crate::error::StoreError;
@@ -174,6 +175,12 @@ pub trait Registry: Send + Sync + Debug {
     async fn skill(&self, name: &str) -> Result<Option<SkillManifest>, StoreError>;
     async fn put_skill(&self, m: &SkillManifest) -> Result<(), StoreError>;
     async fn list_skills(&self) -> Result<Vec<SkillManifest>, StoreError>;
+    async fn team(&self, name: &str) -> Result<Option<TeamDefinition>, StoreError>;
+    /// Creates or replaces a team.
+    async fn put_team(&self, def: &TeamDefinition) -> Result<(), StoreError>;
+    async fn list_teams(&self) -> Result<Vec<TeamDefinition>, StoreError>;
+    /// `false` when there was no such team.
+    async fn delete_team(&self, name: &str) -> Result<bool, StoreError>;
     async fn put_key(&self, key: &StoredKey, now_ms: i64) -> Result<(), StoreError>;
     async fn key(&self, key_id: &str) -> Result<Option<StoredKey>, StoreError>;
     async fn revoke_key(&self, key_id: &str, now_ms: i64) -> Result<(), StoreError>;

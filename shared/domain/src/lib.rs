@@ -9,7 +9,7 @@
 //! - [`session`]: AgentSession ordering
 //! - [`context`]: prompt assembly and compaction
 //! - [`messages`]: queue message contracts
-//! - [`agent`], [`skills`]: registry data
+//! - [`agent`], [`skills`], [`team`]: registry data
 //! - [`sandbox`]: skill placement, limits, ports, capability profiles, mount policy
 //! - [`api`], [`fields`]: request validation, errors, API keys
 //! - [`chat`], [`scripted`]: the model port's vocabulary and the scripted model
@@ -27,3 +27,4 @@ pub mod scripted;
 pub mod session;
 pub mod skills;
 pub mod step;
+pub mod team;

@@ -7,3 +7,4 @@ pub(crate) mod runs;
 pub(crate) mod sandboxes;
 pub(crate) mod sessions;
 pub(crate) mod skills;
+pub(crate) mod teams;

@@ -25,6 +25,7 @@ use armada_domain::sandbox::lifecycle::SandboxRecord;
 use armada_domain::sandbox::ProfileDef;
 use armada_domain::session::{OnBusy, SessionHeader};
 use armada_domain::skills::SkillManifest;
+use armada_domain::team::TeamDefinition;
 
 use crate::callbacks::Callbacks;
 use crate::clock::Clock;
@@ -54,6 +55,7 @@ pub struct State {
     pub agents: HashMap<String, (AgentDefinition, u64)>,
     pub skills: BTreeMap<String, SkillManifest>,
     pub profiles: BTreeMap<String, ProfileDef>,
+    pub teams: BTreeMap<String, TeamDefinition>,
     pub keys: HashMap<String, StoredKey>,
     pub sandboxes: HashMap<String, SandboxRecord>,
     pub marks: HashMap<String, StoredMark>,

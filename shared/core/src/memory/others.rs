@@ -14,6 +14,7 @@ use armada_domain::sandbox::lifecycle::{sandbox_key, SandboxRecord};
 use armada_domain::sandbox::ProfileDef;
 use armada_domain::scripted::{self, Scripted};
 use armada_domain::skills::SkillManifest;
+use armada_domain::team::TeamDefinition;
 
 use super::{conflict, Memory};
 use crate::config::SandboxConfig;
@@ -82,6 +83,23 @@ impl Registry for Memory {
 
     async fn list_skills(&self) -> Result<Vec<SkillManifest>, StoreError> {
         Ok(self.state().skills.values().cloned().collect())
+    }
+
+    async fn team(&self, name: &str) -> Result<Option<TeamDefinition>, StoreError> {
+        Ok(self.state().teams.get(name).cloned())
+    }
+
+    async fn put_team(&self, def: &TeamDefinition) -> Result<(), StoreError> {
+        self.state().teams.insert(def.name.clone(), def.clone());
+        Ok(())
+    }
+
+    async fn list_teams(&self) -> Result<Vec<TeamDefinition>, StoreError> {
+        Ok(self.state().teams.values().cloned().collect())
+    }
+
+    async fn delete_team(&self, name: &str) -> Result<bool, StoreError> {
+        Ok(self.state().teams.remove(name).is_some())
     }
 
     async fn put_key(&self, key: &StoredKey, _now_ms: i64) -> Result<(), StoreError> {

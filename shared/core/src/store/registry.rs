@@ -1,5 +1,6 @@
-//! The registry table: agent definitions (`agent#<name>`) and API keys
-//! (`apikey#<key_id>`, the secret's hash only). A `kind` attribute and the
+//! The registry table: agent definitions (`agent#<name>`), teams
+//! (`team#<name>`), skills, profiles and API keys (`apikey#<key_id>`, the
+//! secret's hash only). A `kind` attribute and the
 //! `by_kind` index list them.
 
 use aws_sdk_dynamodb::Client;
@@ -9,6 +10,7 @@ use std::collections::BTreeMap;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::sandbox::ProfileDef;
 use armada_domain::skills::SkillManifest;
+use armada_domain::team::TeamDefinition;
 
 use super::item::{get_json, get_s, json, n, opt_s, s, Item};
 use crate::error::{classify, StoreError};
@@ -64,6 +66,20 @@ impl Registry {
             .await
             .map_err(classify)?;
         Ok(())
+    }
+
+    /// Deletes an item; `false` when there was none.
+    async fn delete(&self, pk: &str) -> Result<bool, StoreError> {
+        let out = self
+            .dynamo
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(pk))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(out.attributes().is_some())
     }
 
     /// Every item of a kind (the `by_kind` index), all pages.
@@ -145,16 +161,30 @@ impl ports::Registry for Registry {
 
     /// Removes an agent definition; whether there was one.
     async fn delete_agent(&self, name: &str) -> Result<bool, StoreError> {
-        let out = self
-            .dynamo
-            .delete_item()
-            .table_name(&self.table)
-            .key("pk", s(format!("agent#{name}")))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
-            .send()
-            .await
-            .map_err(classify)?;
-        Ok(out.attributes().is_some())
+        self.delete(&format!("agent#{name}")).await
+    }
+
+    async fn team(&self, name: &str) -> Result<Option<TeamDefinition>, StoreError> {
+        self.get(&format!("team#{name}"))
+            .await?
+            .map(|i| get_json(&i, "doc"))
+            .transpose()
+    }
+
+    async fn put_team(&self, def: &TeamDefinition) -> Result<(), StoreError> {
+        self.put_doc("team", &def.name, def).await
+    }
+
+    async fn list_teams(&self) -> Result<Vec<TeamDefinition>, StoreError> {
+        self.of_kind("team")
+            .await?
+            .iter()
+            .map(|i| get_json(i, "doc"))
+            .collect()
+    }
+
+    async fn delete_team(&self, name: &str) -> Result<bool, StoreError> {
+        self.delete(&format!("team#{name}")).await
     }
 
     /// The global sandbox profiles (custom profiles defined platform-wide;
