@@ -31,7 +31,13 @@ async fn teams_are_stored_listed_and_deleted_in_the_registry_table() {
         .unwrap();
     assert_eq!(gone["deleted"], true);
     let (status, _) = t
-        .raw(Method::GET, "/v1/teams/pair", Some(&t.stack.tenant_key), None, &[])
+        .raw(
+            Method::GET,
+            "/v1/teams/pair",
+            Some(&t.stack.tenant_key),
+            None,
+            &[],
+        )
         .await;
     assert_eq!(status, 404);
     t.stack.stop().await;
