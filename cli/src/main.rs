@@ -375,7 +375,8 @@ async fn up_foreground(root: &Path, demo: bool, port: u16) -> Result<()> {
     eprintln!("armada: starting the emulator, the stack's resources and its functions ...");
     let stack = LocalStack::start(opts).await?;
     process::write_pid(&state.join("armada.pid"), std::process::id())?;
-    std::fs::write(state.join("local.env"), stack.env_file())?;
+    // It holds the admin and tenant keys: readable by its owner only.
+    process::write_private(&state.join("local.env"), &stack.env_file())?;
     println!("Armada local stack is up.");
     println!("  API       {}", stack.api_url);
     println!("  emulator  {}", stack.endpoint);
