@@ -26,12 +26,7 @@ pub struct ApiFailure {
     pub message: String,
 }
 
-pub const TERMINAL_EVENTS: [&str; 4] = [
-    "run_completed",
-    "run_failed",
-    "run_cancelled",
-    "run_timed_out",
-];
+pub use armada_domain::run::TERMINAL_EVENTS;
 
 pub fn read_env_file(path: &Path) -> HashMap<String, String> {
     std::fs::read_to_string(path)

@@ -445,10 +445,7 @@ impl Dispatcher {
         );
         let (run_id, tenant) = (run.run_id.clone(), run.tenant.clone());
         let event = RunEvent::DeadlineExceeded { error };
-        match self
-            .end_from_outside(run, event, "run_timed_out", json!({}), now)
-            .await
-        {
+        match self.end_from_outside(run, event, json!({}), now).await {
             Ok(Ok(())) => self.settle(&run_id, &tenant).await,
             Ok(Err(e)) => self.illegal(&run_id, &e),
             Err(StoreError::Conflict { .. }) => Outcome::Done,
@@ -463,7 +460,6 @@ impl Dispatcher {
         &self,
         run: Run,
         event: RunEvent,
-        kind: &str,
         extra: serde_json::Value,
         now: i64,
     ) -> Result<Result<(), IllegalTransition>, StoreError> {
@@ -476,8 +472,8 @@ impl Dispatcher {
         if let (Some(d), Some(x)) = (data.as_object_mut(), extra.as_object()) {
             d.extend(x.clone());
         }
-        let ev = next.push_event(kind, data, now);
-        self.svc.runs.save(prev, &next, &[ev], vec![]).await?;
+        let ended: Vec<_> = next.push_end_event(data, now).into_iter().collect();
+        self.svc.runs.save(prev, &next, &ended, vec![]).await?;
         Ok(Ok(()))
     }
 
@@ -541,10 +537,7 @@ impl Dispatcher {
             );
             let event = RunEvent::Failed { error };
             let extra = json!({"receives": receives});
-            match self
-                .end_from_outside(run, event, "run_failed", extra, now)
-                .await
-            {
+            match self.end_from_outside(run, event, extra, now).await {
                 Ok(Ok(())) => return self.settle(&run_id, &tenant).await,
                 Ok(Err(e)) => return self.illegal(&run_id, &e),
                 Err(StoreError::Conflict { .. }) => continue,

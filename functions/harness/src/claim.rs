@@ -5,8 +5,8 @@
 use super::*;
 
 impl Harness {
-    /// Reads a Run and claims `step` of it, or says why not (`None`: the
-    /// message is stale or the Run unknown, and is dropped).
+    /// Reads the Run a message names (`None`: unknown, and the message is
+    /// dropped).
     pub(crate) async fn read(&self, run_id: &str) -> Result<Option<Run>, StepError> {
         let run = self.svc.runs.get(run_id).await?;
         if run.is_none() {
@@ -15,6 +15,8 @@ impl Harness {
         Ok(run)
     }
 
+    /// Claims `step` of the Run as read, or says why not (`None`: the
+    /// message is stale, forged or lost the race, and is dropped).
     pub(crate) async fn claim(
         &self,
         run: Run,

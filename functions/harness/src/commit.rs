@@ -69,11 +69,8 @@ impl Harness {
         let now = svc.clock.now_ms();
         let actions = run.apply(RunEvent::Answered { output }, now)?;
         let (preview, truncated) = clip(&reply.content, EVENT_PREVIEW_BYTES);
-        events.push(run.push_event(
-            "run_completed",
-            json!({"output": preview, "truncated": truncated}),
-            now,
-        ));
+        let data = json!({"output": preview, "truncated": truncated});
+        events.extend(run.push_end_event(data, now));
         let mut also = Vec::new();
         if let (Some(sid), Some(seq)) = (&run.session_id, run.session_seq) {
             let (user_turn, assistant_turn) = session::turn_numbers(seq);
@@ -111,12 +108,9 @@ impl Harness {
         mut events: Vec<RunEventRecord>,
     ) -> Result<(), StepError> {
         let now = self.svc.clock.now_ms();
-        let kind = match &event {
-            RunEvent::DeadlineExceeded { .. } => "run_timed_out",
-            _ => "run_failed",
-        };
         let actions = run.apply(event, now)?;
-        events.push(run.push_event(kind, json!({"error": run.error}), now));
+        let data = json!({"error": run.error});
+        events.extend(run.push_end_event(data, now));
         self.svc.runs.save(prev, run, &events, vec![]).await?;
         tracing::warn!(run_id = %run.run_id, state = %run.state, error = ?run.error, "run ended");
         self.carry_out(run, &actions).await

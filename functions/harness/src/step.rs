@@ -198,11 +198,7 @@ impl Harness {
         };
         Ok(match holding.acquired {
             Acquired::Held { .. } => None,
-            Acquired::Waiting { position } => Some(run.push_event(
-                "sandbox_wait",
-                json!({"position": position, "holder_run_id": holding.record.holder_run_id}),
-                now,
-            )),
+            Acquired::Waiting { position } => Some(sandbox_wait(run, &holding, position, now)),
         })
     }
 
@@ -241,13 +237,23 @@ impl Harness {
                 }
             }
             Acquired::Waiting { position } => {
-                events.push(run.push_event(
-                    "sandbox_wait",
-                    json!({"position": position, "holder_run_id": holding.record.holder_run_id}),
-                    now,
-                ));
+                events.push(sandbox_wait(&mut run, &holding, position, now));
             }
         }
         self.wait(run, prev, events).await
     }
+}
+
+/// The event of a Run queued behind the sandbox's holder.
+fn sandbox_wait(
+    run: &mut Run,
+    holding: &sandboxing::Holding,
+    position: usize,
+    now: i64,
+) -> RunEventRecord {
+    run.push_event(
+        "sandbox_wait",
+        json!({"position": position, "holder_run_id": holding.record.holder_run_id}),
+        now,
+    )
 }

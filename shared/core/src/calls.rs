@@ -20,13 +20,7 @@ use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 
-/// Event types whose commit ends a Run.
-const TERMINAL_EVENTS: [&str; 4] = [
-    "run_completed",
-    "run_failed",
-    "run_timed_out",
-    "run_cancelled",
-];
+use armada_domain::run::TERMINAL_EVENTS;
 
 /// The Runs a piece of work is done for, named as they become known (an
 /// API request learns its Run's id only after authenticating).

@@ -331,8 +331,11 @@ pub(crate) async fn cancel_run(svc: &Services, tenant: &str, run_id: &str) -> Ap
         // A new epoch fences out any worker still executing a step.
         next.apply_from_outside(RunEvent::CancelRequested, now)
             .map_err(|e| ApiError::conflict("RUN_TERMINAL", e.to_string()))?;
-        let ev = next.push_event("run_cancelled", json!({"by": "api"}), now);
-        match svc.runs.save(prev, &next, &[ev], vec![]).await {
+        let ended: Vec<_> = next
+            .push_end_event(json!({"by": "api"}), now)
+            .into_iter()
+            .collect();
+        match svc.runs.save(prev, &next, &ended, vec![]).await {
             Ok(()) => {
                 let msg = DispatchMessage::RunTerminal {
                     run_id: next.run_id.clone(),

@@ -346,9 +346,8 @@ impl Queues for Memory {
     }
 
     fn url_for_arn(&self, arn: &str) -> Option<String> {
-        arn.rsplit(':')
-            .next()
-            .map(|name| format!("memory://{name}"))
+        let name = crate::queues::Queues::queue_name(arn);
+        Some(format!("memory://{name}"))
     }
 
     fn is_dead_letter_queue(&self, name: &str) -> bool {

@@ -121,6 +121,19 @@ impl RunState {
         }
     }
 
+    /// The event recording that the Run reached this outcome (for a
+    /// terminal or closed state); `None` while it is active.
+    pub fn terminal_event(self) -> Option<&'static str> {
+        use RunState::*;
+        match self {
+            Completed | ClosedCompleted => Some("run_completed"),
+            Failed | ClosedFailed => Some("run_failed"),
+            TimedOut | ClosedTimedOut => Some("run_timed_out"),
+            Cancelled | ClosedCancelled => Some("run_cancelled"),
+            Pending | Executing | AwaitingTool | AwaitingHitl | AwaitingChildren => None,
+        }
+    }
+
     /// The terminal outcome, with closed states mapped back to it.
     pub fn outcome(self) -> RunState {
         match self {
@@ -138,6 +151,14 @@ impl fmt::Display for RunState {
         f.write_str(self.as_str())
     }
 }
+
+/// Every event kind that records a Run's end ([`RunState::terminal_event`]).
+pub const TERMINAL_EVENTS: [&str; 4] = [
+    "run_completed",
+    "run_failed",
+    "run_timed_out",
+    "run_cancelled",
+];
 
 /// What happened to a Run, with the data it brings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -449,6 +470,24 @@ mod tests {
             .apply_from_outside(RunEvent::CancelRequested, 12)
             .is_err());
         assert_eq!(run.epoch, 2);
+    }
+
+    #[test]
+    fn every_outcome_has_its_own_terminal_event() {
+        let mut seen = Vec::new();
+        for st in RunState::ALL {
+            match st.terminal_event() {
+                Some(kind) => {
+                    assert!(TERMINAL_EVENTS.contains(&kind), "{st}");
+                    assert_eq!(st.terminal_event(), st.outcome().terminal_event());
+                    if !seen.contains(&kind) {
+                        seen.push(kind);
+                    }
+                }
+                None => assert!(st.is_active(), "{st}"),
+            }
+        }
+        assert_eq!(seen.len(), TERMINAL_EVENTS.len());
     }
 
     #[test]

@@ -17,7 +17,9 @@ use crate::ledger::ToolCallRecord;
 
 mod machine;
 
-pub use machine::{transition, IllegalTransition, RunAction, RunEvent, RunState, Transition};
+pub use machine::{
+    transition, IllegalTransition, RunAction, RunEvent, RunState, Transition, TERMINAL_EVENTS,
+};
 
 /// A stable error code and a human message, as recorded on a failed Run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -284,6 +286,18 @@ impl Run {
             at_ms: now_ms,
             data,
         }
+    }
+
+    /// Records the end the Run has reached: the event its outcome names
+    /// ([`RunState::terminal_event`]), with `data`. `None` while it is
+    /// still active (no end to record).
+    pub fn push_end_event(
+        &mut self,
+        data: serde_json::Value,
+        now_ms: i64,
+    ) -> Option<RunEventRecord> {
+        let kind = self.state.terminal_event()?;
+        Some(self.push_event(kind, data, now_ms))
     }
 }
 
