@@ -5,8 +5,13 @@
 //!   starts only when every earlier message of its session has ended.
 //! - `RunTerminal`: advances the session (starting the next queued message),
 //!   then closes the Run (`CLOSED_*`).
-//! - `CheckRun`: the watchdog of a Run waiting on a sandbox: its deadline,
-//!   its sandbox's start timeout, and calls whose sandbox died.
+//! - `CheckRun`: the watchdog of a waiting Run: its deadline; for a Run
+//!   waiting on a sandbox, its sandbox's start timeout and calls whose
+//!   sandbox died.
+//! - `SpawnChildren`, and children's ends on `RunTerminal`: collaboration
+//!   (fan-out expansion, starting children within `max_parallel`, the
+//!   parent's counter and round 2, cancelling a parent's children), in
+//!   [`children`].
 //! - Dead letters (from either DLQ): the Run whose message kept failing is
 //!   failed with the reason, so no Run stays non-terminal forever.
 //!
@@ -99,6 +104,11 @@ impl Dispatcher {
                     step,
                     epoch,
                 } => self.check_run(&run_id, &tenant, step, epoch).await,
+                DispatchMessage::SpawnChildren {
+                    run_id,
+                    tenant,
+                    round,
+                } => self.spawn_children(&run_id, &tenant, round).await,
             }
         }
         .instrument(span);
@@ -126,6 +136,12 @@ impl Dispatcher {
         if run.state != RunState::Pending {
             tracing::info!(run_id, state = %run.state, "already started; duplicate dropped");
             return Outcome::Done;
+        }
+        if !tryo!(self.parent_still_waits(&run).await) {
+            return self.cancel_orphan(run).await;
+        }
+        if Self::fans_out(&run) {
+            return self.expand(run).await;
         }
         if run.prewarm_sandbox {
             // A resident agent: its sandbox is made warm now, not at the
@@ -250,6 +266,16 @@ impl Dispatcher {
                 return released;
             }
         }
+        // Collaboration: the children it leaves go with it, its parent
+        // hears of its end.
+        let cancelled = self.cancel_children(&run).await;
+        if cancelled != Outcome::Done {
+            return cancelled;
+        }
+        let noted = self.notify_parent(&run).await;
+        if noted != Outcome::Done {
+            return noted;
+        }
         let mut next = run;
         let mut events = Vec::new();
         if let Some(url) = next.callback_url.clone() {
@@ -307,28 +333,7 @@ impl Dispatcher {
     /// The Run let go of its agent's sandbox (or left the queue for it); the
     /// next waiting Run, if any, is woken.
     async fn release_sandbox(&self, run: &Run) -> Outcome {
-        let next =
-            tryo!(sandboxing::release(&self.svc, &run.tenant, &run.agent, &run.run_id).await);
-        let Some(next_id) = next else {
-            return Outcome::Done;
-        };
-        tracing::info!(run_id = %run.run_id, next = %next_id, "sandbox handed to the next run");
-        let Some(waiting) = tryo!(self.svc.runs.get(&next_id).await) else {
-            return Outcome::Done;
-        };
-        if waiting.state != RunState::AwaitingTool {
-            return Outcome::Done;
-        }
-        tryo!(
-            self.svc
-                .queues
-                .send_harness(&HarnessMessage::Step {
-                    run_id: waiting.run_id.clone(),
-                    tenant: waiting.tenant.clone(),
-                    step: waiting.step,
-                })
-                .await
-        );
+        tryo!(sandboxing::release_and_wake(&self.svc, run).await);
         Outcome::Done
     }
 
@@ -339,7 +344,10 @@ impl Dispatcher {
         let Some(run) = tryo!(self.load(run_id, tenant).await) else {
             return Outcome::Done;
         };
-        let waiting = matches!(run.state, RunState::AwaitingTool | RunState::AwaitingHitl);
+        let waiting = matches!(
+            run.state,
+            RunState::AwaitingTool | RunState::AwaitingHitl | RunState::AwaitingChildren
+        );
         if run.epoch != epoch || run.step != step || !waiting {
             // The Run moved on; a later wait has its own check.
             return Outcome::Done;
@@ -437,6 +445,22 @@ impl Dispatcher {
         Outcome::Done
     }
 
+    /// A child whose parent ended before it started: cancelled, then settled.
+    async fn cancel_orphan(&self, run: Run) -> Outcome {
+        let (run_id, tenant) = (run.run_id.clone(), run.tenant.clone());
+        let now = self.svc.clock.now_ms();
+        let by = json!({"by": "parent", "code": armada_domain::collab::codes::PARENT_ENDED});
+        match self
+            .end_from_outside(run, RunEvent::CancelRequested, by, now)
+            .await
+        {
+            Ok(Ok(())) => self.settle(&run_id, &tenant).await,
+            Ok(Err(e)) => self.illegal(&run_id, &e),
+            Err(StoreError::Conflict { .. }) => Outcome::retry("the run changed"),
+            Err(e) => retry(e),
+        }
+    }
+
     /// A waiting Run ran out of wall-clock time: it ends TIMED_OUT.
     async fn time_out(&self, run: Run, now: i64) -> Outcome {
         let error = RunError::new(
@@ -515,6 +539,9 @@ impl Dispatcher {
                 DispatchMessage::CheckRun { run_id, tenant, .. } => {
                     (run_id, tenant, "watchdog".to_string())
                 }
+                DispatchMessage::SpawnChildren { run_id, tenant, .. } => {
+                    (run_id, tenant, "children's start".to_string())
+                }
             }
         } else {
             tracing::error!(queue, "unreadable dead letter dropped");
@@ -548,5 +575,9 @@ impl Dispatcher {
     }
 }
 
+mod children;
+
+#[cfg(test)]
+mod collab_tests;
 #[cfg(test)]
 mod tests;

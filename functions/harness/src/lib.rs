@@ -9,8 +9,9 @@
 //! Layout, by phase: this file takes the SQS batch and routes each record;
 //! [`claim`] judges the delivery and claims the step (and keeps its lease);
 //! [`step`] does the step's work (model, ledger, inline and sandbox calls);
-//! [`tool_result`] applies a sandbox's answer; [`commit`] ends the step
-//! (wait, complete, fail) with one fenced commit and what follows it.
+//! [`tool_result`] applies a sandbox's answer; [`children`] plans the
+//! children of `delegate`/`plan` calls and waits for them; [`commit`] ends
+//! the step (wait, complete, fail) with one fenced commit and what follows.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use armada_core::sqs::{process_batch, BatchPolicy, Outcome};
 use armada_core::{Also, Services};
 use armada_domain::agent::AgentDefinition;
 use armada_domain::chat::{ChatMessage, ModelReply, Role, ToolCall};
+use armada_domain::collab::children::round_message_at;
 use armada_domain::context;
 use armada_domain::ledger::ToolCallRecord;
 use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};
@@ -38,11 +40,13 @@ use armada_domain::run::{
 use armada_domain::sandbox::hand::codes;
 use armada_domain::sandbox::lifecycle::Acquired;
 use armada_domain::session;
+use armada_domain::skills;
 use armada_domain::step::{
-    decide, invocation, record_dispatch, Decision, InlineAnswer, Next, StepInput, StepRefused,
-    EVENT_PREVIEW_BYTES,
+    decide, invocation, manifest_for, record_dispatch, Decision, InlineAnswer, Next, StepInput,
+    StepRefused, EVENT_PREVIEW_BYTES,
 };
 
+mod children;
 mod claim;
 mod commit;
 mod step;
@@ -227,11 +231,17 @@ impl Harness {
     }
 }
 
-/// The Run's own conversation so far: its input, then every tool round.
+/// The Run's own conversation so far: its input, then every tool round
+/// (and, for a fan-out team's Run, the round-2 message over its members).
 pub fn transcript(input: &str, log: &[RunEventRecord]) -> Vec<ChatMessage> {
     let mut msgs = vec![ChatMessage::text(Role::User, input)];
     for ev in log {
         match ev.kind.as_str() {
+            "round_started" => {
+                if let Some(text) = round_message_at(log, ev) {
+                    msgs.push(ChatMessage::text(Role::User, &text));
+                }
+            }
             "model_reply" => {
                 let calls: Vec<ToolCall> = ev
                     .data

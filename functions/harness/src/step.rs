@@ -109,6 +109,16 @@ impl Harness {
                     return self.dispatch(run, prev, agent, &planned, events).await
                 }
                 Next::Wait => return self.wait(run, prev, events).await,
+                Next::Delegate(calls) => {
+                    let known = self.known_agents(&run, agent, &calls).await?;
+                    let max_depth = svc.cfg.max_delegation_depth;
+                    let input = StepInput::Delegations {
+                        known: &known,
+                        max_depth,
+                    };
+                    decide(&mut run, agent, input, svc.clock.now_ms())?
+                }
+                Next::AwaitChildren => return self.await_children(run, prev, events).await,
                 Next::Continue => {
                     let actions = run.apply(RunEvent::StepContinues, now)?;
                     svc.runs.save(prev, &run, &events, vec![]).await?;
@@ -151,11 +161,15 @@ impl Harness {
                 now,
             ));
         }
-        let specs: Vec<_> = agent
+        let mut specs: Vec<_> = agent
             .skills
             .iter()
             .filter_map(|s| agent.manifest(s).map(|m| m.tool_spec()))
             .collect();
+        // A lead team's Run plans: the team gives its lead the tool.
+        if !agent.skills.iter().any(|s| s == skills::PLAN) {
+            specs.extend(manifest_for(run, agent, skills::PLAN).map(|m| m.tool_spec()));
+        }
         let attempts = svc.cfg.model_attempts;
         match svc
             .models

@@ -20,17 +20,20 @@ use armada_core::Services;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::api::{
     digest_eq, parse_message, sha256_hex, valid_tenant, ApiError, ApiKey, CreateRun, CreateSession,
+    RunTarget,
 };
 use armada_domain::messages::DispatchMessage;
 use armada_domain::run::{NewRun as NewRunRecord, Payload, Run, RunEvent, RunState};
 use armada_domain::sandbox::{ProfileDef, Profiles};
 use armada_domain::session::SessionHeader;
+use armada_domain::team::{Strategy, TeamDefinition};
 
 mod auth;
 mod routes;
 
 use auth::*;
 use routes::agents::*;
+use routes::collab::*;
 use routes::keys::*;
 use routes::profiles::*;
 use routes::runs::*;
@@ -123,6 +126,8 @@ async fn route(svc: &Arc<Services>, req: &Request, method: &str, path: &str) -> 
         (["v1", "runs", id], "GET") => get_run(svc, tenant(&who)?, id).await,
         (["v1", "runs", id, "events"], "GET") => run_events(svc, req, tenant(&who)?, id).await,
         (["v1", "runs", id, "cancel"], "POST") => cancel_run(svc, tenant(&who)?, id).await,
+        (["v1", "runs", id, "trace"], "GET") => run_trace(svc, tenant(&who)?, id).await,
+        (["v1", "runs", id, "children"], "GET") => run_children(svc, tenant(&who)?, id).await,
         (["v1", "sessions"], "POST") => create_session(svc, req, tenant(&who)?).await,
         (["v1", "sessions", id], "GET") => get_session(svc, tenant(&who)?, id).await,
         (["v1", "sessions", id, "messages"], "POST") => {

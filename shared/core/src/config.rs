@@ -57,6 +57,9 @@ pub struct Config {
     pub inline_limit_bytes: usize,
     /// Attempts of a model call before the Run fails (`ARMADA_MODEL_ATTEMPTS`, default 3).
     pub model_attempts: u32,
+    /// How deep delegation may go below a root Run
+    /// (`ARMADA_MAX_DELEGATION_DEPTH`, default 4).
+    pub max_delegation_depth: u32,
     /// Signs result callbacks (`ARMADA_CALLBACK_SIGNING_SECRET`, at least 16 bytes).
     pub callback_signing_secret: String,
     /// Where sandbox tasks run.
@@ -157,6 +160,11 @@ impl Config {
             retry_base_seconds: num("ARMADA_RETRY_BASE_SECONDS", 2)? as u32,
             inline_limit_bytes: num("ARMADA_INLINE_LIMIT_BYTES", 32 * 1024)? as usize,
             model_attempts: num("ARMADA_MODEL_ATTEMPTS", 3)?.max(1) as u32,
+            max_delegation_depth: num(
+                "ARMADA_MAX_DELEGATION_DEPTH",
+                u64::from(armada_domain::collab::DEFAULT_MAX_DEPTH),
+            )?
+            .min(64) as u32,
             callback_signing_secret: {
                 let s = req("ARMADA_CALLBACK_SIGNING_SECRET")?;
                 if s.len() < 16 {

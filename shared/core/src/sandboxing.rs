@@ -6,6 +6,8 @@
 use serde_json::Value;
 
 use armada_domain::agent::AgentDefinition;
+use armada_domain::messages::HarnessMessage;
+use armada_domain::run::{Run, RunState};
 use armada_domain::sandbox::hand::{CallMark, HandMessage, Invocation};
 use armada_domain::sandbox::lifecycle::{Acquired, LifecycleError, SandboxRecord, SandboxState};
 
@@ -268,6 +270,29 @@ pub async fn release(
         }
     }
     Ok(next)
+}
+
+/// A Run lets go of its agent's sandbox (it ended, or it waits for its
+/// children holding nothing but its record) and the next Run waiting for
+/// it, if it still waits, is sent its step.
+pub async fn release_and_wake(svc: &Services, run: &Run) -> Result<(), StoreError> {
+    let Some(next_id) = release(svc, &run.tenant, &run.agent, &run.run_id).await? else {
+        return Ok(());
+    };
+    tracing::info!(run_id = %run.run_id, next = %next_id, "sandbox handed to the next run");
+    let Some(waiting) = svc.runs.get(&next_id).await? else {
+        return Ok(());
+    };
+    if waiting.state != RunState::AwaitingTool {
+        return Ok(());
+    }
+    svc.queues
+        .send_harness(&HarnessMessage::Step {
+            run_id: waiting.run_id.clone(),
+            tenant: waiting.tenant.clone(),
+            step: waiting.step,
+        })
+        .await
 }
 
 /// Destroys a sandbox now (administrator, deleted agent, security): the

@@ -75,11 +75,38 @@ impl From<FieldError> for ApiError {
 /// `POST /v1/runs`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreateRun {
-    pub agent: String,
+    pub target: RunTarget,
     pub input: String,
     pub session_id: Option<String>,
     pub callback_url: Option<String>,
     pub metadata: serde_json::Value,
+}
+
+/// Who a new Run is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunTarget {
+    Agent(String),
+    /// A team from the registry (fan-out, relay or lead).
+    Team(String),
+    /// A sequential relay of these agents, each given the previous output.
+    Chain(Vec<String>),
+}
+
+/// The most steps a relay chain may have.
+pub const MAX_CHAIN_STEPS: usize = 16;
+
+/// A message that begins with a mention addresses it: `@team:<name> ...`
+/// a team, `@<agent> ...` an agent. The mention is stripped from the input;
+/// `None` when the message begins with no (well-formed) mention.
+pub fn parse_mention(input: &str) -> Option<(RunTarget, String)> {
+    let rest = input.trim_start().strip_prefix('@')?;
+    let (word, text) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+    let text = text.trim_start().to_string();
+    let (target, name) = match word.strip_prefix("team:") {
+        Some(team) => (RunTarget::Team(team.to_string()), team),
+        None => (RunTarget::Agent(word.to_string()), word),
+    };
+    (crate::agent::valid_name(name) && !text.trim().is_empty()).then_some((target, text))
 }
 
 /// Inputs are bounded by the body limit; above the inline limit they are
@@ -99,14 +126,86 @@ fn check_input(input: &str) -> Result<(), FieldError> {
     Ok(())
 }
 
+fn parse_target(f: &Fields<'_>, input: &mut String) -> Result<RunTarget, FieldError> {
+    let name = |key: &str| -> Result<Option<String>, FieldError> {
+        match f.opt_str(key)? {
+            Some(n) if !crate::agent::valid_name(n) => Err(FieldError::new(
+                key,
+                "must be 1-64 characters of a-z, 0-9, '-' or '_'",
+            )),
+            other => Ok(other.map(str::to_string)),
+        }
+    };
+    let agent = name("agent")?;
+    let team = name("team")?;
+    let chain = f.opt_str_list("chain")?;
+    let given = [agent.is_some(), team.is_some(), chain.is_some()];
+    if given.iter().filter(|g| **g).count() > 1 {
+        let second = ["agent", "team", "chain"]
+            .into_iter()
+            .zip(given)
+            .filter(|(_, g)| *g)
+            .nth(1)
+            .map_or("team", |(k, _)| k);
+        return Err(FieldError::new(second, "give one of agent, team or chain"));
+    }
+    if let Some(steps) = chain {
+        if steps.is_empty() || steps.len() > MAX_CHAIN_STEPS {
+            return Err(FieldError::new(
+                "chain",
+                &format!("must name between 1 and {MAX_CHAIN_STEPS} agents"),
+            ));
+        }
+        for (i, a) in steps.iter().enumerate() {
+            if !crate::agent::valid_name(a) {
+                return Err(FieldError::new(
+                    &format!("chain[{i}]"),
+                    "is not a valid agent name",
+                ));
+            }
+        }
+        return Ok(RunTarget::Chain(steps));
+    }
+    if let Some(a) = agent {
+        return Ok(RunTarget::Agent(a));
+    }
+    if let Some(t) = team {
+        return Ok(RunTarget::Team(t));
+    }
+    match parse_mention(input) {
+        Some((target, text)) => {
+            *input = text;
+            Ok(target)
+        }
+        None => Err(FieldError::new(
+            "agent",
+            "is required (or team, or chain, or an input that begins with @agent or @team:name)",
+        )),
+    }
+}
+
 impl CreateRun {
     pub fn parse(body: &serde_json::Value) -> Result<Self, FieldError> {
         let f = Fields::new(body)?;
-        f.only(&["agent", "input", "session_id", "callback_url", "metadata"])?;
-        let agent = f.req_str("agent")?.to_string();
-        let input = f.req_str("input")?.to_string();
+        f.only(&[
+            "agent",
+            "team",
+            "chain",
+            "input",
+            "session_id",
+            "callback_url",
+            "metadata",
+        ])?;
+        let mut input = f.req_str("input")?.to_string();
         check_input(&input)?;
+        let target = parse_target(&f, &mut input)?;
         let session_id = f.opt_str("session_id")?.map(str::to_string);
+        if session_id.is_some() && !matches!(target, RunTarget::Agent(_)) {
+            return Err(FieldError::new(
+                "session_id",
+                "a session belongs to one agent: team and chain runs take none",
+            ));
+        }
         let callback_url = f.opt_str("callback_url")?.map(str::to_string);
         if let Some(u) = &callback_url {
             if !(u.starts_with("https://") || u.starts_with("http://")) || u.len() > 2048 {
@@ -124,7 +223,7 @@ impl CreateRun {
             ));
         }
         Ok(CreateRun {
-            agent,
+            target,
             input,
             session_id,
             callback_url,
@@ -281,6 +380,45 @@ mod tests {
         );
         assert_eq!(CreateRun::parse(&json!([1])).unwrap_err().field, "body");
         assert!(CreateRun::parse(&json!({"agent": "a", "input": "x"})).is_ok());
+        let cases = [
+            (json!({"agent": "a", "team": "t", "input": "x"}), "team"),
+            (json!({"team": "t", "chain": ["a"], "input": "x"}), "chain"),
+            (json!({"chain": [], "input": "x"}), "chain"),
+            (json!({"chain": ["a", "B"], "input": "x"}), "chain[1]"),
+            (json!({"chain": vec!["a"; 17], "input": "x"}), "chain"),
+            (
+                json!({"team": "t", "session_id": "s", "input": "x"}),
+                "session_id",
+            ),
+            (json!({"input": "@ nobody"}), "agent"),
+        ];
+        for (body, field) in cases {
+            assert_eq!(CreateRun::parse(&body).unwrap_err().field, field, "{body}");
+        }
+    }
+
+    #[test]
+    fn a_mention_at_the_start_addresses_a_team_or_an_agent() {
+        let cr = CreateRun::parse(&json!({"input": "  @team:soc look at alert 7"})).unwrap();
+        assert_eq!(cr.target, RunTarget::Team("soc".into()));
+        assert_eq!(cr.input, "look at alert 7");
+        let cr = CreateRun::parse(&json!({"input": "@coder fix it"})).unwrap();
+        assert_eq!(cr.target, RunTarget::Agent("coder".into()));
+        assert_eq!(cr.input, "fix it");
+        // With an agent named, the text is left as it is.
+        let cr = CreateRun::parse(&json!({"agent": "a", "input": "@coder fix it"})).unwrap();
+        assert_eq!(
+            (cr.target, cr.input.as_str()),
+            (RunTarget::Agent("a".into()), "@coder fix it")
+        );
+        assert_eq!(
+            parse_mention("@team:soc"),
+            None,
+            "a mention alone asks nothing"
+        );
+        assert_eq!(parse_mention("mail @coder"), None);
+        let cr = CreateRun::parse(&json!({"chain": ["r", "w"], "input": "x"})).unwrap();
+        assert_eq!(cr.target, RunTarget::Chain(vec!["r".into(), "w".into()]));
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub struct ToolCallRecord {
     /// watchdog asks that generation's record whether the call started.
     #[serde(default)]
     pub generation: Option<u64>,
+    /// Answered by child Runs (`delegate`, `plan`): dispatched means its
+    /// children were planned, and their ends answer it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub children: bool,
 }
 
 fn first_attempt() -> u32 {
@@ -146,6 +150,7 @@ impl ToolCallRecord {
             sandbox,
             attempt: 1,
             generation: None,
+            children: false,
         }
     }
 

@@ -6,6 +6,7 @@
 //! - [`run`]: the Run record, states, transitions, claim classification
 //! - [`ledger`]: tool calls `PLANNED → DISPATCHED → DONE | FAILED | INDETERMINATE`
 //! - [`step`]: one harness step decided: budgets, deadline, which tools run where, what next
+//! - [`collab`]: delegation, teams' children and rounds, the DelegationTrace
 //! - [`session`]: AgentSession ordering
 //! - [`context`]: prompt assembly and compaction
 //! - [`messages`]: queue message contracts
@@ -17,6 +18,7 @@
 pub mod agent;
 pub mod api;
 pub mod chat;
+pub mod collab;
 pub mod context;
 pub mod fields;
 pub mod ledger;

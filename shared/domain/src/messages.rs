@@ -14,6 +14,14 @@ pub enum DispatchMessage {
     StartRun { run_id: String, tenant: String },
     /// A Run reached a terminal state; its post-terminal duties are due.
     RunTerminal { run_id: String, tenant: String },
+    /// A Run waits for the children of waiting point `round`: create the
+    /// ones not yet created and start as many as `max_parallel` allows.
+    /// Safe to repeat (children are created once, a start is idempotent).
+    SpawnChildren {
+        run_id: String,
+        tenant: String,
+        round: u32,
+    },
     /// A Run waits on a sandbox at `step` (for the sandbox to be free, to
     /// start, or for a call's answer): check on it. Sent with a delay and
     /// sent again while the Run keeps waiting.
@@ -32,6 +40,7 @@ impl DispatchMessage {
         match self {
             DispatchMessage::StartRun { run_id, .. }
             | DispatchMessage::RunTerminal { run_id, .. }
+            | DispatchMessage::SpawnChildren { run_id, .. }
             | DispatchMessage::CheckRun { run_id, .. } => run_id,
         }
     }

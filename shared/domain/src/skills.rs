@@ -208,9 +208,13 @@ pub const PYTHON_EXEC: &str = "python_exec";
 pub const FILE_READ: &str = "file_read";
 pub const FILE_WRITE: &str = "file_write";
 pub const SERVE: &str = "serve";
+/// Asks another agent: answered by a child Run (collaboration).
+pub const DELEGATE: &str = "delegate";
+/// A lead team's Run hands out tasks: answered by executor Runs.
+pub const PLAN: &str = "plan";
 
 /// Every built-in skill, by name.
-pub const BUILTIN: [&str; 7] = [
+pub const BUILTIN: [&str; 9] = [
     CURRENT_TIME,
     HTTP_REQUEST,
     SHELL_EXEC,
@@ -218,7 +222,14 @@ pub const BUILTIN: [&str; 7] = [
     FILE_READ,
     FILE_WRITE,
     SERVE,
+    DELEGATE,
+    PLAN,
 ];
+
+/// Whether calls of this executor are answered by child Runs.
+pub fn answered_by_children(executor: &str) -> bool {
+    matches!(executor, DELEGATE | PLAN)
+}
 
 fn code_args(field: &str) -> Value {
     json!({
@@ -329,6 +340,45 @@ pub fn builtin(name: &str) -> Option<SkillManifest> {
                     "port": {"type": "integer", "description": "container port 8081-8090; default: the first free one"}
                 },
                 "required": ["command"]
+            }),
+        ),
+        DELEGATE => m(
+            DELEGATE,
+            "Asks another agent to do a task as a run of its own (its own context and sandbox) and returns its outcome: {run_id, state, output}. Several delegate calls in one turn run in parallel.",
+            SkillKind::LlmCall,
+            Risk::Low,
+            false,
+            0,
+            json!({
+                "type": "object",
+                "properties": {
+                    "agent": {"type": "string", "description": "the agent to ask"},
+                    "task": {"type": "string", "description": "what it should do (at most 16 KiB)"},
+                    "resume_from": {"type": "string", "description": "a finished run of the same agent to continue from"}
+                },
+                "required": ["agent", "task"]
+            }),
+        ),
+        PLAN => m(
+            PLAN,
+            "Hands out tasks to the team's members, run in parallel; returns every task's outcome so you can consolidate them.",
+            SkillKind::LlmCall,
+            Risk::Low,
+            false,
+            0,
+            json!({
+                "type": "object",
+                "properties": {
+                    "tasks": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {"agent": {"type": "string"}, "task": {"type": "string"}},
+                            "required": ["agent", "task"]
+                        }
+                    }
+                },
+                "required": ["tasks"]
             }),
         ),
         _ => return None,

@@ -38,6 +38,15 @@ pub async fn run_view(svc: &Services, run: &Run) -> Value {
     if let Some(p) = &run.parent_run_id {
         v["parent_run_id"] = json!(p);
     }
+    let lineage = run.lineage();
+    v["root_run_id"] = json!(lineage.root_run_id);
+    v["kind"] = json!(lineage.kind);
+    v["depth"] = json!(lineage.depth);
+    v["path"] = json!(lineage.path);
+    v["outstanding_children"] = json!(run.outstanding_children());
+    if let Some(t) = &run.team {
+        v["team"] = json!(t.name);
+    }
     v
 }
 
@@ -72,6 +81,8 @@ pub(crate) struct NewRun<'a> {
     pub(crate) callback_url: Option<String>,
     pub(crate) metadata: Value,
     pub(crate) idempotency: Option<(String, String)>,
+    /// The team this is the team's Run of (fan-out aggregator, lead).
+    pub(crate) team: Option<TeamDefinition>,
 }
 
 pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, Value), ApiError> {
@@ -117,9 +128,11 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
             },
             now,
         );
+        run.team = new.team.clone();
+        let team = run.team.as_ref().map(|t| &t.name);
         let created = run.push_event(
             "run_created",
-            json!({"agent": run.agent, "session_id": run.session_id, "session_seq": run.session_seq}),
+            json!({"agent": run.agent, "session_id": run.session_id, "session_seq": run.session_seq, "team": team}),
             now,
         );
         // In a conflict, `which` is 1 + the index of the `Also` that failed.
@@ -233,7 +246,18 @@ pub(crate) async fn create_run(svc: &Services, req: &Request, tenant: &str) -> A
     let body = body_json(req)?;
     let cr = CreateRun::parse(&body)?;
     let idem = idempotency(req, "POST /v1/runs", &body)?;
-    let agent = agent_named(svc, &cr.agent).await?;
+    let name = match cr.target.clone() {
+        RunTarget::Agent(name) => name,
+        RunTarget::Team(name) => return create_team_run(svc, tenant, cr, &name, idem).await,
+        RunTarget::Chain(_) => {
+            return Err(ApiError::new(
+                501,
+                "NOT_IMPLEMENTED",
+                "relay chains are not available in this deployment yet",
+            ))
+        }
+    };
+    let agent = agent_named(svc, &name).await?;
     let session = match &cr.session_id {
         None => None,
         Some(sid) => {
@@ -258,6 +282,56 @@ pub(crate) async fn create_run(svc: &Services, req: &Request, tenant: &str) -> A
             callback_url: cr.callback_url,
             metadata: cr.metadata,
             idempotency: idem,
+            team: None,
+        },
+    )
+    .await
+}
+
+/// A team's Run: every agent the team names must still be registered; a
+/// fan-out team's Run is its aggregator's (the dispatcher expands it into
+/// the members), a lead team's its lead's.
+async fn create_team_run(
+    svc: &Services,
+    tenant: &str,
+    cr: CreateRun,
+    name: &str,
+    idempotency: Option<(String, String)>,
+) -> ApiResult {
+    let team = svc
+        .registry
+        .team(name)
+        .await
+        .map_err(store_err)?
+        .ok_or_else(|| ApiError::not_found(&format!("team '{name}'")))?;
+    for a in team.agents() {
+        agent_named(svc, a)
+            .await
+            .map_err(|_| ApiError::not_found(&format!("agent '{a}' of team '{name}'")))?;
+    }
+    let runs_as = match team.strategy {
+        Strategy::FanOut => team.aggregator().to_string(),
+        Strategy::Lead => team.lead.clone().unwrap_or_else(|| team.members[0].clone()),
+        Strategy::Relay => {
+            return Err(ApiError::new(
+                501,
+                "NOT_IMPLEMENTED",
+                "relay teams are not available in this deployment yet",
+            ))
+        }
+    };
+    let agent = agent_named(svc, &runs_as).await?;
+    start_run(
+        svc,
+        NewRun {
+            tenant,
+            agent: &agent,
+            input: cr.input,
+            session: None,
+            callback_url: cr.callback_url,
+            metadata: cr.metadata,
+            idempotency,
+            team: Some(team),
         },
     )
     .await

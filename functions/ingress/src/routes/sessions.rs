@@ -59,6 +59,7 @@ pub(crate) async fn session_message(
             callback_url: None,
             metadata: json!({}),
             idempotency: idem,
+            team: None,
         },
     )
     .await

@@ -174,6 +174,12 @@ pub enum RunEvent {
     AwaitApproval,
     /// The step started child Runs and waits for all of them to end.
     AwaitChildren,
+    /// A team's Run expanded into its members' Runs before any step
+    /// (fan-out round 1, by the dispatcher).
+    Expanded,
+    /// The last child of the waiting point ended: the next step is queued
+    /// (round 2, the lead's consolidation, the delegating parent going on).
+    ChildrenSettled,
     /// The model gave its final answer.
     Answered { output: Payload },
     /// The Run failed for good (budget, model, dead letter, indeterminate tool).
@@ -194,6 +200,8 @@ impl fmt::Display for RunEvent {
             RunEvent::AwaitTool => "await_tool",
             RunEvent::AwaitApproval => "await_approval",
             RunEvent::AwaitChildren => "await_children",
+            RunEvent::Expanded => "expanded",
+            RunEvent::ChildrenSettled => "children_settled",
             RunEvent::Answered { .. } => "answered",
             RunEvent::Failed { .. } => "failed",
             RunEvent::CancelRequested => "cancel_requested",
@@ -257,6 +265,14 @@ pub fn transition(from: RunState, event: &RunEvent) -> Result<Transition, Illega
         RunEvent::AwaitTool => from_executing(AwaitingTool, vec![]),
         RunEvent::AwaitApproval => from_executing(AwaitingHitl, vec![]),
         RunEvent::AwaitChildren => from_executing(AwaitingChildren, vec![]),
+        RunEvent::Expanded => match from {
+            Pending => go(AwaitingChildren, vec![]),
+            _ => Err(illegal(from, event)),
+        },
+        RunEvent::ChildrenSettled => match from {
+            AwaitingChildren => go(Executing, vec![EnqueueNextStep]),
+            _ => Err(illegal(from, event)),
+        },
         RunEvent::Answered { .. } => from_executing(Completed, vec![AnnounceTerminal]),
         RunEvent::Failed { .. } => from_active(Failed, vec![AnnounceTerminal]),
         RunEvent::CancelRequested => from_active(Cancelled, vec![AnnounceTerminal]),
@@ -280,6 +296,9 @@ impl Run {
         now_ms: i64,
     ) -> Result<Vec<RunAction>, IllegalTransition> {
         let t = transition(self.state, &event)?;
+        if self.state.is_active() && t.to.is_terminal() {
+            self.ended_at_ms = Some(now_ms);
+        }
         self.state = t.to;
         self.updated_at_ms = now_ms;
         match event {
@@ -288,7 +307,7 @@ impl Run {
                 self.lease_until_ms = lease_until_ms;
                 return Ok(t.actions);
             }
-            RunEvent::StepContinues => self.step += 1,
+            RunEvent::StepContinues | RunEvent::ChildrenSettled => self.step += 1,
             RunEvent::Answered { output } => self.output = Some(output),
             RunEvent::Failed { error } | RunEvent::DeadlineExceeded { error } => {
                 self.error = Some(error)
@@ -296,6 +315,7 @@ impl Run {
             RunEvent::AwaitTool
             | RunEvent::AwaitApproval
             | RunEvent::AwaitChildren
+            | RunEvent::Expanded
             | RunEvent::CancelRequested
             | RunEvent::Closed => {}
         }
@@ -334,6 +354,8 @@ mod tests {
             RunEvent::AwaitTool,
             RunEvent::AwaitApproval,
             RunEvent::AwaitChildren,
+            RunEvent::Expanded,
+            RunEvent::ChildrenSettled,
             RunEvent::Answered { output: out },
             RunEvent::Failed { error: err() },
             RunEvent::CancelRequested,
@@ -447,6 +469,38 @@ mod tests {
             (RunState::Completed, "failed")
         );
         assert_eq!(run.error, None, "a refused event changes nothing");
+    }
+
+    #[test]
+    fn children_are_waited_for_and_their_end_moves_the_run_to_its_next_step() {
+        assert_eq!(
+            transition(RunState::Pending, &RunEvent::Expanded)
+                .unwrap()
+                .to,
+            RunState::AwaitingChildren
+        );
+        for st in [RunState::Executing, RunState::AwaitingChildren] {
+            assert!(transition(st, &RunEvent::Expanded).is_err(), "{st}");
+        }
+        for st in [
+            RunState::Pending,
+            RunState::Executing,
+            RunState::AwaitingTool,
+        ] {
+            assert!(transition(st, &RunEvent::ChildrenSettled).is_err(), "{st}");
+        }
+        let mut run = test_run();
+        run.apply(RunEvent::Claimed { lease_until_ms: 5 }, 1)
+            .unwrap();
+        run.apply(RunEvent::AwaitChildren, 2).unwrap();
+        let actions = run
+            .apply_from_outside(RunEvent::ChildrenSettled, 3)
+            .unwrap();
+        assert_eq!(actions, vec![RunAction::EnqueueNextStep]);
+        assert_eq!(
+            (run.state, run.step, run.epoch, run.lease_until_ms),
+            (RunState::Executing, 1, 2, 0)
+        );
     }
 
     #[test]

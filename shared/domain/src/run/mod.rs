@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::AgentLimits;
+use crate::collab::{Children, Lineage};
 use crate::ledger::ToolCallRecord;
+use crate::team::TeamDefinition;
 
 mod machine;
 
@@ -103,6 +105,9 @@ pub struct Run {
     pub metadata: serde_json::Value,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// When it reached its terminal state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_ms: Option<i64>,
     pub budgets: Budgets,
     pub usage: Usage,
     /// The tool-call ledger, by call id.
@@ -114,6 +119,17 @@ pub struct Run {
     /// The agent is resident: its sandbox is warmed when the Run starts.
     #[serde(default)]
     pub prewarm_sandbox: bool,
+    /// Where the Run sits in its tree of Runs (absent on records written
+    /// before collaboration: a root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<Lineage>,
+    /// The team this Run is the team's Run of (fan-out aggregator, lead),
+    /// as it was defined when the Run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<TeamDefinition>,
+    /// The children it waits for, and every child it had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub children: Option<Children>,
 }
 
 /// What a new Run is made of; everything else starts empty.
@@ -156,6 +172,7 @@ impl Run {
             metadata: new.metadata,
             created_at_ms: now_ms,
             updated_at_ms: now_ms,
+            ended_at_ms: None,
             budgets: Budgets {
                 max_model_turns: new.limits.max_model_turns,
                 max_tool_calls: new.limits.max_tool_calls,
@@ -165,7 +182,17 @@ impl Run {
             ledger: BTreeMap::new(),
             sandbox_key: None,
             prewarm_sandbox: new.prewarm_sandbox,
+            lineage: None,
+            team: None,
+            children: None,
         }
+    }
+
+    /// The Run's place in its tree: its own root unless it is a child.
+    pub fn lineage(&self) -> Lineage {
+        self.lineage
+            .clone()
+            .unwrap_or_else(|| Lineage::root(&self.run_id, &self.agent))
     }
 }
 

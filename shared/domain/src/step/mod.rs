@@ -9,6 +9,8 @@
 //! (inline or in the sandbox), what the ledger says about a redelivered
 //! call, when a human must approve. No IO, no clock.
 
+use std::collections::BTreeSet;
+
 use serde_json::{json, Value};
 
 use crate::agent::{AgentDefinition, Provisioning};
@@ -45,6 +47,12 @@ pub enum StepInput<'a> {
         call_id: &'a str,
         outcome: CallOutcome,
     },
+    /// The agents the planned `delegate`/`plan` calls name were looked up:
+    /// `known` are the registered ones.
+    Delegations {
+        known: &'a BTreeSet<String>,
+        max_depth: u32,
+    },
 }
 
 /// An inline call's answer: `ok` is false when it failed (`result` is then
@@ -74,6 +82,12 @@ pub enum Next {
     Dispatch(Vec<ToolCallRecord>),
     /// Sandbox calls are out and nothing is to be sent: wait for answers.
     Wait,
+    /// These planned calls are answered by child Runs: look up the agents
+    /// they name and come back with [`StepInput::Delegations`].
+    Delegate(Vec<ToolCallRecord>),
+    /// Children are planned (or still running): wait for them, holding
+    /// nothing but the record, and have the dispatcher start them.
+    AwaitChildren,
     /// Every call of the step is settled: the next step.
     Continue,
 }
@@ -135,6 +149,9 @@ pub fn decide(
         StepInput::SandboxAnswered { call_id, outcome } => {
             sandbox_answered(run, agent, call_id, outcome, now_ms)
         }
+        StepInput::Delegations { known, max_depth } => {
+            children::delegations(run, agent, known, max_depth, now_ms)
+        }
     }
 }
 
@@ -182,7 +199,7 @@ fn claimed(run: &mut Run, agent: &AgentDefinition, now: i64) -> Result<Decision,
     let mut events = Vec::new();
     let mut lost = Vec::new();
     let mut redo = Vec::new();
-    for rec in open.iter().filter(|r| !r.sandbox) {
+    for rec in open.iter().filter(|r| !r.sandbox && !r.children) {
         match ledger::recover(rec) {
             Some(Recovery::Indeterminate) => lost.push(rec.call_id.clone()),
             Some(Recovery::Redo) => redo.push(rec.clone()),
@@ -248,8 +265,11 @@ fn replied(
     // the sandbox is held).
     let mut inline = Vec::new();
     for c in &reply.tool_calls {
-        let manifest = agent.manifest(&c.name);
+        let manifest = manifest_for(run, agent, &c.name);
         let in_sandbox = manifest.as_ref().is_some_and(|m| m.in_sandbox());
+        let by_children = manifest
+            .as_ref()
+            .is_some_and(|m| skills::answered_by_children(m.executor()));
         let idempotent = manifest
             .as_ref()
             .is_some_and(|m| skills::call_is_idempotent(m, &c.args));
@@ -261,7 +281,11 @@ fn replied(
             idempotent,
             in_sandbox,
         );
-        if in_sandbox {
+        if by_children {
+            // Planned here; its children are planned once the agents it
+            // names are looked up.
+            rec.children = true;
+        } else if in_sandbox {
             run.sandbox_key = Some(sandbox_key(&run.tenant, &run.agent));
         } else {
             rec.apply(ToolCallEvent::Dispatched { generation: None })
@@ -289,7 +313,8 @@ fn replied(
 }
 
 /// After the step's inline calls (and any sandbox answer): approval for
-/// planned sandbox calls, or their dispatch, or the wait, or the next step.
+/// planned sandbox calls, or their dispatch, or the wait; then the calls
+/// answered by children; then the next step.
 fn after_tools(
     run: &mut Run,
     agent: &AgentDefinition,
@@ -301,12 +326,22 @@ fn after_tools(
         .cloned()
         .collect();
     if planned.is_empty() {
-        return if open_calls(run).next().is_some() {
+        if open_calls(run).any(|r| r.sandbox) {
             // Sandbox calls dispatched earlier are still out.
-            Decision::new(events, Next::Wait)
-        } else {
-            Decision::new(events, Next::Continue)
-        };
+            return Decision::new(events, Next::Wait);
+        }
+        let by_children: Vec<ToolCallRecord> = open_calls(run)
+            .filter(|r| r.children && r.state == ToolCallState::Planned)
+            .cloned()
+            .collect();
+        if !by_children.is_empty() {
+            return Decision::new(events, Next::Delegate(by_children));
+        }
+        if open_calls(run).any(|r| r.children) {
+            // A redelivered step of a Run whose children are out.
+            return Decision::new(events, Next::AwaitChildren);
+        }
+        return Decision::new(events, Next::Continue);
     }
     if agent.destructive() {
         // A read-write sub-path of the user's workspace: every call needs a
@@ -454,6 +489,24 @@ pub fn event_result(result: &Value) -> Value {
     json!({"truncated": true, "bytes": text.len(), "preview": preview})
 }
 
+/// The manifest of a tool the Run may call: its agent's, and `plan` for
+/// a lead team's Run (the team makes its lead a planner).
+pub fn manifest_for(
+    run: &Run,
+    agent: &AgentDefinition,
+    name: &str,
+) -> Option<skills::SkillManifest> {
+    agent.manifest(name).or_else(|| {
+        let lead = run
+            .team
+            .as_ref()
+            .is_some_and(|t| t.strategy == crate::team::Strategy::Lead);
+        (lead && name == skills::PLAN)
+            .then(|| skills::builtin(skills::PLAN))
+            .flatten()
+    })
+}
+
 fn open_calls(run: &Run) -> impl Iterator<Item = &ToolCallRecord> {
     let step = run.step;
     run.ledger
@@ -536,6 +589,8 @@ fn retried(
     ));
     Ok(())
 }
+
+mod children;
 
 #[cfg(test)]
 mod tests;

@@ -255,3 +255,128 @@ fn answers_that_do_not_fit_the_ledger_are_refused_by_name() {
         Err(StepRefused::Tool { .. })
     ));
 }
+
+fn delegating_agent() -> AgentDefinition {
+    AgentDefinition::from_json(
+        "a",
+        &json!({
+            "model": {"provider": "scripted", "model_id": "m", "context_window": 4096},
+            "system_prompt": "You help.",
+            "skills": ["current_time", "shell_exec", "delegate"]
+        }),
+    )
+    .unwrap()
+}
+
+fn delegations(targets: &[(&str, &str)]) -> ModelReply {
+    let mut r = reply(&[]);
+    r.tool_calls = targets
+        .iter()
+        .enumerate()
+        .map(|(i, (agent, task))| ToolCall {
+            id: format!("d{i}"),
+            name: "delegate".into(),
+            args: json!({"agent": agent, "task": task}),
+        })
+        .collect();
+    r
+}
+
+#[test]
+fn delegate_calls_become_children_of_one_waiting_point() {
+    let a = delegating_agent();
+    let mut run = test_run();
+    run.apply(RunEvent::Claimed { lease_until_ms: 9 }, 1)
+        .unwrap();
+    let d = decide(
+        &mut run,
+        &a,
+        StepInput::Replied(&delegations(&[("b", "x"), ("c", "y")])),
+        1,
+    )
+    .unwrap();
+    assert!(d.checkpoint, "the calls are recorded before anything runs");
+    let Next::Delegate(calls) = &d.next else {
+        panic!("expected the agents to be looked up, got {:?}", d.next)
+    };
+    assert_eq!(calls.len(), 2);
+    assert!(run
+        .ledger
+        .values()
+        .all(|r| r.children && r.state == ToolCallState::Planned));
+    let known = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+    let input = StepInput::Delegations {
+        known: &known,
+        max_depth: 4,
+    };
+    let d = decide(&mut run, &a, input, 2).unwrap();
+    assert_eq!(d.next, Next::AwaitChildren);
+    assert!(run
+        .ledger
+        .values()
+        .all(|r| r.state == ToolCallState::Dispatched));
+    let children = run.children.clone().unwrap();
+    assert_eq!((children.round, children.outstanding), (1, 2));
+    assert_eq!(children.slots[1].agent, "c");
+
+    // Redelivered while the children run: wait again, nothing is lost or
+    // taken for indeterminate.
+    run.apply(RunEvent::AwaitChildren, 3).unwrap();
+    run.apply(RunEvent::Claimed { lease_until_ms: 9 }, 4)
+        .unwrap();
+    let d = decide(&mut run, &a, StepInput::Claimed, 5).unwrap();
+    assert_eq!(d.next, Next::AwaitChildren);
+    assert!(d.events.is_empty());
+}
+
+#[test]
+fn a_refused_delegation_is_the_calls_error_and_the_run_carries_on() {
+    let a = delegating_agent();
+    let mut run = test_run();
+    decide(
+        &mut run,
+        &a,
+        StepInput::Replied(&delegations(&[("zed", "x"), ("a", "y")])),
+        1,
+    )
+    .unwrap();
+    let known = ["a"].iter().map(|s| s.to_string()).collect();
+    let input = StepInput::Delegations {
+        known: &known,
+        max_depth: 4,
+    };
+    let d = decide(&mut run, &a, input, 2).unwrap();
+    assert_eq!(d.next, Next::Continue);
+    assert_eq!(kinds(&d), ["tool_result", "tool_result"]);
+    let codes: Vec<&str> = d
+        .events
+        .iter()
+        .map(|e| e.data["result"]["error"]["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["AGENT_NOT_FOUND", "DELEGATION_CYCLE"]);
+    assert!(run.children.is_none());
+}
+
+#[test]
+fn only_an_agent_with_the_skill_delegates_and_only_a_lead_plans() {
+    let mut run = test_run();
+    let mut r = delegations(&[("b", "x")]);
+    r.tool_calls.push(ToolCall {
+        id: "p".into(),
+        name: "plan".into(),
+        args: json!({"tasks": []}),
+    });
+    // Without the skill, both are unknown inline tools (answered DENIED).
+    let d = decide(&mut run, &agent(), StepInput::Replied(&r), 1).unwrap();
+    assert!(matches!(d.next, Next::RunInline(ref c) if c.len() == 2));
+    let mut lead = test_run();
+    lead.team = Some(
+        crate::team::TeamDefinition::from_json(
+            "eng",
+            &json!({"members": ["b"], "strategy": "lead", "lead": "a"}),
+        )
+        .unwrap(),
+    );
+    assert!(manifest_for(&lead, &agent(), "plan").is_some());
+    assert!(manifest_for(&run, &agent(), "plan").is_none());
+}

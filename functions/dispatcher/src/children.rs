@@ -1,0 +1,335 @@
+//! Collaboration, the dispatcher's part (T2: expansion, waiting and
+//! aggregation). A parent waits in `AWAITING_CHILDREN` with its children
+//! listed on its record; this file creates and starts them (within the
+//! waiting point's `max_parallel`), takes note of each one's end on the
+//! parent (the domain's `child_ended`, written conditional on the parent as
+//! read, so the outstanding counter moves atomically and the parent goes on
+//! exactly once), expands a fan-out team's Run into its members, and
+//! cancels the children of a parent that ended.
+//!
+//! A start is sent before the parent's record says so: a start is
+//! harmless to repeat (the dispatcher drops a second one), a record saying
+//! "started" about a child that never was would not be.
+
+use std::collections::HashMap;
+
+use armada_domain::agent::AgentDefinition;
+use armada_domain::collab::children::{self, ChildEnd, Noted};
+use armada_domain::collab::{codes as collab_codes, SlotState};
+use armada_domain::run::{RunAction, RunState};
+use armada_domain::team::Strategy;
+
+use super::*;
+
+/// Conflicting writers on one parent retried before the message is.
+const PARENT_ATTEMPTS: usize = 20;
+
+impl Dispatcher {
+    /// `SpawnChildren`: the children of waiting point `round` that do not
+    /// exist yet are created, and as many as `max_parallel` allows started.
+    pub(crate) async fn spawn_children(&self, run_id: &str, tenant: &str, round: u32) -> Outcome {
+        for _ in 0..PARENT_ATTEMPTS {
+            let Some(parent) = tryo!(self.load(run_id, tenant).await) else {
+                return Outcome::Done;
+            };
+            let current = parent.children.as_ref().map_or(0, |c| c.round);
+            if parent.state != RunState::AwaitingChildren || current != round {
+                tracing::info!(run_id, state = %parent.state, round, current, "children's start for a parent that moved on dropped");
+                return Outcome::Done;
+            }
+            let created = self.create_children(&parent).await;
+            if created != Outcome::Done {
+                return created;
+            }
+            let now = self.svc.clock.now_ms();
+            let mut next = parent.clone();
+            let (start, events) = children::start_queued(&mut next, now);
+            if start.is_empty() {
+                return Outcome::Done;
+            }
+            for id in &start {
+                tryo!(self.send_start(id, tenant).await);
+            }
+            match self
+                .svc
+                .runs
+                .save(parent.stamp(), &next, &events, vec![])
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(run_id, round, started = start.len(), "children started");
+                    return Outcome::Done;
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return retry(e),
+            }
+        }
+        Outcome::retry("the parent kept changing")
+    }
+
+    /// Creates the Runs of the current waiting point's children that are
+    /// not created yet (each is created once: its id is fixed by its slot).
+    async fn create_children(&self, parent: &Run) -> Outcome {
+        let Some(c) = parent.children.as_ref() else {
+            return Outcome::Done;
+        };
+        let now = self.svc.clock.now_ms();
+        let mut agents: HashMap<String, Option<AgentDefinition>> = HashMap::new();
+        for slot in c.slots.iter().filter(|s| s.round == c.round) {
+            if slot.state != SlotState::Queued {
+                continue;
+            }
+            if !agents.contains_key(&slot.agent) {
+                let def = tryo!(self.svc.registry.agent(&slot.agent).await);
+                agents.insert(slot.agent.clone(), def);
+            }
+            // An agent deleted since its child was planned: the child is
+            // created all the same and fails at its first step, naming it.
+            let def = agents.get(&slot.agent).cloned().flatten();
+            let mut child = children::new_child(parent, slot, def.as_ref(), now);
+            let lineage = child.lineage();
+            let created = child.push_event(
+                "run_created",
+                json!({"agent": child.agent, "parent_run_id": parent.run_id, "kind": lineage.kind, "depth": lineage.depth}),
+                now,
+            );
+            match self.svc.runs.create(&child, &[created], vec![]).await {
+                Ok(()) | Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return retry(e),
+            }
+        }
+        Outcome::Done
+    }
+
+    async fn send_start(&self, run_id: &str, tenant: &str) -> Result<(), StoreError> {
+        self.svc
+            .queues
+            .send_dispatch(&DispatchMessage::StartRun {
+                run_id: run_id.to_string(),
+                tenant: tenant.to_string(),
+            })
+            .await
+    }
+
+    /// Round 1 of a fan-out team's Run, instead of its first step.
+    pub(crate) async fn expand(&self, run: Run) -> Outcome {
+        let now = self.svc.clock.now_ms();
+        let mut next = run.clone();
+        let events = match children::expand_team(&mut next, now) {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::error!(run_id = %run.run_id, error = %e, "team run not expanded; dropped");
+                return Outcome::Done;
+            }
+        };
+        match self
+            .svc
+            .runs
+            .save(run.stamp(), &next, &events, vec![])
+            .await
+        {
+            // Someone else expanded it: the spawn below is idempotent.
+            Ok(()) | Err(StoreError::Conflict { .. }) => {}
+            Err(e) => return retry(e),
+        }
+        tracing::info!(run_id = %run.run_id, members = next.outstanding_children(), "team expanded");
+        self.spawn_children(&run.run_id, &run.tenant, 1).await
+    }
+
+    /// A child's start: only while its parent still waits for it; the child
+    /// of a parent that ended is cancelled instead.
+    pub(crate) async fn parent_still_waits(&self, child: &Run) -> Result<bool, StoreError> {
+        let Some(pid) = &child.parent_run_id else {
+            return Ok(true);
+        };
+        let parent = self.svc.runs.get(pid).await?;
+        Ok(parent.is_some_and(|p| p.state.is_active() && p.tenant == child.tenant))
+    }
+
+    /// A child ended: its parent takes note (see [`children::child_ended`]).
+    pub(crate) async fn notify_parent(&self, child: &Run) -> Outcome {
+        let Some(parent_id) = child.parent_run_id.clone() else {
+            return Outcome::Done;
+        };
+        let output = match (&child.output, child.state.outcome()) {
+            (Some(p), RunState::Completed) => Some(tryo!(self.svc.payloads.read(p).await)),
+            _ => None,
+        };
+        let end = ChildEnd {
+            run_id: child.run_id.clone(),
+            agent: child.agent.clone(),
+            state: child.state.outcome(),
+            output,
+            error: child.error.clone(),
+        };
+        for _ in 0..PARENT_ATTEMPTS {
+            let Some(parent) = tryo!(self.load(&parent_id, &child.tenant).await) else {
+                return Outcome::Done;
+            };
+            if parent.state.is_terminal() {
+                // It ended without this child; its settling cancels the rest.
+                return Outcome::Done;
+            }
+            let earlier = if children::needs_earlier(&parent, &child.run_id) {
+                let log = tryo!(self.svc.run_events.all_events(&parent_id).await);
+                log.iter().filter_map(ChildEnd::from_event).collect()
+            } else {
+                vec![]
+            };
+            let now = self.svc.clock.now_ms();
+            let mut next = parent.clone();
+            match children::child_ended(&mut next, end.clone(), &earlier, now) {
+                Ok(Noted::Duplicate) => {
+                    tryo!(self.resend_parent_followup(&parent, now).await);
+                    return Outcome::Done;
+                }
+                Ok(Noted::Recorded {
+                    events,
+                    start,
+                    actions,
+                }) => {
+                    for id in &start {
+                        tryo!(self.send_start(id, &parent.tenant).await);
+                    }
+                    match self
+                        .svc
+                        .runs
+                        .save(parent.stamp(), &next, &events, vec![])
+                        .await
+                    {
+                        Ok(()) => {}
+                        Err(StoreError::Conflict { .. }) => continue,
+                        Err(e) => return retry(e),
+                    }
+                    tracing::info!(run_id = %parent_id, child = %child.run_id, outstanding = next.outstanding_children(), state = %next.state, "child's end noted");
+                    tryo!(self.carry_out(&next, &actions).await);
+                    return Outcome::Done;
+                }
+                Err(children::EndRefused::NotWaiting(state)) => {
+                    // A step holds the parent (a redelivered one): its
+                    // commit comes first, this end after it.
+                    let left_ms = (parent.lease_until_ms - now).max(0);
+                    let min_delay_s = ((left_ms + 999) / 1000).max(1) as u32;
+                    return Outcome::Retry {
+                        reason: format!("the parent is {state}, not waiting"),
+                        min_delay_s,
+                    };
+                }
+                Err(children::EndRefused::UnknownChild(id)) => {
+                    tracing::error!(run_id = %parent_id, child = %id, "a child the parent does not list; dropped");
+                    return Outcome::Done;
+                }
+                Err(children::EndRefused::Illegal(e)) => return self.illegal(&parent_id, &e),
+            }
+        }
+        Outcome::retry("the parent kept changing")
+    }
+
+    /// The IO a parent's change asks for, after its commit.
+    async fn carry_out(&self, run: &Run, actions: &[RunAction]) -> Result<(), StoreError> {
+        for a in actions {
+            match a {
+                RunAction::EnqueueNextStep => {
+                    self.svc
+                        .queues
+                        .send_harness(&HarnessMessage::Step {
+                            run_id: run.run_id.clone(),
+                            tenant: run.tenant.clone(),
+                            step: run.step,
+                        })
+                        .await?
+                }
+                RunAction::AnnounceTerminal => {
+                    self.svc
+                        .queues
+                        .send_dispatch(&DispatchMessage::RunTerminal {
+                            run_id: run.run_id.clone(),
+                            tenant: run.tenant.clone(),
+                        })
+                        .await?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A duplicate end may be the retry of one whose commit landed and whose
+    /// follow-up was lost: the follow-up is sent again (the harness queue's
+    /// deduplication and the claim make a second copy harmless).
+    async fn resend_parent_followup(&self, parent: &Run, now: i64) -> Result<(), StoreError> {
+        let resting = parent.state == RunState::Executing
+            && parent.lease_until_ms <= now
+            && parent.outstanding_children() == 0;
+        if resting {
+            self.carry_out(parent, &[RunAction::EnqueueNextStep]).await
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A parent ended: every child still active is cancelled (fenced, as
+    /// any cancel), and each one's own settling does the same below it.
+    pub(crate) async fn cancel_children(&self, parent: &Run) -> Outcome {
+        let Some(c) = parent.children.as_ref() else {
+            return Outcome::Done;
+        };
+        let open: Vec<String> = c
+            .slots
+            .iter()
+            .filter(|s| s.state != SlotState::Ended)
+            .map(|s| s.run_id.clone())
+            .collect();
+        for child_id in open {
+            let outcome = self
+                .cancel_child(&child_id, &parent.tenant, &parent.run_id)
+                .await;
+            if outcome != Outcome::Done {
+                return outcome;
+            }
+        }
+        Outcome::Done
+    }
+
+    async fn cancel_child(&self, child_id: &str, tenant: &str, parent_id: &str) -> Outcome {
+        for _ in 0..5 {
+            // Never created (the parent ended first): nothing to cancel.
+            let Some(child) = tryo!(self.load(child_id, tenant).await) else {
+                return Outcome::Done;
+            };
+            if child.state.is_terminal() {
+                return Outcome::Done;
+            }
+            let now = self.svc.clock.now_ms();
+            let by = json!({"by": "parent", "parent_run_id": parent_id, "code": collab_codes::PARENT_ENDED});
+            match self
+                .end_from_outside(child, RunEvent::CancelRequested, by, now)
+                .await
+            {
+                Ok(Ok(())) => {
+                    tracing::info!(run_id = %child_id, parent = %parent_id, "child cancelled with its parent");
+                    tryo!(
+                        self.svc
+                            .queues
+                            .send_dispatch(&DispatchMessage::RunTerminal {
+                                run_id: child_id.to_string(),
+                                tenant: tenant.to_string(),
+                            })
+                            .await
+                    );
+                    return Outcome::Done;
+                }
+                Ok(Err(e)) => return self.illegal(child_id, &e),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return retry(e),
+            }
+        }
+        Outcome::retry("the child kept changing")
+    }
+
+    /// Whether a Run starts by expanding into its team's members.
+    pub(crate) fn fans_out(run: &Run) -> bool {
+        run.team
+            .as_ref()
+            .is_some_and(|t| t.strategy == Strategy::FanOut)
+    }
+}

@@ -1,0 +1,391 @@
+//! Collaboration end to end on the in-memory ports: the harness and the
+//! dispatcher handed each other's messages until nothing is left (the
+//! watchdog's delayed checks set aside). Delegation, fan-out with round 2,
+//! a lead's plan, the failure policies, cancelling a parent, duplicated and
+//! simultaneous ends. No emulator; `tests/collaboration.rs` is the same on it.
+
+use std::sync::Arc;
+
+use armada_core::memory::fixtures::{accepted_run, agent, sqs_event};
+use armada_core::memory::{test_config, Memory};
+use armada_domain::collab::RunKind;
+use armada_domain::run::Payload;
+use armada_domain::team::TeamDefinition;
+use armada_harness::Harness;
+
+use super::*;
+
+const TENANT: &str = "acme";
+
+struct Stack {
+    svc: Arc<Services>,
+    mem: Arc<Memory>,
+    harness: Harness,
+    dispatcher: Dispatcher,
+}
+
+async fn stack() -> Stack {
+    let (svc, mem) = Services::in_memory(test_config());
+    agent(&svc, "boss", &["delegate", "current_time"]).await;
+    for name in ["a", "b", "c"] {
+        agent(&svc, name, &["current_time"]).await;
+    }
+    Stack {
+        harness: Harness::new(svc.clone()),
+        dispatcher: Dispatcher::new(svc.clone()),
+        svc,
+        mem,
+    }
+}
+
+impl Stack {
+    /// Hands every queued message to its consumer, one at a time, until
+    /// none is left; the watchdog's checks are set aside.
+    async fn pump(&self) {
+        for _ in 0..500 {
+            let harness = self.mem.take_harness();
+            let dispatch: Vec<DispatchMessage> = self
+                .mem
+                .take_dispatch()
+                .into_iter()
+                .filter(|m| !matches!(m, DispatchMessage::CheckRun { .. }))
+                .collect();
+            if harness.is_empty() && dispatch.is_empty() {
+                return;
+            }
+            for m in harness {
+                self.to_harness(&m).await;
+            }
+            for m in dispatch {
+                self.to_dispatcher(&m).await;
+            }
+        }
+        panic!("the messages never settled");
+    }
+
+    async fn to_harness(&self, m: &HarnessMessage) {
+        let body = serde_json::to_string(m).unwrap_or_default();
+        let event = sqs_event(&self.svc.cfg.harness_queue, &[body]);
+        self.harness.handle_event(event).await.expect("handled");
+    }
+
+    async fn to_dispatcher(&self, m: &DispatchMessage) -> usize {
+        let body = serde_json::to_string(m).unwrap_or_default();
+        let event = sqs_event(&self.svc.cfg.dispatch_queue, &[body]);
+        self.dispatcher
+            .handle_event(event)
+            .await
+            .batch_item_failures
+            .len()
+    }
+
+    async fn start(&self, agent_name: &str, input: &str, team: Option<TeamDefinition>) -> Run {
+        let def = self.svc.registry.agent(agent_name).await.ok().flatten();
+        let mut run = accepted_run(&self.svc, TENANT, &def.expect("agent"), input).await;
+        if team.is_some() {
+            let prev = run.stamp();
+            run.team = team;
+            self.svc
+                .runs
+                .save(prev, &run, &[], vec![])
+                .await
+                .expect("saved");
+        }
+        self.to_dispatcher(&DispatchMessage::StartRun {
+            run_id: run.run_id.clone(),
+            tenant: TENANT.into(),
+        })
+        .await;
+        run
+    }
+
+    fn run(&self, id: &str) -> Run {
+        self.mem.state().runs[id].clone()
+    }
+
+    fn output(&self, id: &str) -> String {
+        match self.run(id).output {
+            Some(Payload::Inline { text }) => text,
+            other => panic!("no inline output: {other:?}"),
+        }
+    }
+
+    fn children(&self, id: &str) -> Vec<Run> {
+        let ids: Vec<String> = self
+            .run(id)
+            .children
+            .map(|c| c.slots.into_iter().map(|s| s.run_id).collect())
+            .unwrap_or_default();
+        ids.iter().map(|i| self.run(i)).collect()
+    }
+
+    fn kinds(&self, id: &str) -> Vec<String> {
+        self.mem.state().events[id]
+            .values()
+            .map(|e| e.kind.clone())
+            .collect()
+    }
+}
+
+fn team(body: serde_json::Value) -> Option<TeamDefinition> {
+    Some(TeamDefinition::from_json("soc", &body).expect("team"))
+}
+
+#[tokio::test]
+async fn a_delegation_answers_the_parents_call_and_the_parent_carries_on() {
+    let s = stack().await;
+    let parent = s
+        .start(
+            "boss",
+            r#"/tool delegate {"agent": "a", "task": "say hi"}"#,
+            None,
+        )
+        .await;
+    s.pump().await;
+    let done = s.run(&parent.run_id);
+    assert_eq!(done.state, RunState::ClosedCompleted, "{:?}", done.error);
+    let out = s.output(&parent.run_id);
+    assert!(out.starts_with("tool delegate returned: "), "{out}");
+    assert!(out.contains(r#""output":"echo: say hi""#), "{out}");
+    let kids = s.children(&parent.run_id);
+    assert_eq!(kids.len(), 1);
+    let child = &kids[0];
+    assert_eq!(child.state, RunState::ClosedCompleted);
+    assert_eq!(child.parent_run_id.as_deref(), Some(parent.run_id.as_str()));
+    let l = child.lineage();
+    assert_eq!(
+        (l.kind, l.depth, l.root_run_id.as_str()),
+        (RunKind::Delegation, 1, parent.run_id.as_str())
+    );
+    assert_eq!(child.sandbox_key, None, "never the parent's sandbox");
+    let kinds = s.kinds(&parent.run_id);
+    for k in [
+        "child_started",
+        "child_finished",
+        "tool_result",
+        "run_completed",
+    ] {
+        assert!(kinds.contains(&k.to_string()), "{k} in {kinds:?}");
+    }
+    assert_eq!(done.outstanding_children(), 0);
+}
+
+#[tokio::test]
+async fn delegations_in_one_turn_run_together_and_refusals_do_not_stop_the_run() {
+    let s = stack().await;
+    let input = r#"/tools [{"name":"delegate","args":{"agent":"a","task":"one"}},{"name":"delegate","args":{"agent":"b","task":"two"}},{"name":"delegate","args":{"agent":"boss","task":"loop"}},{"name":"delegate","args":{"agent":"nobody","task":"x"}}]"#;
+    let parent = s.start("boss", input, None).await;
+    // One pass of each: the parent waits, both children are started at once.
+    for m in s.mem.take_harness() {
+        s.to_harness(&m).await;
+    }
+    assert_eq!(s.run(&parent.run_id).state, RunState::AwaitingChildren);
+    assert_eq!(s.run(&parent.run_id).outstanding_children(), 2);
+    s.pump().await;
+    let out = s.output(&parent.run_id);
+    for needle in [
+        "echo: one",
+        "echo: two",
+        "DELEGATION_CYCLE",
+        "AGENT_NOT_FOUND",
+    ] {
+        assert!(out.contains(needle), "{needle} in {out}");
+    }
+    assert_eq!(s.children(&parent.run_id).len(), 2);
+}
+
+#[tokio::test]
+async fn a_fan_out_runs_every_member_then_round_two_over_all_of_them() {
+    let s = stack().await;
+    let t = team(
+        serde_json::json!({"members": ["a", "b", "c"], "strategy": "fan_out", "max_parallel": 2}),
+    );
+    let parent = s.start("a", "assess alert 7", t).await;
+    let waiting = s.run(&parent.run_id);
+    assert_eq!(waiting.state, RunState::AwaitingChildren);
+    assert_eq!(waiting.outstanding_children(), 3);
+    let started: Vec<_> = s.children(&parent.run_id);
+    assert_eq!(started.len(), 3, "all created");
+    s.pump().await;
+    let done = s.run(&parent.run_id);
+    assert_eq!(done.state, RunState::ClosedCompleted, "{:?}", done.error);
+    let out = s.output(&parent.run_id);
+    for m in [
+        "### a — COMPLETED",
+        "### b — COMPLETED",
+        "### c — COMPLETED",
+        "echo: assess alert 7",
+    ] {
+        assert!(out.contains(m), "{m} in {out}");
+    }
+    assert_eq!(done.usage.model_turns, 1, "one model call: round 2");
+    let rounds = s
+        .kinds(&parent.run_id)
+        .iter()
+        .filter(|k| *k == "round_started")
+        .count();
+    assert_eq!(rounds, 2);
+    for kid in s.children(&parent.run_id) {
+        assert_eq!(kid.lineage().kind, RunKind::Member);
+    }
+}
+
+#[tokio::test]
+async fn a_failing_member_fails_the_team_under_all_and_is_listed_under_best_effort() {
+    for (policy, ends) in [
+        ("all", RunState::ClosedFailed),
+        ("best_effort", RunState::ClosedCompleted),
+    ] {
+        let s = stack().await;
+        let t = team(
+            serde_json::json!({"members": ["a", "b"], "strategy": "fan_out", "failure_policy": policy}),
+        );
+        // Each member answers the team's input: "/fail" makes them all fail
+        // ... so fail only b, by making its model fail.
+        let parent = s.start("a", "look", t).await;
+        let b_child = s.children(&parent.run_id)[1].run_id.clone();
+        if let Some(r) = s.mem.state().runs.get_mut(&b_child) {
+            r.input = Payload::Inline {
+                text: "/fail down".into(),
+            };
+        }
+        s.pump().await;
+        let done = s.run(&parent.run_id);
+        assert_eq!(done.state, ends, "{policy}: {:?}", done.error);
+        if policy == "all" {
+            let e = done.error.expect("an error");
+            assert_eq!(e.code, "MEMBERS_FAILED");
+            assert!(e.message.contains("b FAILED (MODEL_ERROR"), "{}", e.message);
+        } else {
+            let out = s.output(&parent.run_id);
+            assert!(
+                out.contains("### b — FAILED") && out.contains("(no answer: FAILED (MODEL_ERROR"),
+                "{out}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_lead_plans_executors_run_in_parallel_and_the_lead_consolidates() {
+    let s = stack().await;
+    let t = team(serde_json::json!({"members": ["a", "b"], "strategy": "lead", "lead": "boss"}));
+    let input = r#"/tool plan {"tasks": [{"agent": "a", "task": "part one"}, {"agent": "b", "task": "part two"}]}"#;
+    let parent = s.start("boss", input, t).await;
+    for m in s.mem.take_harness() {
+        s.to_harness(&m).await;
+    }
+    for m in s.mem.take_dispatch() {
+        s.to_dispatcher(&m).await;
+    }
+    // Both executors were started before either ended.
+    let kids = s.children(&parent.run_id);
+    assert_eq!(kids.len(), 2);
+    let starts: Vec<_> = s
+        .mem
+        .take_dispatch()
+        .into_iter()
+        .filter(|m| matches!(m, DispatchMessage::StartRun { .. }))
+        .collect();
+    assert_eq!(starts.len(), 2);
+    for m in starts {
+        s.to_dispatcher(&m).await;
+    }
+    s.pump().await;
+    let out = s.output(&parent.run_id);
+    assert!(out.starts_with("tool plan returned: "), "{out}");
+    assert!(
+        out.contains("echo: part one") && out.contains("echo: part two"),
+        "{out}"
+    );
+    assert_eq!(
+        s.run(&parent.run_id).usage.model_turns,
+        2,
+        "planned, then consolidated"
+    );
+    assert!(s
+        .children(&parent.run_id)
+        .iter()
+        .all(|k| k.lineage().kind == RunKind::Executor));
+}
+
+#[tokio::test]
+async fn cancelling_a_parent_cancels_its_children_and_theirs() {
+    let s = stack().await;
+    let t = team(serde_json::json!({"members": ["a", "b", "c"], "strategy": "fan_out"}));
+    let parent = s.start("a", "/sleep 1 slow", t).await;
+    // The members exist and were started; cancel before any of them runs.
+    let mut p = s.run(&parent.run_id);
+    let prev = p.stamp();
+    p.apply_from_outside(RunEvent::CancelRequested, 5)
+        .expect("cancellable");
+    s.svc.runs.save(prev, &p, &[], vec![]).await.expect("saved");
+    s.to_dispatcher(&DispatchMessage::RunTerminal {
+        run_id: parent.run_id.clone(),
+        tenant: TENANT.into(),
+    })
+    .await;
+    s.pump().await;
+    assert_eq!(s.run(&parent.run_id).state, RunState::ClosedCancelled);
+    let kids = s.children(&parent.run_id);
+    assert_eq!(kids.len(), 3);
+    for k in kids {
+        assert_eq!(k.state, RunState::ClosedCancelled, "{}", k.run_id);
+        assert_eq!(
+            k.usage.model_turns, 0,
+            "no child ran after its parent ended"
+        );
+    }
+}
+
+#[tokio::test]
+async fn duplicated_and_simultaneous_ends_settle_the_round_exactly_once() {
+    let s = stack().await;
+    let t = team(serde_json::json!({"members": ["a", "b", "c"], "strategy": "fan_out"}));
+    let parent = s.start("a", "hello", t).await;
+    // Run every member to its end without settling any of them.
+    let ids: Vec<String> = s
+        .children(&parent.run_id)
+        .into_iter()
+        .map(|k| k.run_id)
+        .collect();
+    for _ in 0..10 {
+        for m in s.mem.take_harness() {
+            s.to_harness(&m).await;
+        }
+        let starts: Vec<_> = s
+            .mem
+            .take_dispatch()
+            .into_iter()
+            .filter(|m| matches!(m, DispatchMessage::StartRun { .. }))
+            .collect();
+        for m in starts {
+            s.to_dispatcher(&m).await;
+        }
+    }
+    assert!(ids.iter().all(|id| s.run(id).state == RunState::Completed));
+    let terminal = |id: &String| DispatchMessage::RunTerminal {
+        run_id: id.clone(),
+        tenant: TENANT.into(),
+    };
+    // All three at once, twice each, in no particular order.
+    let msgs: Vec<DispatchMessage> = [2, 0, 1, 0, 2, 1]
+        .iter()
+        .map(|i| terminal(&ids[*i]))
+        .collect();
+    let deliveries = msgs.iter().map(|m| s.to_dispatcher(m));
+    futures::future::join_all(deliveries).await;
+    let p = s.run(&parent.run_id);
+    assert_eq!(
+        (p.state, p.outstanding_children(), p.step),
+        (RunState::Executing, 0, 1)
+    );
+    let steps = s.mem.take_harness();
+    assert_eq!(steps.len(), 1, "round 2 triggered once: {steps:?}");
+    let finished = s
+        .kinds(&parent.run_id)
+        .iter()
+        .filter(|k| *k == "child_finished")
+        .count();
+    assert_eq!(finished, 3);
+}

@@ -1,0 +1,608 @@
+//! The children a parent Run waits for. The parent's record holds one slot
+//! per child it ever had (rounds accumulate: the trace reads them) and, for
+//! the current waiting point, the outstanding counter. Every change of it
+//! is made here, on the parent as read, and written back by the caller
+//! conditional on that version: two children ending together cannot both
+//! take the counter from 2 to 1, and a child's end recorded twice is seen
+//! as a duplicate by its slot, so the round settles exactly once.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::{child_run_id, codes, RunKind};
+use crate::agent::AgentDefinition;
+use crate::ledger::ToolCallEvent;
+use crate::run::{
+    clip, IllegalTransition, NewRun, Run, RunAction, RunError, RunEvent, RunEventRecord, RunState,
+};
+use crate::skills;
+use crate::step::event_result;
+use crate::team::{FailurePolicy, Strategy};
+
+/// A child's output as its `child_finished` event (and so a tool result
+/// or a round-2 message) keeps it.
+pub const CHILD_OUTPUT_BYTES: usize = 16 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SlotState {
+    /// Planned (its Run may already exist, PENDING): waits for a place
+    /// within `max_parallel`.
+    Queued,
+    /// Its start was sent.
+    Started,
+    /// It reached a terminal state and the parent has taken note.
+    Ended,
+}
+
+/// How a child ended, as its parent keeps it (the output is in the
+/// parent's `child_finished` event).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildOutcome {
+    pub state: RunState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildSlot {
+    pub run_id: String,
+    pub agent: String,
+    pub kind: RunKind,
+    /// The waiting point it belongs to.
+    pub round: u32,
+    /// The parent's tool call it answers (`delegate`, `plan`); none for a
+    /// team member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// Its input; none: the parent's own input (a team member).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    pub state: SlotState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<ChildOutcome>,
+}
+
+/// The parent's waiting point and every child it had.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Children {
+    /// The current (or last) waiting point, from 1.
+    pub round: u32,
+    /// Children of the current round not yet ended: the counter that
+    /// decides, at 0, that the parent goes on.
+    pub outstanding: u32,
+    pub max_parallel: u32,
+    pub slots: Vec<ChildSlot>,
+}
+
+impl Children {
+    fn current(&self) -> impl Iterator<Item = &ChildSlot> {
+        let round = self.round;
+        self.slots.iter().filter(move |s| s.round == round)
+    }
+
+    /// Children of the current round whose start was sent and that have
+    /// not ended.
+    pub fn running(&self) -> usize {
+        self.current()
+            .filter(|s| s.state == SlotState::Started)
+            .count()
+    }
+
+    pub fn slot(&self, run_id: &str) -> Option<&ChildSlot> {
+        self.slots.iter().find(|s| s.run_id == run_id)
+    }
+}
+
+impl Run {
+    /// Children of the current waiting point not yet ended (0 when none).
+    pub fn outstanding_children(&self) -> u32 {
+        self.children.as_ref().map_or(0, |c| c.outstanding)
+    }
+}
+
+/// Opens a new waiting point on `run` with these children (queued).
+pub fn open_round(run: &mut Run, mut slots: Vec<ChildSlot>, max_parallel: u32) {
+    let children = run.children.get_or_insert_with(|| Children {
+        round: 0,
+        outstanding: 0,
+        max_parallel,
+        slots: vec![],
+    });
+    children.round += 1;
+    children.max_parallel = max_parallel.max(1);
+    children.outstanding = slots.len() as u32;
+    for s in &mut slots {
+        s.round = children.round;
+        s.state = SlotState::Queued;
+    }
+    children.slots.extend(slots);
+}
+
+/// Marks as many queued children of the current round as `max_parallel`
+/// leaves room for as started, in order: the caller sends their starts
+/// (before it commits, since a start is harmless to repeat) and commits.
+pub fn start_queued(run: &mut Run, now: i64) -> (Vec<String>, Vec<RunEventRecord>) {
+    let Some(children) = run.children.as_mut() else {
+        return (vec![], vec![]);
+    };
+    let room = (children.max_parallel as usize).saturating_sub(children.running());
+    let round = children.round;
+    let mut started = Vec::new();
+    for s in children.slots.iter_mut() {
+        if started.len() >= room {
+            break;
+        }
+        if s.round == round && s.state == SlotState::Queued {
+            s.state = SlotState::Started;
+            started.push((s.run_id.clone(), s.agent.clone(), s.kind));
+        }
+    }
+    let events = started
+        .iter()
+        .map(|(id, agent, kind)| {
+            run.push_event(
+                "child_started",
+                json!({"run_id": id, "agent": agent, "kind": kind}),
+                now,
+            )
+        })
+        .collect();
+    (started.into_iter().map(|(id, ..)| id).collect(), events)
+}
+
+/// A team Run that cannot expand as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpandRefused {
+    #[error("the run is not a fan-out team's run")]
+    NotFanOut,
+    #[error(transparent)]
+    Illegal(#[from] IllegalTransition),
+}
+
+/// Round 1 of a fan-out team: one member child each, the team's Run
+/// waiting for all of them (an event from outside the harness, fencing it).
+pub fn expand_team(run: &mut Run, now: i64) -> Result<Vec<RunEventRecord>, ExpandRefused> {
+    let Some(team) = run.team.clone().filter(|t| t.strategy == Strategy::FanOut) else {
+        return Err(ExpandRefused::NotFanOut);
+    };
+    run.apply_from_outside(RunEvent::Expanded, now)?;
+    let slots = team
+        .members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| ChildSlot {
+            run_id: child_run_id(&run.run_id, "member", i),
+            agent: m.clone(),
+            kind: RunKind::Member,
+            round: 0,
+            call_id: None,
+            task: None,
+            state: SlotState::Queued,
+            outcome: None,
+        })
+        .collect();
+    open_round(run, slots, team.max_parallel);
+    let ev = run.push_event(
+        "round_started",
+        json!({"round": 1, "team": team.name, "members": team.members}),
+        now,
+    );
+    Ok(vec![ev])
+}
+
+/// The child Run of `slot`: the parent's tenant and metadata, its own
+/// agent's limits within the parent's deadline (a child never outlives its
+/// root), its lineage one deeper; never the parent's sandbox (the agent
+/// decides which sandbox, and an agent's sandbox is its own). `agent`:
+/// `None` when it was deleted since (the child then fails at its start).
+pub fn new_child(parent: &Run, slot: &ChildSlot, agent: Option<&AgentDefinition>, now: i64) -> Run {
+    let input = match &slot.task {
+        Some(t) => crate::run::Payload::Inline { text: t.clone() },
+        None => parent.input.clone(),
+    };
+    let prewarm_sandbox = agent.is_some_and(|a| {
+        a.sandbox.resident
+            && a.skills
+                .iter()
+                .any(|s| skills::builtin(s).is_some_and(|m| m.in_sandbox()))
+    });
+    let mut run = Run::new(
+        NewRun {
+            run_id: slot.run_id.clone(),
+            tenant: parent.tenant.clone(),
+            agent: slot.agent.clone(),
+            input,
+            session: None,
+            parent_run_id: Some(parent.run_id.clone()),
+            callback_url: None,
+            metadata: parent.metadata.clone(),
+            limits: agent.map(|a| a.limits).unwrap_or_default(),
+            prewarm_sandbox,
+        },
+        now,
+    );
+    run.budgets.deadline_ms = run.budgets.deadline_ms.min(parent.budgets.deadline_ms);
+    run.lineage = Some(parent.lineage().child(&slot.agent, slot.kind));
+    run
+}
+
+/// A child's end as its parent hears it (and its `child_finished` event
+/// keeps it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildEnd {
+    pub run_id: String,
+    pub agent: String,
+    pub state: RunState,
+    /// Its output (clipped to [`CHILD_OUTPUT_BYTES`]), when it completed.
+    pub output: Option<String>,
+    pub error: Option<RunError>,
+}
+
+impl ChildEnd {
+    pub fn completed(&self) -> bool {
+        self.state == RunState::Completed
+    }
+
+    /// Read back from a parent's `child_finished` event.
+    pub fn from_event(ev: &RunEventRecord) -> Option<ChildEnd> {
+        if ev.kind != "child_finished" {
+            return None;
+        }
+        let d = &ev.data;
+        Some(ChildEnd {
+            run_id: d.get("run_id")?.as_str()?.to_string(),
+            agent: d.get("agent")?.as_str()?.to_string(),
+            state: serde_json::from_value(d.get("state")?.clone()).ok()?,
+            output: d.get("output").and_then(Value::as_str).map(str::to_string),
+            error: d
+                .get("error")
+                .and_then(|e| serde_json::from_value(e.clone()).ok()),
+        })
+    }
+
+    fn failure_text(&self) -> String {
+        match &self.error {
+            Some(e) => format!("{} ({}: {})", self.state, e.code, e.message),
+            None => self.state.to_string(),
+        }
+    }
+}
+
+/// What a child's end did to its parent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Noted {
+    /// The parent had already taken note of it.
+    Duplicate,
+    /// Recorded: the events to commit with the parent, children to start
+    /// (already marked started), and what to do once committed (the next
+    /// step when the waiting point settled, or the end when the team's
+    /// failure policy ended the parent).
+    Recorded {
+        events: Vec<RunEventRecord>,
+        start: Vec<String>,
+        actions: Vec<RunAction>,
+    },
+}
+
+/// A child's end that the parent cannot take now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndRefused {
+    #[error("run {0} is not a child of this run")]
+    UnknownChild(String),
+    /// The parent is not waiting (a step holds it, or it ended).
+    #[error("the parent is {0}, not waiting for its children")]
+    NotWaiting(RunState),
+    #[error(transparent)]
+    Illegal(#[from] IllegalTransition),
+}
+
+/// Whether taking note of this child's end needs the ends before it: it is
+/// the last of a call with several children (a `plan`) or of a round of
+/// team members. The caller then reads them from the parent's
+/// `child_finished` events (one query, only for the last child).
+pub fn needs_earlier(run: &Run, child_run_id: &str) -> bool {
+    let Some(c) = run.children.as_ref() else {
+        return false;
+    };
+    let Some(slot) = c.slot(child_run_id).filter(|s| s.state != SlotState::Ended) else {
+        return false;
+    };
+    let open_siblings = |same: &dyn Fn(&ChildSlot) -> bool| {
+        let all: Vec<&ChildSlot> = c.slots.iter().filter(|s| same(s)).collect();
+        let open = all.iter().filter(|s| s.state != SlotState::Ended).count();
+        (all.len(), open)
+    };
+    if let Some(call) = &slot.call_id {
+        let (all, open) = open_siblings(&|s| s.call_id.as_ref() == Some(call));
+        if all > 1 && open == 1 {
+            return true;
+        }
+    }
+    slot.kind == RunKind::Member && c.outstanding == 1
+}
+
+/// Takes note of a child's end on its parent (as read): its slot ends, the
+/// counter goes down, the call it answers is answered once all of that
+/// call's children ended, a queued sibling takes its place, and at 0 the
+/// parent goes on (round 2 for a fan-out team, the next step otherwise) or
+/// ends by its team's failure policy. `earlier`: the ends already noted on
+/// this parent, when [`needs_earlier`] says they are needed.
+pub fn child_ended(
+    run: &mut Run,
+    end: ChildEnd,
+    earlier: &[ChildEnd],
+    now: i64,
+) -> Result<Noted, EndRefused> {
+    let slot = run
+        .children
+        .as_ref()
+        .and_then(|c| c.slot(&end.run_id))
+        .cloned()
+        .ok_or_else(|| EndRefused::UnknownChild(end.run_id.clone()))?;
+    if slot.state == SlotState::Ended {
+        return Ok(Noted::Duplicate);
+    }
+    if run.state != RunState::AwaitingChildren {
+        return Err(EndRefused::NotWaiting(run.state));
+    }
+    let mut end = end;
+    if let Some(out) = end.output.take() {
+        end.output = Some(clip(&out, CHILD_OUTPUT_BYTES).0.to_string());
+    }
+    if let Some(c) = run.children.as_mut() {
+        if let Some(s) = c.slots.iter_mut().find(|s| s.run_id == end.run_id) {
+            s.state = SlotState::Ended;
+            s.outcome = Some(ChildOutcome {
+                state: end.state,
+                error: end.error.clone(),
+            });
+        }
+        c.outstanding = c.outstanding.saturating_sub(1);
+    }
+    let mut events = vec![run.push_event(
+        "child_finished",
+        json!({
+            "run_id": end.run_id, "agent": end.agent, "kind": slot.kind,
+            "round": slot.round, "call_id": slot.call_id, "state": end.state,
+            "output": end.output, "error": end.error,
+        }),
+        now,
+    )];
+    // Every end of this parent known so far, this one included.
+    let mut known: Vec<ChildEnd> = earlier
+        .iter()
+        .filter(|e| e.run_id != end.run_id)
+        .cloned()
+        .collect();
+    known.push(end);
+    let mut failed_by_policy = None;
+    if let Some(call_id) = &slot.call_id {
+        failed_by_policy = answer_call_if_complete(run, call_id, &known, &mut events, now);
+    }
+    let (start, mut started) = start_queued(run, now);
+    events.append(&mut started);
+    let settled = run.outstanding_children() == 0;
+    if failed_by_policy.is_none() && settled && slot.kind == RunKind::Member {
+        let members = round_ends(run, slot.round, &known);
+        let policy = run
+            .team
+            .as_ref()
+            .map_or(FailurePolicy::All, |t| t.failure_policy);
+        match judge(policy, &members) {
+            Err(error) => failed_by_policy = Some(error),
+            Ok(()) => {
+                let order: Vec<&str> = members.iter().map(|e| e.run_id.as_str()).collect();
+                events.push(run.push_event(
+                    "round_started",
+                    json!({"round": slot.round + 1, "after_round": slot.round, "members": order}),
+                    now,
+                ))
+            }
+        }
+    }
+    let actions = if let Some(error) = failed_by_policy {
+        let actions = run.apply_from_outside(RunEvent::Failed { error }, now)?;
+        events.extend(run.push_end_event(json!({"error": run.error}), now));
+        actions
+    } else if settled {
+        run.apply_from_outside(RunEvent::ChildrenSettled, now)?
+    } else {
+        vec![]
+    };
+    Ok(Noted::Recorded {
+        events,
+        start,
+        actions,
+    })
+}
+
+/// Answers the parent's tool call once every child it asked for ended:
+/// `delegate` with its one child's outcome, `plan` with all of them (and,
+/// on a lead team's Run, the team's failure policy over them).
+fn answer_call_if_complete(
+    run: &mut Run,
+    call_id: &str,
+    known: &[ChildEnd],
+    events: &mut Vec<RunEventRecord>,
+    now: i64,
+) -> Option<RunError> {
+    let slots: Vec<ChildSlot> = run
+        .children
+        .as_ref()?
+        .slots
+        .iter()
+        .filter(|s| s.call_id.as_deref() == Some(call_id))
+        .cloned()
+        .collect();
+    if slots.iter().any(|s| s.state != SlotState::Ended) {
+        return None;
+    }
+    let ends: Vec<ChildEnd> = slots.iter().map(|s| end_of(s, known)).collect();
+    let rec = run.ledger.get(call_id)?.clone();
+    let (ok, result, policy_error) =
+        if rec.skill == skills::PLAN || slots.iter().any(|s| s.kind == RunKind::Executor) {
+            let tasks: Vec<Value> = slots
+            .iter()
+            .zip(&ends)
+            .map(|(s, e)| {
+                let mut v =
+                    json!({"agent": s.agent, "task": s.task, "run_id": s.run_id, "state": e.state});
+                if e.completed() {
+                    v["output"] = json!(e.output);
+                } else {
+                    v["error"] = json!(e.error);
+                }
+                v
+            })
+            .collect();
+            let policy = run
+                .team
+                .as_ref()
+                .filter(|t| t.strategy == Strategy::Lead)
+                .map(|t| t.failure_policy);
+            let verdict = policy.map(|p| judge(p, &ends)).and_then(Result::err);
+            (true, json!({"tasks": tasks}), verdict)
+        } else {
+            let (s, e) = (&slots[0], &ends[0]);
+            let result = if e.completed() {
+                json!({"run_id": s.run_id, "agent": s.agent, "state": e.state, "output": e.output})
+            } else {
+                delegation_error(s, e)
+            };
+            (e.completed(), result, None)
+        };
+    let event = ToolCallEvent::Answered {
+        ok,
+        result: result.clone(),
+    };
+    let state = run.ledger.get_mut(call_id).and_then(|r| {
+        r.apply(event).ok()?;
+        Some(r.state)
+    })?;
+    events.push(run.push_event(
+        "tool_result",
+        json!({"call_id": call_id, "name": rec.skill, "state": state, "result": event_result(&result)}),
+        now,
+    ));
+    policy_error
+}
+
+/// A delegated child that did not complete, as the parent's tool result.
+fn delegation_error(slot: &ChildSlot, end: &ChildEnd) -> Value {
+    let state = end.state;
+    let code = match state {
+        RunState::Cancelled => codes::CHILD_CANCELLED,
+        RunState::TimedOut => codes::CHILD_TIMED_OUT,
+        _ => codes::CHILD_FAILED,
+    };
+    let cause = end.error.clone();
+    let why = cause
+        .as_ref()
+        .map(|c| format!(": {}: {}", c.code, c.message))
+        .unwrap_or_default();
+    json!({"error": {
+        "code": code,
+        "message": format!("agent '{}' (run {}) ended {state}{why}", slot.agent, slot.run_id),
+        "run_id": slot.run_id, "agent": slot.agent, "state": state, "cause": cause,
+    }})
+}
+
+/// The ends of a round's members, in the team's order.
+fn round_ends(run: &Run, round: u32, known: &[ChildEnd]) -> Vec<ChildEnd> {
+    let Some(c) = run.children.as_ref() else {
+        return vec![];
+    };
+    c.slots
+        .iter()
+        .filter(|s| s.round == round && s.kind == RunKind::Member)
+        .map(|s| end_of(s, known))
+        .collect()
+}
+
+/// A slot's end: as heard, else as its slot kept it (without the output,
+/// which only the events keep).
+fn end_of(slot: &ChildSlot, known: &[ChildEnd]) -> ChildEnd {
+    known
+        .iter()
+        .find(|e| e.run_id == slot.run_id)
+        .cloned()
+        .unwrap_or_else(|| ChildEnd {
+            run_id: slot.run_id.clone(),
+            agent: slot.agent.clone(),
+            state: slot.outcome.as_ref().map_or(RunState::Failed, |o| o.state),
+            output: None,
+            error: slot.outcome.as_ref().and_then(|o| o.error.clone()),
+        })
+}
+
+/// A team's failure policy over its members' ends: `all` needs every one
+/// to complete, `best_effort` takes whatever there is, `quorum` needs n.
+pub fn judge(policy: FailurePolicy, ends: &[ChildEnd]) -> Result<(), RunError> {
+    let failed: Vec<String> = ends
+        .iter()
+        .filter(|e| !e.completed())
+        .map(|e| format!("{} {}", e.agent, e.failure_text()))
+        .collect();
+    let completed = ends.len() - failed.len();
+    match policy {
+        FailurePolicy::All if !failed.is_empty() => Err(RunError::new(
+            codes::MEMBERS_FAILED,
+            format!(
+                "the team's failure policy is all, and {} did not complete: {}",
+                failed.len(),
+                failed.join("; ")
+            ),
+        )),
+        FailurePolicy::Quorum(n) if (completed as u32) < n => Err(RunError::new(
+            codes::QUORUM_NOT_MET,
+            format!(
+                "the team needs {n} completed members and {completed} completed; failed: {}",
+                failed.join("; ")
+            ),
+        )),
+        FailurePolicy::All | FailurePolicy::BestEffort | FailurePolicy::Quorum(_) => Ok(()),
+    }
+}
+
+/// The one message a fan-out team's Run answers over in round 2: every
+/// member's name, state and output (or error), in the team's order.
+pub fn round_message(ends: &[ChildEnd]) -> String {
+    let mut text = String::from(
+        "Your team's members have each answered the request above. Answer it over their answers.\n",
+    );
+    for e in ends {
+        text.push_str(&format!("\n### {} — {}\n", e.agent, e.state));
+        match (&e.output, e.completed()) {
+            (Some(out), true) => text.push_str(out),
+            _ => text.push_str(&format!("(no answer: {})", e.failure_text())),
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// The round-2 message a `round_started` event stands for in a Run's log:
+/// built from the `child_finished` events of the round before it.
+pub fn round_message_at(log: &[RunEventRecord], event: &RunEventRecord) -> Option<String> {
+    let after = event.data.get("after_round")?.as_u64()?;
+    let mut ends: Vec<ChildEnd> = log
+        .iter()
+        .filter(|e| {
+            e.data.get("round").and_then(Value::as_u64) == Some(after)
+                && e.data.get("kind").and_then(Value::as_str) == Some(RunKind::Member.as_str())
+        })
+        .filter_map(ChildEnd::from_event)
+        .collect();
+    // In the team's order (the event lists the members' Runs), not in the
+    // order they happened to end.
+    if let Some(order) = event.data.get("members").and_then(Value::as_array) {
+        let at = |id: &str| order.iter().position(|o| o.as_str() == Some(id));
+        ends.sort_by_key(|e| at(&e.run_id));
+    }
+    Some(round_message(&ends))
+}
+
+#[cfg(test)]
+#[path = "children_tests.rs"]
+mod tests;

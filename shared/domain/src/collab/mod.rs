@@ -1,0 +1,155 @@
+//! Agents working together (seed 000 §C, D, G; ARCHITECTURE §4): where a
+//! Run sits in a tree of Runs, the children a Run waits for, and what each
+//! child's end means for its parent. Everything here is pure; the harness
+//! plans children from a step, the dispatcher creates and starts them and
+//! records their ends, both through these functions.
+//!
+//! - this file: [`Lineage`] (root, depth, path, kind) and the error codes
+//! - [`children`]: the waiting point on the parent ([`Children`], its slots,
+//!   the outstanding counter), starting within `max_parallel`, a child's end
+//!   (tool result, round 2, the failure policy), fan-out expansion
+//! - [`delegate`]: the `delegate` and `plan` tool calls checked (arguments,
+//!   unknown agents, cycles, depth) and turned into slots
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub mod children;
+pub mod delegate;
+
+pub use children::{ChildEnd, ChildOutcome, ChildSlot, Children, SlotState};
+
+/// Delegation deeper than this is refused unless the deployment says
+/// otherwise (`ARMADA_MAX_DELEGATION_DEPTH`).
+pub const DEFAULT_MAX_DEPTH: u32 = 4;
+/// Children of one waiting point running at once, unless a team says.
+pub const DEFAULT_MAX_PARALLEL: u32 = crate::team::DEFAULT_MAX_PARALLEL;
+/// A delegated task travels in the parent's record: it is kept short.
+pub const MAX_TASK_BYTES: usize = 16 * 1024;
+/// The most tasks one `plan` call may hand out.
+pub const MAX_PLAN_TASKS: usize = crate::team::MAX_MEMBERS;
+
+/// Stable codes of collaboration errors (tool results and Run errors).
+pub mod codes {
+    pub const DELEGATION_CYCLE: &str = "DELEGATION_CYCLE";
+    pub const DELEGATION_DEPTH: &str = "DELEGATION_DEPTH";
+    pub const AGENT_NOT_FOUND: &str = "AGENT_NOT_FOUND";
+    pub const NOT_A_MEMBER: &str = "NOT_A_MEMBER";
+    pub const PLAN_NOT_ALLOWED: &str = "PLAN_NOT_ALLOWED";
+    pub const INVALID_ARGS: &str = "INVALID_ARGS";
+    pub const CHILD_FAILED: &str = "CHILD_FAILED";
+    pub const CHILD_CANCELLED: &str = "CHILD_CANCELLED";
+    pub const CHILD_TIMED_OUT: &str = "CHILD_TIMED_OUT";
+    pub const MEMBERS_FAILED: &str = "MEMBERS_FAILED";
+    pub const QUORUM_NOT_MET: &str = "QUORUM_NOT_MET";
+    pub const PARENT_ENDED: &str = "PARENT_ENDED";
+}
+
+/// What a Run is to the tree it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    /// Started by a caller (API, session, trigger).
+    Root,
+    /// Asked for by its parent's `delegate` call.
+    Delegation,
+    /// One member of a fan-out team's round 1.
+    Member,
+    /// One task of a lead's `plan`.
+    Executor,
+    /// One step of a sequential relay chain.
+    ChainStep,
+}
+
+impl RunKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Root => "root",
+            RunKind::Delegation => "delegation",
+            RunKind::Member => "member",
+            RunKind::Executor => "executor",
+            RunKind::ChainStep => "chain_step",
+        }
+    }
+}
+
+/// A Run's place in its tree (the DelegationTrace): the root it descends
+/// from, how deep it is, the agents on the way down (its own last), and
+/// why it exists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lineage {
+    pub root_run_id: String,
+    pub depth: u32,
+    pub path: Vec<String>,
+    pub kind: RunKind,
+}
+
+impl Lineage {
+    /// A Run nobody asked for: the root of its own tree.
+    pub fn root(run_id: &str, agent: &str) -> Lineage {
+        Lineage {
+            root_run_id: run_id.to_string(),
+            depth: 0,
+            path: vec![agent.to_string()],
+            kind: RunKind::Root,
+        }
+    }
+
+    /// The lineage of a child of this Run, run by `agent`.
+    pub fn child(&self, agent: &str, kind: RunKind) -> Lineage {
+        let mut path = self.path.clone();
+        path.push(agent.to_string());
+        Lineage {
+            root_run_id: self.root_run_id.clone(),
+            depth: self.depth + 1,
+            path,
+            kind,
+        }
+    }
+
+    /// The path as people read it: `a → b → c`.
+    pub fn path_text(&self, then: Option<&str>) -> String {
+        let mut all: Vec<&str> = self.path.iter().map(String::as_str).collect();
+        all.extend(then);
+        all.join(" → ")
+    }
+}
+
+/// The id of a parent's child for `call_id` (or a team member), `index`
+/// within it: derived, so planning the same children twice (a redelivered
+/// step) names the same Runs and creating one is create-once.
+pub fn child_run_id(parent_run_id: &str, call_id: &str, index: usize) -> String {
+    let mut h = Sha256::new();
+    h.update(parent_run_id.as_bytes());
+    h.update([0]);
+    h.update(call_id.as_bytes());
+    h.update([0]);
+    h.update(index.to_le_bytes());
+    let digest = h.finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("run_{hex}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_is_one_deeper_with_its_agent_on_the_path() {
+        let root = Lineage::root("run_1", "a");
+        let c = root.child("b", RunKind::Delegation);
+        assert_eq!((c.depth, c.path.clone()), (1, vec!["a".into(), "b".into()]));
+        assert_eq!(c.root_run_id, "run_1");
+        assert_eq!(c.path_text(Some("a")), "a → b → a");
+    }
+
+    #[test]
+    fn child_ids_are_stable_and_distinct() {
+        let a = child_run_id("run_p", "call_1", 0);
+        assert_eq!(a, child_run_id("run_p", "call_1", 0));
+        assert_ne!(a, child_run_id("run_p", "call_1", 1));
+        assert_ne!(a, child_run_id("run_p", "call_2", 0));
+        assert_ne!(a, child_run_id("run_q", "call_1", 0));
+        assert_eq!(a.len(), "run_".len() + 32);
+    }
+}

@@ -1,0 +1,64 @@
+//! The step's calls answered by child Runs (`delegate`, `plan`): checked
+//! against the registry's agents, the Run's path and the depth limit. A
+//! refused call is answered with its error at once (the Run carries on);
+//! the others become the children of a new waiting point, which the
+//! dispatcher creates and starts once the step has committed it.
+
+use super::*;
+use crate::collab::children::open_round;
+use crate::collab::{delegate, DEFAULT_MAX_PARALLEL};
+
+pub(super) fn delegations(
+    run: &mut Run,
+    agent: &AgentDefinition,
+    known: &BTreeSet<String>,
+    max_depth: u32,
+    now: i64,
+) -> Result<Decision, StepRefused> {
+    let planned: Vec<ToolCallRecord> = open_calls(run)
+        .filter(|r| r.children && r.state == ToolCallState::Planned)
+        .cloned()
+        .collect();
+    let mut events = Vec::new();
+    let mut slots = Vec::new();
+    for rec in &planned {
+        let executor = manifest_for(run, agent, &rec.skill)
+            .map(|m| m.executor().to_string())
+            .unwrap_or_default();
+        let asked = if executor == skills::PLAN {
+            delegate::plan_slots(run, &rec.call_id, &rec.args, known, max_depth)
+        } else {
+            delegate::delegate_slots(run, &rec.call_id, &rec.args, known, max_depth)
+        };
+        match asked {
+            Ok(mut s) => {
+                apply_to(
+                    run,
+                    &rec.call_id,
+                    ToolCallEvent::Dispatched { generation: None },
+                )?;
+                slots.append(&mut s);
+            }
+            Err(e) => {
+                let result = e.to_json();
+                apply_to(
+                    run,
+                    &rec.call_id,
+                    ToolCallEvent::Refused {
+                        result: result.clone(),
+                    },
+                )?;
+                push_result(run, rec, result, &mut events, now);
+            }
+        }
+    }
+    if slots.is_empty() {
+        return Ok(after_tools(run, agent, events, now));
+    }
+    let max_parallel = run
+        .team
+        .as_ref()
+        .map_or(DEFAULT_MAX_PARALLEL, |t| t.max_parallel);
+    open_round(run, slots, max_parallel);
+    Ok(Decision::new(events, Next::AwaitChildren))
+}
