@@ -7,7 +7,7 @@
 use reqwest::Method;
 use serde_json::json;
 
-use armada_tests::{outcome, TestStack};
+use armada_tests::{callback_receiver, outcome, TestStack};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn teams_are_stored_listed_and_deleted_in_the_registry_table() {
@@ -168,80 +168,10 @@ async fn wall_clock_budget_times_the_run_out() {
     t.stack.stop().await;
 }
 
-/// A loopback receiver that records each callback (headers and body) and
-/// answers with the given statuses in turn (the last one repeats).
-async fn receiver(
-    statuses: Vec<u16>,
-) -> (
-    String,
-    tokio::sync::mpsc::UnboundedReceiver<(String, String, String)>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut n = 0;
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                return;
-            };
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            // Read headers, then the body by Content-Length.
-            let (head, body) = loop {
-                let k = s.read(&mut chunk).await.unwrap_or(0);
-                if k == 0 {
-                    break (String::new(), String::new());
-                }
-                buf.extend_from_slice(&chunk[..k]);
-                let text = String::from_utf8_lossy(&buf).to_string();
-                if let Some((head, rest)) = text.split_once("\r\n\r\n") {
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length:")
-                                .map(|v| v.trim().parse().unwrap_or(0))
-                        })
-                        .unwrap_or(0);
-                    if rest.len() >= len {
-                        break (head.to_string(), rest[..len].to_string());
-                    }
-                }
-            };
-            let header = |name: &str| {
-                head.lines()
-                    .find_map(|l| {
-                        let (k, v) = l.split_once(':')?;
-                        k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-                    })
-                    .unwrap_or_default()
-            };
-            let _ = tx.send((
-                header("x-armada-signature"),
-                header("x-armada-delivery"),
-                body,
-            ));
-            let status = statuses[n.min(statuses.len() - 1)];
-            n += 1;
-            let _ = s
-                .write_all(
-                    format!(
-                        "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-                    )
-                    .as_bytes(),
-                )
-                .await;
-        }
-    });
-    (url, rx)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn results_are_posted_signed_to_the_callback_url() {
     let t = TestStack::start().await;
-    let (url, mut rx) = receiver(vec![503, 200]).await;
+    let (url, mut rx) = callback_receiver(vec![503, 200]).await;
     let v = t
         .client
         .post("/v1/runs", &json!({"agent": "assistant", "input": "call me", "callback_url": url, "metadata": {"ticket": 7}}))
@@ -279,7 +209,7 @@ async fn results_are_posted_signed_to_the_callback_url() {
     assert_eq!(delivered["attempts"], 2);
 
     // A receiver that always fails: bounded attempts, recorded, the Run still closes.
-    let (url, _rx) = receiver(vec![500]).await;
+    let (url, _rx) = callback_receiver(vec![500]).await;
     let v = t
         .client
         .post(

@@ -87,6 +87,12 @@ impl TestStack {
         Self::start_as(Self::stack_name(), parameters, hooks, sandbox_env).await
     }
 
+    /// A stack whose harness runs up to `pollers` batches at once (the
+    /// default is 2): for Runs that must be in their steps together.
+    pub async fn start_concurrent(pollers: usize) -> Self {
+        Self::start_opts(Self::stack_name(), HashMap::new(), None, vec![], pollers).await
+    }
+
     /// A stack of a given name: a second one of the same name takes over
     /// the first one's tables and queues (a functions host started again).
     pub async fn start_as(
@@ -94,6 +100,16 @@ impl TestStack {
         parameters: HashMap<String, String>,
         hooks: Option<Arc<dyn StepHooks>>,
         sandbox_env: Vec<(String, String)>,
+    ) -> Self {
+        Self::start_opts(stack_name, parameters, hooks, sandbox_env, 2).await
+    }
+
+    async fn start_opts(
+        stack_name: String,
+        parameters: HashMap<String, String>,
+        hooks: Option<Arc<dyn StepHooks>>,
+        sandbox_env: Vec<(String, String)>,
+        harness_pollers: usize,
     ) -> Self {
         armada_core::telemetry::init_with("warn");
         let ep = emulator_endpoint();
@@ -105,7 +121,7 @@ impl TestStack {
         opts.stack = stack_name;
         opts.api_port = 0;
         opts.poll_wait_seconds = 1;
-        opts.harness_concurrency = 2;
+        opts.harness_concurrency = harness_pollers;
         opts.dispatcher_concurrency = 1;
         opts.parameters = parameters;
         opts.sandbox_env = sandbox_env;
@@ -222,4 +238,76 @@ pub fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 pub fn outcome(run: &serde_json::Value) -> String {
     let s = run["state"].as_str().unwrap_or_default();
     s.strip_prefix("CLOSED_").unwrap_or(s).to_string()
+}
+
+/// A loopback receiver that records each callback (headers and body) and
+/// answers with the given statuses in turn (the last one repeats).
+pub async fn callback_receiver(
+    statuses: Vec<u16>,
+) -> (
+    String,
+    tokio::sync::mpsc::UnboundedReceiver<(String, String, String)>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let url = format!("http://{}/hook", listener.local_addr().expect("bound"));
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut n = 0;
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // Read headers, then the body by Content-Length.
+            let (head, body) = loop {
+                let k = s.read(&mut chunk).await.unwrap_or(0);
+                if k == 0 {
+                    break (String::new(), String::new());
+                }
+                buf.extend_from_slice(&chunk[..k]);
+                let text = String::from_utf8_lossy(&buf).to_string();
+                if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if rest.len() >= len {
+                        break (head.to_string(), rest[..len].to_string());
+                    }
+                }
+            };
+            let header = |name: &str| {
+                head.lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+                    })
+                    .unwrap_or_default()
+            };
+            let _ = tx.send((
+                header("x-armada-signature"),
+                header("x-armada-delivery"),
+                body,
+            ));
+            let status = statuses[n.min(statuses.len() - 1)];
+            n += 1;
+            let _ = s
+                .write_all(
+                    format!(
+                        "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    )
+                    .as_bytes(),
+                )
+                .await;
+        }
+    });
+    (url, rx)
 }

@@ -326,6 +326,22 @@ impl Dispatcher {
         Outcome::retry("the child kept changing")
     }
 
+    /// A child whose parent ended before it started: cancelled, then settled.
+    pub(crate) async fn cancel_orphan(&self, run: Run) -> Outcome {
+        let (run_id, tenant) = (run.run_id.clone(), run.tenant.clone());
+        let now = self.svc.clock.now_ms();
+        let by = json!({"by": "parent", "code": armada_domain::collab::codes::PARENT_ENDED});
+        match self
+            .end_from_outside(run, RunEvent::CancelRequested, by, now)
+            .await
+        {
+            Ok(Ok(())) => self.settle(&run_id, &tenant).await,
+            Ok(Err(e)) => self.illegal(&run_id, &e),
+            Err(StoreError::Conflict { .. }) => Outcome::retry("the run changed"),
+            Err(e) => retry(e),
+        }
+    }
+
     /// Whether a Run starts by expanding into its team's members.
     pub(crate) fn fans_out(run: &Run) -> bool {
         run.team

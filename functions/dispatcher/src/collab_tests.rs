@@ -389,3 +389,93 @@ async fn duplicated_and_simultaneous_ends_settle_the_round_exactly_once() {
         .count();
     assert_eq!(finished, 3);
 }
+
+impl Stack {
+    /// Starts a relay chain of `steps` as ingress would.
+    async fn start_chain(&self, steps: &[&str], input: &str) -> Run {
+        let first = self.start_prepared(steps[0], input, |run| {
+            let chain_id = armada_core::clock::new_id("chain");
+            run.run_id = chain::step_run_id(&chain_id, 0);
+            run.chain = Some(chain::ChainLink {
+                chain_id,
+                index: 0,
+                steps: steps.iter().map(|s| s.to_string()).collect(),
+                callback_url: None,
+                team: None,
+            });
+        });
+        first.await
+    }
+
+    async fn start_prepared(&self, agent_name: &str, input: &str, f: impl FnOnce(&mut Run)) -> Run {
+        let def = self.svc.registry.agent(agent_name).await.ok().flatten();
+        let accepted = accepted_run(&self.svc, TENANT, &def.expect("agent"), input).await;
+        let mut run = accepted.clone();
+        f(&mut run);
+        self.mem.state().runs.remove(&accepted.run_id);
+        self.mem
+            .state()
+            .runs
+            .insert(run.run_id.clone(), run.clone());
+        self.to_dispatcher(&DispatchMessage::StartRun {
+            run_id: run.run_id.clone(),
+            tenant: TENANT.into(),
+        })
+        .await;
+        run
+    }
+
+    fn chain_view(&self, first: &Run) -> (chain::ChainState, Vec<String>) {
+        let link = first.chain.clone().expect("a chain step");
+        let runs: Vec<Option<Run>> = (0..link.steps.len())
+            .map(|i| {
+                self.mem
+                    .state()
+                    .runs
+                    .get(&chain::step_run_id(&link.chain_id, i))
+                    .cloned()
+            })
+            .collect();
+        let refs: Vec<Option<&Run>> = runs.iter().map(Option::as_ref).collect();
+        let (state, steps) = chain::view(&link.steps, &refs);
+        (state, steps.into_iter().map(|s| s.state).collect())
+    }
+}
+
+use armada_domain::collab::chain;
+
+#[tokio::test]
+async fn a_relay_chain_hands_each_output_to_the_next_step() {
+    let s = stack().await;
+    let first = s.start_chain(&["a", "b", "c"], "draft it").await;
+    s.pump().await;
+    let (state, steps) = s.chain_view(&first);
+    assert_eq!(state, chain::ChainState::Completed);
+    assert_eq!(steps, ["COMPLETED", "COMPLETED", "COMPLETED"]);
+    let link = first.chain.clone().expect("link");
+    let last = chain::step_run_id(&link.chain_id, 2);
+    assert_eq!(s.output(&last), "echo: echo: echo: draft it");
+    let third = s.run(&last);
+    assert_eq!(third.parent_run_id, None, "peers, no parent");
+    assert_eq!(third.chain.as_ref().map(|c| c.remaining().len()), Some(0));
+    assert_eq!(third.lineage().kind, RunKind::ChainStep);
+    assert!(s
+        .kinds(&first.run_id)
+        .contains(&"chain_step_started".to_string()));
+}
+
+#[tokio::test]
+async fn a_failed_step_breaks_the_chain_and_the_rest_is_skipped() {
+    let s = stack().await;
+    let first = s.start_chain(&["a", "b", "c"], "/fail nope").await;
+    s.pump().await;
+    let (state, steps) = s.chain_view(&first);
+    assert_eq!(state, chain::ChainState::Failed);
+    assert_eq!(steps, ["FAILED", "SKIPPED", "SKIPPED"]);
+    let broken = s.mem.state().events[&first.run_id]
+        .values()
+        .find(|e| e.kind == "chain_broken")
+        .cloned()
+        .expect("chain_broken");
+    assert_eq!(broken.data["skipped"], serde_json::json!(["b", "c"]));
+}

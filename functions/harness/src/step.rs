@@ -48,10 +48,7 @@ impl Harness {
                     let (input, reply) = match self.call_model(&mut run, agent, &mut events).await?
                     {
                         Ok(answer) => answer,
-                        Err(error) => {
-                            let event = RunEvent::Failed { error };
-                            return self.finish(&mut run, prev, event, events).await;
-                        }
+                        Err(event) => return self.finish(&mut run, prev, event, events).await,
                     };
                     self.hooks
                         .after_model_call(&run)
@@ -128,14 +125,15 @@ impl Harness {
         }
     }
 
-    /// Assembles the context and asks the model. `Ok(Err(_))`: the model
-    /// failed for good and the Run fails with that error.
+    /// Assembles the context and asks the model, for no longer than the
+    /// Run has left. `Ok(Err(_))`: the Run ends with that event (the model
+    /// failed for good, or the deadline came first).
     async fn call_model(
         &self,
         run: &mut Run,
         agent: &AgentDefinition,
         events: &mut Vec<RunEventRecord>,
-    ) -> Result<Result<(String, ModelReply), RunError>, StepError> {
+    ) -> Result<Result<(String, ModelReply), RunEvent>, StepError> {
         let svc = &self.svc;
         let input = match &run.input {
             Payload::Inline { text } => text.clone(),
@@ -171,11 +169,20 @@ impl Harness {
             specs.extend(manifest_for(run, agent, skills::PLAN).map(|m| m.tool_spec()));
         }
         let attempts = svc.cfg.model_attempts;
-        match svc
-            .models
-            .complete_with_retry(&agent.model, &assembled.messages, &specs, attempts)
-            .await
-        {
+        let call =
+            svc.models
+                .complete_with_retry(&agent.model, &assembled.messages, &specs, attempts);
+        // A Run (a child most of all: its deadline is its root's) never
+        // outlives its wall-clock budget waiting on a model.
+        let left_ms = (run.budgets.deadline_ms - now).max(0) as u64;
+        let Ok(answer) = tokio::time::timeout(Duration::from_millis(left_ms), call).await else {
+            let error = RunError::new(
+                "TIMED_OUT",
+                "the run exceeded its wall-clock budget waiting for the model",
+            );
+            return Ok(Err(RunEvent::DeadlineExceeded { error }));
+        };
+        match answer {
             Ok((reply, attempts)) => {
                 if attempts > 1 {
                     events.push(run.push_event(
@@ -186,10 +193,12 @@ impl Harness {
                 }
                 Ok(Ok((input, reply)))
             }
-            Err((e, attempts)) => Ok(Err(RunError::new(
-                "MODEL_ERROR",
-                format!("the model failed after {attempts} attempt(s): {e}"),
-            ))),
+            Err((e, attempts)) => Ok(Err(RunEvent::Failed {
+                error: RunError::new(
+                    "MODEL_ERROR",
+                    format!("the model failed after {attempts} attempt(s): {e}"),
+                ),
+            })),
         }
     }
 

@@ -22,6 +22,8 @@ use armada_domain::api::{
     digest_eq, parse_message, sha256_hex, valid_tenant, ApiError, ApiKey, CreateRun, CreateSession,
     RunTarget,
 };
+use armada_domain::collab::chain::{step_run_id, ChainLink};
+use armada_domain::collab::{Lineage, RunKind};
 use armada_domain::messages::DispatchMessage;
 use armada_domain::run::{NewRun as NewRunRecord, Payload, Run, RunEvent, RunState};
 use armada_domain::sandbox::{ProfileDef, Profiles};
@@ -128,6 +130,8 @@ async fn route(svc: &Arc<Services>, req: &Request, method: &str, path: &str) -> 
         (["v1", "runs", id, "cancel"], "POST") => cancel_run(svc, tenant(&who)?, id).await,
         (["v1", "runs", id, "trace"], "GET") => run_trace(svc, tenant(&who)?, id).await,
         (["v1", "runs", id, "children"], "GET") => run_children(svc, tenant(&who)?, id).await,
+        (["v1", "chains", id], "GET") => get_chain(svc, tenant(&who)?, id).await,
+        (["v1", "chains", id, "cancel"], "POST") => cancel_chain(svc, tenant(&who)?, id).await,
         (["v1", "sessions"], "POST") => create_session(svc, req, tenant(&who)?).await,
         (["v1", "sessions", id], "GET") => get_session(svc, tenant(&who)?, id).await,
         (["v1", "sessions", id, "messages"], "POST") => {

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 
+use armada_domain::collab::chain::{self, step_run_id};
 use armada_domain::collab::SlotState;
 
 use crate::*;
@@ -29,7 +30,8 @@ fn trace_entry(run: &Run) -> Value {
 }
 
 /// `GET /v1/runs/{id}/trace`: every Run of the tree the Run belongs to,
-/// parents before their children, children in the order they were asked for.
+/// parents before their children, children in the order they were asked
+/// for (for a chain step: the chain's steps in order, then what they asked).
 pub(crate) async fn run_trace(svc: &Services, tenant: &str, run_id: &str) -> ApiResult {
     let run = load_run(svc, tenant, run_id).await?;
     let root_id = run.lineage().root_run_id;
@@ -38,8 +40,18 @@ pub(crate) async fn run_trace(svc: &Services, tenant: &str, run_id: &str) -> Api
     } else {
         load_run(svc, tenant, &root_id).await?
     };
+    // A chain's steps are peers: its trace is every step in order, each
+    // with its own descendants.
+    let roots: Vec<Run> = match root.chain.clone() {
+        Some(link) => chain_runs(svc, tenant, &link.chain_id)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect(),
+        None => vec![root],
+    };
     let mut runs = Vec::new();
-    let mut queue = VecDeque::from([root]);
+    let mut queue = VecDeque::from(roots);
     let mut truncated = false;
     while let Some(r) = queue.pop_front() {
         if runs.len() >= MAX_TRACE_RUNS {
@@ -93,5 +105,85 @@ pub(crate) async fn run_children(svc: &Services, tenant: &str, run_id: &str) -> 
     Ok((
         200,
         json!({"run_id": run.run_id, "outstanding_children": run.outstanding_children(), "children": list}),
+    ))
+}
+
+/// A chain's steps' Runs, in order (a step not started has none); its
+/// first step's Run says how many steps there are. Another tenant's chain
+/// does not exist for the caller.
+async fn chain_runs(
+    svc: &Services,
+    tenant: &str,
+    chain_id: &str,
+) -> Result<Vec<Option<Run>>, ApiError> {
+    let not_found = || ApiError::not_found(&format!("chain '{chain_id}'"));
+    if !chain_id.starts_with("chain_") {
+        return Err(not_found());
+    }
+    let first = svc
+        .runs
+        .get(&step_run_id(chain_id, 0))
+        .await
+        .map_err(store_err)?
+        .filter(|r| r.tenant == tenant)
+        .ok_or_else(not_found)?;
+    let n = first.chain.as_ref().map_or(1, |c| c.steps.len());
+    let mut runs = vec![Some(first)];
+    for i in 1..n {
+        let r = svc
+            .runs
+            .get(&step_run_id(chain_id, i))
+            .await
+            .map_err(store_err)?;
+        runs.push(r.filter(|r| r.tenant == tenant));
+    }
+    Ok(runs)
+}
+
+/// `GET /v1/chains/{chain_id}`: `{chain_id, state, steps: [{agent, run_id?, state}]}`.
+pub(crate) async fn get_chain(svc: &Services, tenant: &str, chain_id: &str) -> ApiResult {
+    let runs = chain_runs(svc, tenant, chain_id).await?;
+    let link = runs[0].as_ref().and_then(|r| r.chain.clone());
+    let steps = link.as_ref().map(|l| l.steps.clone()).unwrap_or_default();
+    let refs: Vec<Option<&Run>> = runs.iter().map(Option::as_ref).collect();
+    let (state, views) = chain::view(&steps, &refs);
+    let mut body = json!({"chain_id": chain_id, "state": state, "steps": views});
+    if let Some(team) = link.and_then(|l| l.team) {
+        body["team"] = json!(team);
+    }
+    Ok((200, body))
+}
+
+/// `POST /v1/chains/{chain_id}/cancel`: cancels the running step; its end
+/// breaks the chain and the steps after it are skipped.
+pub(crate) async fn cancel_chain(svc: &Services, tenant: &str, chain_id: &str) -> ApiResult {
+    // Between two steps (one completed, the next about to be created) no
+    // step is active for a moment: look again shortly.
+    for _ in 0..20 {
+        let runs = chain_runs(svc, tenant, chain_id).await?;
+        let steps = runs[0]
+            .as_ref()
+            .and_then(|r| r.chain.as_ref())
+            .map(|l| l.steps.clone())
+            .unwrap_or_default();
+        let refs: Vec<Option<&Run>> = runs.iter().map(Option::as_ref).collect();
+        let (state, _) = chain::view(&steps, &refs);
+        if state != chain::ChainState::Running {
+            return Err(ApiError::conflict(
+                "CHAIN_ENDED",
+                format!("the chain already ended {}", json!(state)),
+            ));
+        }
+        if let Some(active) = runs.iter().flatten().find(|r| r.state.is_active()) {
+            let (_, v) = cancel_run_by(svc, tenant, &active.run_id, "chain").await?;
+            return Ok((
+                200,
+                json!({"chain_id": chain_id, "cancelled_run_id": v["run_id"], "state": "CANCELLED"}),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(ApiError::unavailable(
+        "the chain is between two steps; retry",
     ))
 }

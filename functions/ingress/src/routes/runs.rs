@@ -47,6 +47,11 @@ pub async fn run_view(svc: &Services, run: &Run) -> Value {
     if let Some(t) = &run.team {
         v["team"] = json!(t.name);
     }
+    if let Some(c) = &run.chain {
+        v["chain_id"] = json!(c.chain_id);
+        v["chain_index"] = json!(c.index);
+        v["chain_remaining"] = json!(c.remaining());
+    }
     v
 }
 
@@ -83,11 +88,16 @@ pub(crate) struct NewRun<'a> {
     pub(crate) idempotency: Option<(String, String)>,
     /// The team this is the team's Run of (fan-out aggregator, lead).
     pub(crate) team: Option<TeamDefinition>,
+    /// The first step of a relay chain (its Run id is the chain's).
+    pub(crate) chain: Option<ChainLink>,
 }
 
 pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, Value), ApiError> {
     let now = svc.clock.now_ms();
-    let run_id = new_id("run");
+    let run_id = match &new.chain {
+        Some(link) => step_run_id(&link.chain_id, 0),
+        None => new_id("run"),
+    };
     armada_core::calls::name_run(&run_id);
     let input = if new.input.len() > svc.cfg.inline_limit_bytes {
         let key = format!("inputs/{}/{run_id}", new.tenant);
@@ -129,6 +139,13 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
             now,
         );
         run.team = new.team.clone();
+        if let Some(link) = &new.chain {
+            run.chain = Some(link.clone());
+            run.lineage = Some(Lineage {
+                kind: RunKind::ChainStep,
+                ..Lineage::root(&run.run_id, &run.agent)
+            });
+        }
         let team = run.team.as_ref().map(|t| &t.name);
         let created = run.push_event(
             "run_created",
@@ -160,6 +177,9 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
             Ok(()) => {
                 enqueue_start(svc, &run).await?;
                 let mut body = json!({"run_id": run.run_id, "state": run.state});
+                if let Some(link) = &run.chain {
+                    body["chain_id"] = json!(link.chain_id);
+                }
                 if let (Some(s), Some(seq)) = (&run.session_id, run.session_seq) {
                     body["session_id"] = json!(s);
                     body["seq"] = json!(seq);
@@ -212,6 +232,9 @@ pub(crate) async fn replay(svc: &Services, tenant: &str, key: &str, fp: &str) ->
         enqueue_start(svc, &run).await?;
     }
     let mut body = json!({"run_id": run.run_id, "state": run.state, "replayed": true});
+    if let Some(link) = &run.chain {
+        body["chain_id"] = json!(link.chain_id);
+    }
     if let Some(s) = &run.session_id {
         body["session_id"] = json!(s);
     }
@@ -249,13 +272,7 @@ pub(crate) async fn create_run(svc: &Services, req: &Request, tenant: &str) -> A
     let name = match cr.target.clone() {
         RunTarget::Agent(name) => name,
         RunTarget::Team(name) => return create_team_run(svc, tenant, cr, &name, idem).await,
-        RunTarget::Chain(_) => {
-            return Err(ApiError::new(
-                501,
-                "NOT_IMPLEMENTED",
-                "relay chains are not available in this deployment yet",
-            ))
-        }
+        RunTarget::Chain(steps) => return create_chain(svc, tenant, cr, steps, None, idem).await,
     };
     let agent = agent_named(svc, &name).await?;
     let session = match &cr.session_id {
@@ -283,6 +300,48 @@ pub(crate) async fn create_run(svc: &Services, req: &Request, tenant: &str) -> A
             metadata: cr.metadata,
             idempotency: idem,
             team: None,
+            chain: None,
+        },
+    )
+    .await
+}
+
+/// A sequential relay chain: its first step's Run, carrying the chain's
+/// link (every step's agent, the chain's callback); the dispatcher starts
+/// each next step as the one before completes.
+async fn create_chain(
+    svc: &Services,
+    tenant: &str,
+    cr: CreateRun,
+    steps: Vec<String>,
+    team: Option<String>,
+    idempotency: Option<(String, String)>,
+) -> ApiResult {
+    for (i, a) in steps.iter().enumerate() {
+        agent_named(svc, a)
+            .await
+            .map_err(|_| ApiError::not_found(&format!("agent '{a}' (chain step {i})")))?;
+    }
+    let first = agent_named(svc, &steps[0]).await?;
+    let link = ChainLink {
+        chain_id: new_id("chain"),
+        index: 0,
+        steps,
+        callback_url: cr.callback_url,
+        team,
+    };
+    start_run(
+        svc,
+        NewRun {
+            tenant,
+            agent: &first,
+            input: cr.input,
+            session: None,
+            callback_url: None,
+            metadata: cr.metadata,
+            idempotency,
+            team: None,
+            chain: Some(link),
         },
     )
     .await
@@ -313,11 +372,8 @@ async fn create_team_run(
         Strategy::FanOut => team.aggregator().to_string(),
         Strategy::Lead => team.lead.clone().unwrap_or_else(|| team.members[0].clone()),
         Strategy::Relay => {
-            return Err(ApiError::new(
-                501,
-                "NOT_IMPLEMENTED",
-                "relay teams are not available in this deployment yet",
-            ))
+            let steps = team.members.clone();
+            return create_chain(svc, tenant, cr, steps, Some(team.name), idempotency).await;
         }
     };
     let agent = agent_named(svc, &runs_as).await?;
@@ -332,6 +388,7 @@ async fn create_team_run(
             metadata: cr.metadata,
             idempotency,
             team: Some(team),
+            chain: None,
         },
     )
     .await
@@ -391,6 +448,17 @@ pub(crate) async fn run_events(
 }
 
 pub(crate) async fn cancel_run(svc: &Services, tenant: &str, run_id: &str) -> ApiResult {
+    cancel_run_by(svc, tenant, run_id, "api").await
+}
+
+/// Cancels a Run (fenced: a worker still in a step cannot commit after it)
+/// and announces its end; `by` says who asked, in its `run_cancelled` event.
+pub(crate) async fn cancel_run_by(
+    svc: &Services,
+    tenant: &str,
+    run_id: &str,
+    by: &str,
+) -> ApiResult {
     for _ in 0..5 {
         let run = load_run(svc, tenant, run_id).await?;
         if run.state.is_terminal() {
@@ -406,7 +474,7 @@ pub(crate) async fn cancel_run(svc: &Services, tenant: &str, run_id: &str) -> Ap
         next.apply_from_outside(RunEvent::CancelRequested, now)
             .map_err(|e| ApiError::conflict("RUN_TERMINAL", e.to_string()))?;
         let ended: Vec<_> = next
-            .push_end_event(json!({"by": "api"}), now)
+            .push_end_event(json!({"by": by}), now)
             .into_iter()
             .collect();
         match svc.runs.save(prev, &next, &ended, vec![]).await {

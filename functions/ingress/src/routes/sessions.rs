@@ -60,6 +60,7 @@ pub(crate) async fn session_message(
             metadata: json!({}),
             idempotency: idem,
             team: None,
+            chain: None,
         },
     )
     .await

@@ -201,12 +201,7 @@ pub fn new_child(parent: &Run, slot: &ChildSlot, agent: Option<&AgentDefinition>
         Some(t) => crate::run::Payload::Inline { text: t.clone() },
         None => parent.input.clone(),
     };
-    let prewarm_sandbox = agent.is_some_and(|a| {
-        a.sandbox.resident
-            && a.skills
-                .iter()
-                .any(|s| skills::builtin(s).is_some_and(|m| m.in_sandbox()))
-    });
+    let prewarm_sandbox = prewarms(agent);
     let mut run = Run::new(
         NewRun {
             run_id: slot.run_id.clone(),
@@ -225,6 +220,16 @@ pub fn new_child(parent: &Run, slot: &ChildSlot, agent: Option<&AgentDefinition>
     run.budgets.deadline_ms = run.budgets.deadline_ms.min(parent.budgets.deadline_ms);
     run.lineage = Some(parent.lineage().child(&slot.agent, slot.kind));
     run
+}
+
+/// A resident agent's sandbox is warmed as its Run starts.
+pub(crate) fn prewarms(agent: Option<&AgentDefinition>) -> bool {
+    agent.is_some_and(|a| {
+        a.sandbox.resident
+            && a.skills
+                .iter()
+                .any(|s| skills::builtin(s).is_some_and(|m| m.in_sandbox()))
+    })
 }
 
 /// A child's end as its parent hears it (and its `child_finished` event

@@ -10,10 +10,13 @@
 //!   (tool result, round 2, the failure policy), fan-out expansion
 //! - [`delegate`]: the `delegate` and `plan` tool calls checked (arguments,
 //!   unknown agents, cycles, depth) and turned into slots
+//! - [`chain`]: sequential relay chains (the link each step carries, what
+//!   a step's end means, the next input, the chain's view)
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub mod chain;
 pub mod children;
 pub mod delegate;
 

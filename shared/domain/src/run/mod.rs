@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::AgentLimits;
+use crate::collab::chain::ChainLink;
 use crate::collab::{Children, Lineage};
 use crate::ledger::ToolCallRecord;
 use crate::team::TeamDefinition;
@@ -130,6 +131,9 @@ pub struct Run {
     /// The children it waits for, and every child it had.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub children: Option<Children>,
+    /// Its place in a sequential relay chain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainLink>,
 }
 
 /// What a new Run is made of; everything else starts empty.
@@ -185,6 +189,7 @@ impl Run {
             lineage: None,
             team: None,
             children: None,
+            chain: None,
         }
     }
 

@@ -1,0 +1,145 @@
+//! Sequential relay chains, the dispatcher's part: when a step's Run is
+//! settled, the next step is created (once: its id is the chain's and its
+//! index's) with the step's output as its input and started; or the chain
+//! ends here, broken (the steps after it skipped) or done, and the chain's
+//! callback hears it.
+
+use armada_domain::collab::chain::{self, step_run_id, AfterStep, ChainLink};
+
+use super::*;
+
+impl Dispatcher {
+    /// Settling a chain step: `events` are the step's closing events (the
+    /// chain's break, its callback's delivery are added to them).
+    pub(crate) async fn advance_chain(
+        &self,
+        run: &mut Run,
+        events: &mut Vec<RunEventRecord>,
+    ) -> Outcome {
+        let Some(link) = run.chain.clone() else {
+            return Outcome::Done;
+        };
+        let now = self.svc.clock.now_ms();
+        match chain::after_step(&link, run.state.outcome()) {
+            AfterStep::Next { index, agent } => {
+                let next_id = tryo!(self.start_next_step(run, &agent, now).await);
+                tracing::info!(run_id = %run.run_id, next = %next_id, index, "chain step started");
+                events.push(run.push_event(
+                    "chain_step_started",
+                    json!({"chain_id": link.chain_id, "index": index, "agent": agent, "run_id": next_id}),
+                    now,
+                ));
+                Outcome::Done
+            }
+            AfterStep::Ended { state, skipped } => {
+                if !skipped.is_empty() {
+                    tracing::warn!(run_id = %run.run_id, chain_id = %link.chain_id, ?skipped, "chain broken");
+                    events.push(run.push_event(
+                        "chain_broken",
+                        json!({"chain_id": link.chain_id, "at": link.index, "state": run.state.outcome(), "skipped": skipped}),
+                        now,
+                    ));
+                }
+                let Some(url) = link.callback_url.clone() else {
+                    return Outcome::Done;
+                };
+                let body = tryo!(self.chain_result(run, &link, state).await);
+                let report = self
+                    .svc
+                    .callbacks
+                    .deliver(&url, &link.chain_id, &body, now / 1000)
+                    .await;
+                let kind = if report.delivered {
+                    "callback_delivered"
+                } else {
+                    "callback_failed"
+                };
+                events.push(run.push_event(
+                    kind,
+                    json!({"chain_id": link.chain_id, "attempts": report.attempts, "status": report.status, "error": report.error}),
+                    now,
+                ));
+                Outcome::Done
+            }
+        }
+    }
+
+    /// Creates (once) and starts the step after `run`; its Run id.
+    async fn start_next_step(
+        &self,
+        run: &Run,
+        agent: &str,
+        now: i64,
+    ) -> Result<String, StoreError> {
+        let output = match &run.output {
+            Some(p) => self.svc.payloads.read(p).await?,
+            None => String::new(),
+        };
+        let text = chain::next_input(run, &output, &chain::artifacts(run));
+        let def = self.svc.registry.agent(agent).await?;
+        let link = run.chain.as_ref().map(ChainLink::next);
+        let next_id = link
+            .as_ref()
+            .map(|l| step_run_id(&l.chain_id, l.index as usize))
+            .unwrap_or_default();
+        let key = format!("inputs/{}/{next_id}", run.tenant);
+        let input = self
+            .svc
+            .payloads
+            .spill(&key, &text, self.svc.cfg.inline_limit_bytes)
+            .await?;
+        let Some(mut next) = chain::next_step(run, agent, def.as_ref(), input, now) else {
+            return Ok(next_id);
+        };
+        let created = next.push_event(
+            "run_created",
+            json!({"agent": agent, "chain_id": link.as_ref().map(|l| &l.chain_id), "index": link.as_ref().map(|l| l.index), "previous_run_id": run.run_id}),
+            now,
+        );
+        match self.svc.runs.create(&next, &[created], vec![]).await {
+            Ok(()) | Err(StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        self.svc
+            .queues
+            .send_dispatch(&DispatchMessage::StartRun {
+                run_id: next_id.clone(),
+                tenant: run.tenant.clone(),
+            })
+            .await?;
+        Ok(next_id)
+    }
+
+    /// What the chain's callback hears: the chain, every step, and the
+    /// last step's output or the breaking step's error.
+    async fn chain_result(
+        &self,
+        run: &Run,
+        link: &ChainLink,
+        state: chain::ChainState,
+    ) -> Result<serde_json::Value, StoreError> {
+        let mut runs = Vec::with_capacity(link.steps.len());
+        for i in 0..link.steps.len() {
+            runs.push(if i == link.index as usize {
+                Some(run.clone())
+            } else {
+                self.svc.runs.get(&step_run_id(&link.chain_id, i)).await?
+            });
+        }
+        let refs: Vec<Option<&Run>> = runs.iter().map(Option::as_ref).collect();
+        let (_, steps) = chain::view(&link.steps, &refs);
+        let output = match (&run.output, state) {
+            (Some(p), chain::ChainState::Completed) => Some(self.svc.payloads.read(p).await?),
+            _ => None,
+        };
+        Ok(json!({
+            "chain_id": link.chain_id,
+            "team": link.team,
+            "state": state,
+            "steps": steps,
+            "output": output,
+            "error": run.error,
+            "metadata": run.metadata,
+        }))
+    }
+}

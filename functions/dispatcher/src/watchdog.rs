@@ -1,0 +1,138 @@
+//! The watchdog of a waiting Run (`CheckRun`, sent with a delay and sent
+//! again while the Run keeps waiting): its deadline; for a Run waiting on
+//! a sandbox, its sandbox's start timeout and the calls whose sandbox died
+//! (never started → not run, started → lost).
+
+use super::*;
+
+impl Dispatcher {
+    /// The watchdog of a Run waiting at `step`: its deadline, its sandbox's
+    /// start, and the calls it dispatched (a sandbox that died with a call
+    /// in it is answered for: never started → not run, started → lost).
+    pub(crate) async fn check_run(
+        &self,
+        run_id: &str,
+        tenant: &str,
+        step: u32,
+        epoch: u64,
+    ) -> Outcome {
+        let Some(run) = tryo!(self.load(run_id, tenant).await) else {
+            return Outcome::Done;
+        };
+        let waiting = matches!(
+            run.state,
+            RunState::AwaitingTool | RunState::AwaitingHitl | RunState::AwaitingChildren
+        );
+        if run.epoch != epoch || run.step != step || !waiting {
+            // The Run moved on; a later wait has its own check.
+            return Outcome::Done;
+        }
+        let now = self.svc.clock.now_ms();
+        if run.past_deadline(now) {
+            return self.time_out(run, now).await;
+        }
+        if run.state == RunState::AwaitingTool && run.sandbox_key.is_some() {
+            let agent = tryo!(self.svc.registry.agent(&run.agent).await);
+            let mut rec = tryo!(self.svc.sandboxes.get(&run.tenant, &run.agent).await);
+            if let Some(r) = &rec {
+                if r.holder_run_id.as_deref() == Some(run_id) {
+                    match sandboxing::check_start(&self.svc, r, agent.as_ref()).await {
+                        Ok(updated) => rec = Some(updated),
+                        Err(SandboxError::Store(e)) => return retry(e),
+                        Err(SandboxError::Placement(why)) => {
+                            tracing::warn!(run_id, %why, "sandbox restart after a start timeout failed");
+                        }
+                    }
+                }
+            }
+            let dispatched: Vec<_> = run
+                .ledger
+                .values()
+                .filter(|c| c.step == step && c.sandbox && c.state == ToolCallState::Dispatched)
+                .cloned()
+                .collect();
+            for c in dispatched {
+                let generation = c.generation.unwrap_or(0);
+                let call = CallRef {
+                    run_id: run.run_id.clone(),
+                    call_id: c.call_id.clone(),
+                    attempt: c.attempt,
+                };
+                let watch =
+                    tryo!(sandboxing::watch_call(&self.svc, rec.as_ref(), &call, generation).await);
+                let (outcome, why_destroy) = match watch {
+                    CallWatch::Wait => continue,
+                    CallWatch::NotRun(why) => {
+                        // A silent sandbox that never started the call is
+                        // replaced; a failed one stays failed.
+                        let failed = rec
+                            .as_ref()
+                            .is_some_and(|r| r.state == SandboxState::Failed);
+                        let code = if failed {
+                            codes::SANDBOX_UNAVAILABLE
+                        } else {
+                            SANDBOX_LOST
+                        };
+                        let outcome = CallOutcome::NotRun {
+                            code: code.to_string(),
+                            message: why,
+                        };
+                        (outcome, "the sandbox stopped answering")
+                    }
+                    CallWatch::Lost(why) => (
+                        CallOutcome::Lost { reason: why },
+                        "the sandbox stopped answering during a call",
+                    ),
+                };
+                if let Some(r) = rec.as_ref().filter(|r| !r.state.is_gone()) {
+                    tryo!(sandboxing::destroy(&self.svc, &r.tenant, &r.agent, why_destroy).await);
+                }
+                tracing::warn!(run_id, call_id = %c.call_id, ?outcome, "watchdog answers for a sandbox call");
+                tryo!(
+                    self.svc
+                        .queues
+                        .send_harness(&HarnessMessage::ToolResult {
+                            run_id: run.run_id.clone(),
+                            tenant: run.tenant.clone(),
+                            step,
+                            call_id: c.call_id.clone(),
+                            attempt: c.attempt,
+                            body: ResultBody::Inline { outcome },
+                        })
+                        .await
+                );
+            }
+        }
+        tryo!(
+            self.svc
+                .queues
+                .send_dispatch_delayed(
+                    &DispatchMessage::CheckRun {
+                        run_id: run_id.to_string(),
+                        tenant: tenant.to_string(),
+                        step,
+                        epoch,
+                    },
+                    self.svc.cfg.sandbox.check_seconds,
+                )
+                .await
+        );
+        Outcome::Done
+    }
+
+    /// A waiting Run ran out of wall-clock time: it ends TIMED_OUT.
+    async fn time_out(&self, run: Run, now: i64) -> Outcome {
+        let error = RunError::new(
+            "TIMED_OUT",
+            "the run exceeded its wall-clock budget while waiting",
+        );
+        let (run_id, tenant) = (run.run_id.clone(), run.tenant.clone());
+        let event = RunEvent::DeadlineExceeded { error };
+        match self.end_from_outside(run, event, json!({}), now).await {
+            Ok(Ok(())) => self.settle(&run_id, &tenant).await,
+            Ok(Err(e)) => self.illegal(&run_id, &e),
+            Err(StoreError::Conflict { .. }) => Outcome::Done,
+            Err(e) => retry(e),
+        }
+    }
+}

@@ -1,0 +1,460 @@
+//! Agents working together on the real emulator (issue 8): delegation (C),
+//! fan-out teams with round 2 and their failure policies (D), lead-driven
+//! teams (G), cancelling a parent, cycles, depth, a child that times out,
+//! duplicated child ends and a 25-member team.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use armada_domain::messages::DispatchMessage;
+use armada_tests::{outcome, params, TestStack};
+
+/// Registers a scripted agent with these skills and limits.
+async fn put_agent(t: &TestStack, name: &str, skills: &[&str], timeout_s: u32) {
+    let def = json!({
+        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 16384},
+        "system_prompt": format!("You are {name}."),
+        "skills": skills,
+        "limits": {"max_model_turns": 6, "max_tool_calls": 12, "timeout_s": timeout_s}
+    });
+    t.admin
+        .call(Method::PUT, &format!("/v1/agents/{name}"), Some(&def), true)
+        .await
+        .unwrap();
+}
+
+/// An agent whose model endpoint refuses connections: its Runs fail with
+/// MODEL_ERROR after the model's retries.
+async fn put_broken_agent(t: &TestStack, name: &str) {
+    let def = json!({
+        "model": {"provider": "openai", "model_id": "x", "context_window": 4096,
+                  "base_url": "http://127.0.0.1:9/v1"},
+        "system_prompt": "unreachable",
+    });
+    t.admin
+        .call(Method::PUT, &format!("/v1/agents/{name}"), Some(&def), true)
+        .await
+        .unwrap();
+}
+
+async fn put_team(t: &TestStack, name: &str, body: Value) {
+    t.admin
+        .call(Method::PUT, &format!("/v1/teams/{name}"), Some(&body), true)
+        .await
+        .unwrap();
+}
+
+/// Starts a Run from a body and waits for it to end.
+async fn run_body(t: &TestStack, body: Value, wait_s: u64) -> (String, Value) {
+    let v = t.client.post("/v1/runs", &body).await.unwrap();
+    let run_id = v["run_id"].as_str().unwrap().to_string();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(wait_s))
+        .await
+        .unwrap();
+    (run_id, run)
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scenario_c_delegation_in_parallel_with_refusals_and_its_trace() {
+    let t = TestStack::start().await;
+    put_agent(&t, "boss", &["delegate", "current_time"], 120).await;
+    let input = json!([
+        {"name": "delegate", "args": {"agent": "assistant", "task": "first part"}},
+        {"name": "delegate", "args": {"agent": "researcher", "task": "second part"}},
+        {"name": "delegate", "args": {"agent": "boss", "task": "loop back"}},
+        {"name": "delegate", "args": {"agent": "nobody", "task": "x"}},
+    ]);
+    let body =
+        json!({"agent": "boss", "input": format!("/tools {input}"), "metadata": {"ticket": 42}});
+    let (run_id, run) = run_body(&t, body, 60).await;
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    let out = text(&run["output"]);
+    for needle in [
+        "echo: first part",
+        "echo: second part",
+        "DELEGATION_CYCLE",
+        "boss → boss",
+        "AGENT_NOT_FOUND",
+    ] {
+        assert!(out.contains(needle), "{needle} in {out}");
+    }
+    assert_eq!(run["outstanding_children"], 0);
+    assert_eq!(run["kind"], "root");
+
+    let trace = t
+        .client
+        .get(&format!("/v1/runs/{run_id}/trace"))
+        .await
+        .unwrap();
+    assert_eq!(trace["root_run_id"], run_id.as_str());
+    let runs = trace["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "{trace}");
+    assert_eq!(runs[0]["run_id"], run_id.as_str());
+    for (child, agent) in runs[1..].iter().zip(["assistant", "researcher"]) {
+        assert_eq!(child["agent"], agent);
+        assert_eq!(child["kind"], "delegation");
+        assert_eq!(child["depth"], 1);
+        assert_eq!(child["path"], json!(["boss", agent]));
+        assert_eq!(child["parent_run_id"], run_id.as_str());
+        assert!(child["ended_at"].is_string(), "{child}");
+        // The child inherits the parent's metadata, and the trace reads
+        // the same from the child's side.
+        let id = text(&child["run_id"]);
+        let c = t.client.get(&format!("/v1/runs/{id}")).await.unwrap();
+        assert_eq!(c["metadata"]["ticket"], 42);
+        let from_child = t.client.get(&format!("/v1/runs/{id}/trace")).await.unwrap();
+        assert_eq!(from_child["root_run_id"], run_id.as_str());
+    }
+    let children = t
+        .client
+        .get(&format!("/v1/runs/{run_id}/children"))
+        .await
+        .unwrap();
+    assert_eq!(children["children"].as_array().unwrap().len(), 2);
+    let types = t.event_types(&run_id).await;
+    for k in ["child_started", "child_finished", "tool_result"] {
+        assert!(types.iter().any(|x| x == k), "{k} in {types:?}");
+    }
+    // Another tenant sees none of it.
+    let other = t.admin.post("/v1/tenants/other/keys", &json!({})).await;
+    let key = other.map(|v| text(&v["key"])).unwrap_or_default();
+    let (status, _) = t
+        .raw(
+            Method::GET,
+            &format!("/v1/runs/{run_id}/trace"),
+            Some(&key),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 404);
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delegation_depth_is_bounded_and_a_child_that_times_out_is_an_error_result() {
+    let t = TestStack::start_with(params(&[("MaxDelegationDepth", "1")]), None).await;
+    put_agent(&t, "boss", &["delegate"], 120).await;
+    put_agent(&t, "helper", &["delegate"], 120).await;
+    put_agent(&t, "slowpoke", &["current_time"], 2).await;
+    // boss → helper → assistant: the second level is beyond depth 1.
+    let inner = json!({"agent": "assistant", "task": "hi"}).to_string();
+    let outer = json!({"agent": "helper", "task": format!("/tool delegate {inner}")});
+    let body = json!({"agent": "boss", "input": format!("/tool delegate {outer}")});
+    let (run_id, run) = run_body(&t, body, 60).await;
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    let out = text(&run["output"]);
+    assert!(out.contains("DELEGATION_DEPTH"), "{out}");
+    let trace = t
+        .client
+        .get(&format!("/v1/runs/{run_id}/trace"))
+        .await
+        .unwrap();
+    assert_eq!(trace["runs"].as_array().unwrap().len(), 2, "{trace}");
+
+    // A child whose own budget runs out: its parent hears CHILD_TIMED_OUT.
+    let task = "/sleep 2500 /tool current_time {}";
+    let args = json!({"agent": "slowpoke", "task": task});
+    let body = json!({"agent": "boss", "input": format!("/tool delegate {args}")});
+    let (_, run) = run_body(&t, body, 60).await;
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    let out = text(&run["output"]);
+    assert!(out.contains("CHILD_TIMED_OUT"), "{out}");
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scenario_d_fan_out_round_two_and_each_failure_policy() {
+    let t = TestStack::start().await;
+    put_broken_agent(&t, "broken").await;
+    put_team(
+        &t,
+        "soc",
+        json!({"members": ["assistant", "researcher"], "strategy": "fan_out"}),
+    )
+    .await;
+    // By mention: the team's Run is its aggregator's (the first member).
+    let (run_id, run) = run_body(&t, json!({"input": "@team:soc triage alert 7"}), 60).await;
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(run["agent"], "assistant");
+    assert_eq!(run["team"], "soc");
+    assert_eq!(run["input"], "triage alert 7");
+    let out = text(&run["output"]);
+    for m in [
+        "### assistant — COMPLETED",
+        "### researcher — COMPLETED",
+        "echo: triage alert 7",
+    ] {
+        assert!(out.contains(m), "{m} in {out}");
+    }
+    assert_eq!(
+        run["usage"]["model_turns"], 1,
+        "the aggregator answers once"
+    );
+    // Duplicate child ends after the fact change nothing.
+    let children = t
+        .client
+        .get(&format!("/v1/runs/{run_id}/children"))
+        .await
+        .unwrap();
+    let ids: Vec<String> = children["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| text(&c["run_id"]))
+        .collect();
+    assert_eq!(ids.len(), 2);
+    t.wait_closed(&run_id).await;
+    for id in ids.iter().chain(ids.iter()) {
+        let msg = DispatchMessage::RunTerminal {
+            run_id: id.clone(),
+            tenant: t.stack.tenant.clone(),
+        };
+        t.stack.svc.queues.send_dispatch(&msg).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let again = t.client.get(&format!("/v1/runs/{run_id}")).await.unwrap();
+    assert_eq!(again["usage"]["model_turns"], 1);
+    let rounds = t.event_types(&run_id).await;
+    assert_eq!(rounds.iter().filter(|k| *k == "round_started").count(), 2);
+    assert_eq!(rounds.iter().filter(|k| *k == "child_finished").count(), 2);
+
+    // One member fails: each policy decides.
+    let cases = [
+        (json!("all"), "FAILED", Some("MEMBERS_FAILED")),
+        (json!("best_effort"), "COMPLETED", None),
+        (json!({"quorum": 1}), "COMPLETED", None),
+        (json!({"quorum": 2}), "FAILED", Some("QUORUM_NOT_MET")),
+    ];
+    for (i, (policy, expected, code)) in cases.into_iter().enumerate() {
+        let name = format!("mixed{i}");
+        let team = json!({"members": ["assistant", "broken"], "strategy": "fan_out", "failure_policy": policy});
+        put_team(&t, &name, team).await;
+        let (_, run) = run_body(&t, json!({"team": name, "input": "check"}), 90).await;
+        assert_eq!(outcome(&run), expected, "{policy}: {run}");
+        match code {
+            Some(c) => {
+                assert_eq!(run["error"]["code"], c, "{run}");
+                assert!(text(&run["error"]["message"]).contains("broken"), "{run}");
+            }
+            None => assert!(
+                text(&run["output"]).contains("### broken — FAILED"),
+                "{run}"
+            ),
+        }
+    }
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scenario_g_a_lead_plans_executors_run_in_parallel_then_it_consolidates() {
+    let t = TestStack::start().await;
+    put_agent(&t, "planner", &["current_time"], 120).await;
+    put_team(
+        &t,
+        "eng",
+        json!({"members": ["assistant", "researcher"], "strategy": "lead", "lead": "planner"}),
+    )
+    .await;
+    let plan = json!({"tasks": [
+        {"agent": "assistant", "task": "/sleep 1500 write the intro"},
+        {"agent": "researcher", "task": "/sleep 1500 find sources"},
+    ]});
+    let body = json!({"team": "eng", "input": format!("/tool plan {plan}")});
+    let (run_id, run) = run_body(&t, body, 60).await;
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(run["agent"], "planner");
+    let out = text(&run["output"]);
+    assert!(out.starts_with("tool plan returned: "), "{out}");
+    assert!(
+        out.contains("echo: write the intro") && out.contains("echo: find sources"),
+        "{out}"
+    );
+    assert_eq!(run["usage"]["model_turns"], 2, "planned, then consolidated");
+    let trace = t
+        .client
+        .get(&format!("/v1/runs/{run_id}/trace"))
+        .await
+        .unwrap();
+    let runs = trace["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    assert!(runs[1..].iter().all(|r| r["kind"] == "executor"));
+    // In parallel: each executor started before the other ended.
+    let (a, b) = (&runs[1], &runs[2]);
+    assert!(text(&a["created_at"]) < text(&b["ended_at"]), "{trace}");
+    assert!(text(&b["created_at"]) < text(&a["ended_at"]), "{trace}");
+    // Only a lead's Run plans.
+    let body = json!({"agent": "planner", "input": format!("/tool plan {plan}")});
+    let (_, run) = run_body(&t, body, 60).await;
+    assert!(text(&run["output"]).contains("DENIED"), "{run}");
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelling_a_parent_cancels_its_five_running_children() {
+    // Enough pollers for the five to be in their steps together.
+    let t = TestStack::start_concurrent(6).await;
+    let members: Vec<String> = (1..=5).map(|i| format!("m{i}")).collect();
+    for m in &members {
+        put_agent(&t, m, &[], 120).await;
+    }
+    put_team(
+        &t,
+        "five",
+        json!({"members": members, "strategy": "fan_out"}),
+    )
+    .await;
+    let v = t
+        .client
+        .post(
+            "/v1/runs",
+            &json!({"team": "five", "input": "/sleep 8000 slow"}),
+        )
+        .await
+        .unwrap();
+    let run_id = text(&v["run_id"]);
+    // Wait until every member has been started.
+    let mut started = 0;
+    for _ in 0..100 {
+        let c = t
+            .client
+            .get(&format!("/v1/runs/{run_id}/children"))
+            .await
+            .unwrap();
+        started = c["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|k| k["state"] == "EXECUTING")
+            .count();
+        if started == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(started, 5);
+    t.client
+        .post(&format!("/v1/runs/{run_id}/cancel"), &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_CANCELLED");
+    let c = t
+        .client
+        .get(&format!("/v1/runs/{run_id}/children"))
+        .await
+        .unwrap();
+    for k in c["children"].as_array().unwrap() {
+        let id = text(&k["run_id"]);
+        let child = t.wait_closed(&id).await;
+        assert_eq!(child["state"], "CLOSED_CANCELLED", "{child}");
+        assert!(child["output"].is_null(), "{child}");
+    }
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_team_of_25_members_queues_beyond_max_parallel_and_aggregates_all() {
+    let t = TestStack::start().await;
+    let members: Vec<String> = (0..25).map(|i| format!("member-{i}")).collect();
+    for m in &members {
+        put_agent(&t, m, &[], 120).await;
+    }
+    put_team(
+        &t,
+        "crowd",
+        json!({"members": members, "strategy": "fan_out"}),
+    )
+    .await;
+    let (run_id, run) = run_body(&t, json!({"team": "crowd", "input": "count off"}), 180).await;
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    let out = text(&run["output"]);
+    for m in &members {
+        assert!(out.contains(&format!("### {m} — COMPLETED")), "{m}");
+    }
+    let kinds = t.event_types(&run_id).await;
+    assert_eq!(kinds.iter().filter(|k| *k == "child_started").count(), 25);
+    assert_eq!(kinds.iter().filter(|k| *k == "child_finished").count(), 25);
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_collaboration_input_is_refused_naming_what_is_wrong() {
+    let t = TestStack::start().await;
+    let key = t.stack.tenant_key.clone();
+    let post = |body: Value| {
+        let t = &t;
+        let key = key.clone();
+        async move {
+            t.raw(
+                Method::POST,
+                "/v1/runs",
+                Some(&key),
+                Some(&body.to_string()),
+                &[],
+            )
+            .await
+        }
+    };
+    let (status, body) = post(json!({"team": "ghosts", "input": "x"})).await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (404, json!("NOT_FOUND"))
+    );
+    assert!(text(&body["error"]["message"]).contains("ghosts"));
+    let (status, body) = post(json!({"input": "@team:ghosts x"})).await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = post(json!({"chain": [], "input": "x"})).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        text(&body["error"]["message"]).starts_with("chain"),
+        "{body}"
+    );
+    let steps: Vec<&str> = vec!["assistant"; 17];
+    let (status, _) = post(json!({"chain": steps, "input": "x"})).await;
+    assert_eq!(status, 400);
+    // A team whose member was deleted since it was defined.
+    put_agent(&t, "temp", &[], 60).await;
+    put_team(
+        &t,
+        "shaky",
+        json!({"members": ["assistant", "temp"], "strategy": "fan_out"}),
+    )
+    .await;
+    t.admin
+        .call(Method::DELETE, "/v1/agents/temp", None, true)
+        .await
+        .unwrap();
+    let (status, body) = post(json!({"team": "shaky", "input": "x"})).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(text(&body["error"]["message"]).contains("temp"), "{body}");
+    for (team, field) in [
+        (json!({"members": [], "strategy": "fan_out"}), "members"),
+        (
+            json!({"members": ["assistant"], "strategy": "lead"}),
+            "lead",
+        ),
+    ] {
+        let (status, body) = t
+            .raw(
+                Method::PUT,
+                "/v1/teams/bad",
+                Some(&t.stack.admin_key),
+                Some(&team.to_string()),
+                &[],
+            )
+            .await;
+        assert_eq!(status, 400, "{body}");
+        assert!(text(&body["error"]["message"]).starts_with(field), "{body}");
+    }
+    t.stack.stop().await;
+}

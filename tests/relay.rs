@@ -1,0 +1,230 @@
+//! Sequential relay chains on the real emulator (scenario E): each step
+//! gets the one before's output, a failure or a timeout breaks the chain
+//! (the steps after it skipped, the ones before it intact), the chain's
+//! callback hears its end once, a chain is cancelled through its running
+//! step, and a relay team runs as a chain.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use armada_tests::{callback_receiver, TestStack};
+
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_string()
+}
+
+async fn start_chain(t: &TestStack, body: Value) -> (String, String) {
+    let v = t.client.post("/v1/runs", &body).await.unwrap();
+    (text(&v["run_id"]), text(&v["chain_id"]))
+}
+
+/// Waits until the chain is no longer RUNNING; its view.
+async fn wait_chain(t: &TestStack, chain_id: &str) -> Value {
+    for _ in 0..600 {
+        let v = t
+            .client
+            .get(&format!("/v1/chains/{chain_id}"))
+            .await
+            .unwrap();
+        if v["state"] != "RUNNING" {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("chain {chain_id} did not end");
+}
+
+fn step_states(chain: &Value) -> Vec<String> {
+    chain["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| text(&s["state"]))
+        .collect()
+}
+
+/// An agent on a model endpoint that accepts and never answers.
+async fn put_hanging_agent(
+    t: &TestStack,
+    name: &str,
+    timeout_s: u32,
+) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            open.push(s);
+        }
+    });
+    let def = json!({
+        "model": {"provider": "openai", "model_id": "x", "context_window": 4096, "base_url": url},
+        "system_prompt": "silent",
+        "limits": {"timeout_s": timeout_s},
+    });
+    t.admin
+        .call(Method::PUT, &format!("/v1/agents/{name}"), Some(&def), true)
+        .await
+        .unwrap();
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scenario_e_each_step_gets_the_previous_output_and_the_callback_hears_the_end_once() {
+    let t = TestStack::start().await;
+    let (url, mut rx) = callback_receiver(vec![200]).await;
+    let body = json!({"chain": ["researcher", "assistant", "researcher"], "input": "the topic", "callback_url": url});
+    let (first, chain_id) = start_chain(&t, body).await;
+    assert!(chain_id.starts_with("chain_"), "{chain_id}");
+    let first_view = t.client.get(&format!("/v1/runs/{first}")).await.unwrap();
+    assert_eq!(first_view["chain_id"], chain_id.as_str());
+    assert_eq!(
+        first_view["chain_remaining"],
+        json!(["assistant", "researcher"])
+    );
+    let chain = wait_chain(&t, &chain_id).await;
+    assert_eq!(chain["state"], "COMPLETED", "{chain}");
+    assert_eq!(step_states(&chain), ["COMPLETED"; 3]);
+    let last_id = text(&chain["steps"][2]["run_id"]);
+    let last = t.wait_closed(&last_id).await;
+    assert_eq!(last["output"], "echo: echo: echo: the topic");
+    assert!(last["parent_run_id"].is_null(), "peers: no parent");
+    assert_eq!(last["chain_remaining"], json!([]));
+    let (_, delivery, body) = rx.recv().await.unwrap();
+    assert_eq!(delivery, chain_id);
+    let heard: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(heard["state"], "COMPLETED");
+    assert_eq!(heard["output"], "echo: echo: echo: the topic");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(rx.try_recv().is_err(), "heard once");
+    // The trace of any step lists the chain's steps in order.
+    let trace = t
+        .client
+        .get(&format!("/v1/runs/{last_id}/trace"))
+        .await
+        .unwrap();
+    let ids: Vec<String> = trace["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| text(&r["run_id"]))
+        .collect();
+    let steps: Vec<String> = chain["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| text(&s["run_id"]))
+        .collect();
+    assert_eq!(ids, steps);
+    assert!(trace["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["kind"] == "chain_step"));
+
+    // A relay team is a chain of its members.
+    let team = json!({"members": ["assistant", "researcher"], "strategy": "relay"});
+    t.admin
+        .call(Method::PUT, "/v1/teams/pipe", Some(&team), true)
+        .await
+        .unwrap();
+    let (_, chain_id) = start_chain(&t, json!({"team": "pipe", "input": "go"})).await;
+    let chain = wait_chain(&t, &chain_id).await;
+    assert_eq!(
+        (chain["state"].clone(), chain["team"].clone()),
+        (json!("COMPLETED"), json!("pipe"))
+    );
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_or_timed_out_middle_step_breaks_the_chain_and_keeps_what_came_before() {
+    let t = TestStack::start().await;
+    let broken = json!({
+        "model": {"provider": "openai", "model_id": "x", "context_window": 4096, "base_url": "http://127.0.0.1:9/v1"},
+        "system_prompt": "unreachable",
+    });
+    t.admin
+        .call(Method::PUT, "/v1/agents/broken", Some(&broken), true)
+        .await
+        .unwrap();
+    let _held = put_hanging_agent(&t, "hang", 2).await;
+    let (url, mut rx) = callback_receiver(vec![200]).await;
+    for (middle, ended) in [("broken", "FAILED"), ("hang", "TIMED_OUT")] {
+        let body = json!({"chain": ["assistant", middle, "assistant"], "input": "part one", "callback_url": url});
+        let (first, chain_id) = start_chain(&t, body).await;
+        let chain = wait_chain(&t, &chain_id).await;
+        assert_eq!(chain["state"], "FAILED", "{chain}");
+        assert_eq!(
+            step_states(&chain),
+            ["COMPLETED", ended, "SKIPPED"],
+            "{chain}"
+        );
+        assert!(chain["steps"][2]["run_id"].is_null());
+        // The completed step's output is still there.
+        let kept = t.client.get(&format!("/v1/runs/{first}")).await.unwrap();
+        assert_eq!(kept["output"], "echo: part one");
+        let middle_id = text(&chain["steps"][1]["run_id"]);
+        t.wait_closed(&middle_id).await;
+        let types = t.event_types(&middle_id).await;
+        assert!(types.contains(&"chain_broken".to_string()), "{types:?}");
+        let (_, delivery, body) = rx.recv().await.unwrap();
+        assert_eq!(delivery, chain_id);
+        let heard: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(heard["state"], "FAILED");
+        assert_eq!(heard["steps"][2]["state"], "SKIPPED");
+    }
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelling_a_chain_cancels_its_running_step_and_skips_the_rest() {
+    let t = TestStack::start().await;
+    let body =
+        json!({"chain": ["assistant", "researcher", "assistant"], "input": "/sleep 5000 slow"});
+    let (first, chain_id) = start_chain(&t, body).await;
+    for _ in 0..50 {
+        let v = t.client.get(&format!("/v1/runs/{first}")).await.unwrap();
+        if v["state"] == "EXECUTING" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let v = t
+        .client
+        .post(&format!("/v1/chains/{chain_id}/cancel"), &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(v["cancelled_run_id"], first.as_str());
+    let chain = wait_chain(&t, &chain_id).await;
+    assert_eq!(chain["state"], "CANCELLED");
+    assert_eq!(step_states(&chain), ["CANCELLED", "SKIPPED", "SKIPPED"]);
+    let (status, body) = t
+        .raw(
+            Method::POST,
+            &format!("/v1/chains/{chain_id}/cancel"),
+            Some(&t.stack.tenant_key),
+            Some("{}"),
+            &[],
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (409, json!("CHAIN_ENDED"))
+    );
+    let (status, _) = t
+        .raw(
+            Method::GET,
+            "/v1/chains/chain_nope",
+            Some(&t.stack.tenant_key),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 404);
+    t.stack.stop().await;
+}
