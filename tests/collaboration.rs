@@ -458,3 +458,86 @@ async fn bad_collaboration_input_is_refused_naming_what_is_wrong() {
     }
     t.stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resume_takes_over_a_finished_peers_transcript_or_refuses_closed() {
+    let t = TestStack::start().await;
+    put_agent(&t, "boss", &["delegate"], 120).await;
+    put_agent(&t, "scribe", &[], 120).await;
+    let (source, _) = t.ask("scribe", "remember: blue").await;
+    // 60,000 characters: about 15,000 tokens, over 80% of 16,384.
+    let (big, _) = t.ask("scribe", &"word ".repeat(12_000)).await;
+    // An input over 32 KiB lives in the payload bucket: lose it.
+    let (lost, _) = t.ask("scribe", &"gone ".repeat(7_000)).await;
+    t.stack
+        .aws
+        .s3
+        .delete_object()
+        .bucket(&t.stack.svc.cfg.payload_bucket)
+        .key(format!("inputs/{}/{lost}", t.stack.tenant))
+        .send()
+        .await
+        .unwrap();
+    let resume = |agent: &str, from: &str| json!({"name": "delegate", "args": {"agent": agent, "task": "/recall", "resume_from": from}});
+    let mut pinned = resume("scribe", &source);
+    pinned["args"]["model"] = json!("gpt-9");
+    let calls = json!([
+        pinned,
+        resume("assistant", &source),
+        resume("scribe", &big),
+        resume("scribe", &lost),
+    ]);
+    let body = json!({"agent": "boss", "input": format!("/tools {calls}")});
+    let (run_id, run) = run_body(&t, body, 60).await;
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    let out = text(&run["output"]);
+    assert!(out.contains(r#""output":"remember: blue""#), "{out}");
+    for code in [
+        "RESUME_IDENTITY_MISMATCH",
+        "RESUME_TOO_LARGE",
+        "RESUME_UNREADABLE",
+    ] {
+        assert!(out.contains(code), "{code} in {out}");
+    }
+    let children = t
+        .client
+        .get(&format!("/v1/runs/{run_id}/children"))
+        .await
+        .unwrap();
+    let kids = children["children"].as_array().unwrap();
+    assert_eq!(kids.len(), 1, "{children}");
+    let child = text(&kids[0]["run_id"]);
+    let events = t
+        .client
+        .get(&format!("/v1/runs/{child}/events?after=0"))
+        .await
+        .unwrap();
+    let resumed = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "resumed_from")
+        .cloned()
+        .unwrap();
+    assert_eq!(resumed["source_run_id"], source.as_str());
+    assert_eq!(resumed["model"], "scripted-1");
+    assert_eq!(resumed["model_ignored"], "gpt-9");
+
+    // A new persona is another identity: its old Runs cannot be resumed.
+    let def = json!({
+        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 16384},
+        "system_prompt": "You are someone else now.",
+    });
+    t.admin
+        .call(Method::PUT, "/v1/agents/scribe", Some(&def), true)
+        .await
+        .unwrap();
+    let body =
+        json!({"agent": "boss", "input": format!("/tools {}", json!([resume("scribe", &source)]))});
+    let (_, run) = run_body(&t, body, 60).await;
+    assert!(
+        text(&run["output"]).contains("RESUME_IDENTITY_MISMATCH"),
+        "{run}"
+    );
+    t.stack.stop().await;
+}

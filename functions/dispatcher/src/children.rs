@@ -93,7 +93,21 @@ impl Dispatcher {
                 json!({"agent": child.agent, "parent_run_id": parent.run_id, "kind": lineage.kind, "depth": lineage.depth}),
                 now,
             );
-            match self.svc.runs.create(&child, &[created], vec![]).await {
+            let mut events = vec![created];
+            if let Some(plan) = &slot.resume {
+                // What it took over, and the model it keeps (the source's,
+                // whatever was asked for instead).
+                events.push(child.push_event(
+                    "resumed_from",
+                    json!({
+                        "source_run_id": plan.source_run_id, "messages": plan.messages,
+                        "tokens": plan.tokens, "model": plan.identity.model.model_id,
+                        "model_ignored": plan.model_ignored,
+                    }),
+                    now,
+                ));
+            }
+            match self.svc.runs.create(&child, &events, vec![]).await {
                 Ok(()) | Err(StoreError::Conflict { .. }) => {}
                 Err(e) => return retry(e),
             }

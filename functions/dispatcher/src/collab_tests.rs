@@ -479,3 +479,56 @@ async fn a_failed_step_breaks_the_chain_and_the_rest_is_skipped() {
         .expect("chain_broken");
     assert_eq!(broken.data["skipped"], serde_json::json!(["b", "c"]));
 }
+
+#[tokio::test]
+async fn a_child_resumes_a_finished_peer_or_is_refused_closed() {
+    let s = stack().await;
+    let source = s.start("a", "remember: blue", None).await;
+    let big = s.start("a", &"word ".repeat(6_000), None).await;
+    s.pump().await;
+    assert_eq!(s.run(&source.run_id).state, RunState::ClosedCompleted);
+    let resume = |agent: &str, from: &str| serde_json::json!({"name": "delegate", "args": {"agent": agent, "task": "/recall", "resume_from": from}});
+    let calls = serde_json::json!([
+        resume("a", &source.run_id),
+        resume("b", &source.run_id),
+        resume("a", &big.run_id),
+        resume("a", "run_nope"),
+    ]);
+    let parent = s.start("boss", &format!("/tools {calls}"), None).await;
+    s.pump().await;
+    let out = s.output(&parent.run_id);
+    // The resumed child recalls its source's conversation.
+    assert!(out.contains(r#""output":"remember: blue""#), "{out}");
+    for code in [
+        "RESUME_IDENTITY_MISMATCH",
+        "RESUME_TOO_LARGE",
+        "RESUME_NOT_FOUND",
+    ] {
+        assert!(out.contains(code), "{code} in {out}");
+    }
+    let kids = s.children(&parent.run_id);
+    assert_eq!(kids.len(), 1, "refused resumes start nothing");
+    let child = &kids[0];
+    assert_eq!(
+        child.identity,
+        s.run(&source.run_id).identity,
+        "the source's persona and model"
+    );
+    assert!(s.kinds(&child.run_id).contains(&"resumed_from".to_string()));
+
+    // A source whose events are gone cannot be read: it fails closed.
+    s.mem.state().events.remove(&source.run_id);
+    let parent = s
+        .start(
+            "boss",
+            &format!(
+                "/tools {}",
+                serde_json::json!([resume("a", &source.run_id)])
+            ),
+            None,
+        )
+        .await;
+    s.pump().await;
+    assert!(s.output(&parent.run_id).contains("RESUME_UNREADABLE"));
+    assert!(s.children(&parent.run_id).is_empty());
+}

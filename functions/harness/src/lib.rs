@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::future::BoxFuture;
-use serde_json::{json, Value};
+use serde_json::json;
 use tracing::Instrument;
 
 use armada_core::calls::on_behalf;
@@ -28,8 +28,8 @@ use armada_core::sandboxing::{self, SandboxError};
 use armada_core::sqs::{process_batch, BatchPolicy, Outcome};
 use armada_core::{Also, Services};
 use armada_domain::agent::AgentDefinition;
-use armada_domain::chat::{ChatMessage, ModelReply, Role, ToolCall};
-use armada_domain::collab::children::round_message_at;
+use armada_domain::chat::{ModelReply, Role, ToolCall};
+use armada_domain::collab::resume::RunIdentity;
 use armada_domain::context;
 use armada_domain::ledger::ToolCallRecord;
 use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};
@@ -229,65 +229,6 @@ impl Harness {
             Err(StepError::Aborted(a)) => Err(a),
         }
     }
-}
-
-/// The Run's own conversation so far: its input, then every tool round
-/// (and, for a fan-out team's Run, the round-2 message over its members).
-pub fn transcript(input: &str, log: &[RunEventRecord]) -> Vec<ChatMessage> {
-    let mut msgs = vec![ChatMessage::text(Role::User, input)];
-    for ev in log {
-        match ev.kind.as_str() {
-            "round_started" => {
-                if let Some(text) = round_message_at(log, ev) {
-                    msgs.push(ChatMessage::text(Role::User, &text));
-                }
-            }
-            "model_reply" => {
-                let calls: Vec<ToolCall> = ev
-                    .data
-                    .get("tool_calls")
-                    .cloned()
-                    .and_then(|v| serde_json::from_value(v).ok())
-                    .unwrap_or_default();
-                if calls.is_empty() {
-                    continue;
-                }
-                msgs.push(ChatMessage {
-                    role: Role::Assistant,
-                    content: ev
-                        .data
-                        .get("content")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                    tool_calls: calls,
-                    tool_call_id: None,
-                    name: None,
-                });
-            }
-            "tool_result" => {
-                let call = ToolCall {
-                    id: ev
-                        .data
-                        .get("call_id")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                    name: ev
-                        .data
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                    args: json!({}),
-                };
-                let result = ev.data.get("result").cloned().unwrap_or(Value::Null);
-                msgs.push(ChatMessage::tool_result(&call, result.to_string()));
-            }
-            _ => {}
-        }
-    }
-    msgs
 }
 
 #[cfg(test)]

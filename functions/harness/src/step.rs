@@ -108,10 +108,12 @@ impl Harness {
                 Next::Wait => return self.wait(run, prev, events).await,
                 Next::Delegate(calls) => {
                     let known = self.known_agents(&run, agent, &calls).await?;
+                    let resumes = self.resume_checks(&run, agent, &calls).await?;
                     let max_depth = svc.cfg.max_delegation_depth;
                     let input = StepInput::Delegations {
                         known: &known,
                         max_depth,
+                        resumes: &resumes,
                     };
                     decide(&mut run, agent, input, svc.clock.now_ms())?
                 }
@@ -144,12 +146,23 @@ impl Harness {
             None => vec![],
         };
         let log = svc.run_events.all_events(&run.run_id).await?;
-        let transcript = transcript(&input, &log);
+        // A resumed Run starts from its source's conversation.
+        let mut transcript = match self.resumed_transcript(run).await? {
+            Ok(copied) => copied,
+            Err(error) => return Ok(Err(RunEvent::Failed { error })),
+        };
+        transcript.extend(context::transcript(&input, &log));
+        // Who the Run runs as is fixed at its first model call: it keeps
+        // its model even if its agent is redefined meanwhile.
+        let identity = run
+            .identity
+            .get_or_insert_with(|| RunIdentity::of(agent))
+            .clone();
         let assembled = context::assemble(
             &agent.system_prompt,
             &history,
             &transcript,
-            agent.model.context_window,
+            identity.model.context_window,
         );
         let now = svc.clock.now_ms();
         if let Some(c) = assembled.compaction {
@@ -171,7 +184,7 @@ impl Harness {
         let attempts = svc.cfg.model_attempts;
         let call =
             svc.models
-                .complete_with_retry(&agent.model, &assembled.messages, &specs, attempts);
+                .complete_with_retry(&identity.model, &assembled.messages, &specs, attempts);
         // A Run (a child most of all: its deadline is its root's) never
         // outlives its wall-clock budget waiting on a model.
         let left_ms = (run.budgets.deadline_ms - now).max(0) as u64;

@@ -4,7 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::chat::{estimate_tokens, ChatMessage, Role};
+use serde_json::{json, Value};
+
+use crate::chat::{estimate_tokens, ChatMessage, Role, ToolCall};
+use crate::collab::children::round_message_at;
+use crate::run::RunEventRecord;
 
 /// One turn of an AgentSession's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +88,65 @@ pub fn assemble(
         messages,
         compaction,
     }
+}
+
+/// The Run's own conversation so far: its input, then every tool round
+/// (and, for a fan-out team's Run, the round-2 message over its members).
+pub fn transcript(input: &str, log: &[RunEventRecord]) -> Vec<ChatMessage> {
+    let mut msgs = vec![ChatMessage::text(Role::User, input)];
+    for ev in log {
+        match ev.kind.as_str() {
+            "round_started" => {
+                if let Some(text) = round_message_at(log, ev) {
+                    msgs.push(ChatMessage::text(Role::User, &text));
+                }
+            }
+            "model_reply" => {
+                let calls: Vec<ToolCall> = ev
+                    .data
+                    .get("tool_calls")
+                    .cloned()
+                    .and_then(|v| serde_json::from_value(v).ok())
+                    .unwrap_or_default();
+                if calls.is_empty() {
+                    continue;
+                }
+                msgs.push(ChatMessage {
+                    role: Role::Assistant,
+                    content: ev
+                        .data
+                        .get("content")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    tool_calls: calls,
+                    tool_call_id: None,
+                    name: None,
+                });
+            }
+            "tool_result" => {
+                let call = ToolCall {
+                    id: ev
+                        .data
+                        .get("call_id")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    name: ev
+                        .data
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    args: json!({}),
+                };
+                let result = ev.data.get("result").cloned().unwrap_or(Value::Null);
+                msgs.push(ChatMessage::tool_result(&call, result.to_string()));
+            }
+            _ => {}
+        }
+    }
+    msgs
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::resume::{ResumePlan, ResumedFrom};
 use super::{child_run_id, codes, RunKind};
 use crate::agent::AgentDefinition;
 use crate::ledger::ToolCallEvent;
@@ -18,6 +19,8 @@ use crate::run::{
 use crate::skills;
 use crate::step::event_result;
 use crate::team::{FailurePolicy, Strategy};
+
+pub use super::round::{judge, round_message, round_message_at};
 
 /// A child's output as its `child_finished` event (and so a tool result
 /// or a round-2 message) keeps it.
@@ -61,6 +64,9 @@ pub struct ChildSlot {
     pub state: SlotState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<ChildOutcome>,
+    /// It resumes a finished Run (its checks passed, its copy written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<ResumePlan>,
 }
 
 /// The parent's waiting point and every child it had.
@@ -180,6 +186,7 @@ pub fn expand_team(run: &mut Run, now: i64) -> Result<Vec<RunEventRecord>, Expan
             task: None,
             state: SlotState::Queued,
             outcome: None,
+            resume: None,
         })
         .collect();
     open_round(run, slots, team.max_parallel);
@@ -219,6 +226,14 @@ pub fn new_child(parent: &Run, slot: &ChildSlot, agent: Option<&AgentDefinition>
     );
     run.budgets.deadline_ms = run.budgets.deadline_ms.min(parent.budgets.deadline_ms);
     run.lineage = Some(parent.lineage().child(&slot.agent, slot.kind));
+    if let Some(plan) = &slot.resume {
+        // Who it runs as is its source's: same persona, the same model.
+        run.identity = Some(plan.identity.clone());
+        run.resumed = Some(ResumedFrom {
+            source_run_id: plan.source_run_id.clone(),
+            transcript_key: plan.transcript_key.clone(),
+        });
+    }
     run
 }
 
@@ -266,7 +281,7 @@ impl ChildEnd {
         })
     }
 
-    fn failure_text(&self) -> String {
+    pub(crate) fn failure_text(&self) -> String {
         match &self.error {
             Some(e) => format!("{} ({}: {})", self.state, e.code, e.message),
             None => self.state.to_string(),
@@ -539,73 +554,6 @@ fn end_of(slot: &ChildSlot, known: &[ChildEnd]) -> ChildEnd {
             output: None,
             error: slot.outcome.as_ref().and_then(|o| o.error.clone()),
         })
-}
-
-/// A team's failure policy over its members' ends: `all` needs every one
-/// to complete, `best_effort` takes whatever there is, `quorum` needs n.
-pub fn judge(policy: FailurePolicy, ends: &[ChildEnd]) -> Result<(), RunError> {
-    let failed: Vec<String> = ends
-        .iter()
-        .filter(|e| !e.completed())
-        .map(|e| format!("{} {}", e.agent, e.failure_text()))
-        .collect();
-    let completed = ends.len() - failed.len();
-    match policy {
-        FailurePolicy::All if !failed.is_empty() => Err(RunError::new(
-            codes::MEMBERS_FAILED,
-            format!(
-                "the team's failure policy is all, and {} did not complete: {}",
-                failed.len(),
-                failed.join("; ")
-            ),
-        )),
-        FailurePolicy::Quorum(n) if (completed as u32) < n => Err(RunError::new(
-            codes::QUORUM_NOT_MET,
-            format!(
-                "the team needs {n} completed members and {completed} completed; failed: {}",
-                failed.join("; ")
-            ),
-        )),
-        FailurePolicy::All | FailurePolicy::BestEffort | FailurePolicy::Quorum(_) => Ok(()),
-    }
-}
-
-/// The one message a fan-out team's Run answers over in round 2: every
-/// member's name, state and output (or error), in the team's order.
-pub fn round_message(ends: &[ChildEnd]) -> String {
-    let mut text = String::from(
-        "Your team's members have each answered the request above. Answer it over their answers.\n",
-    );
-    for e in ends {
-        text.push_str(&format!("\n### {} — {}\n", e.agent, e.state));
-        match (&e.output, e.completed()) {
-            (Some(out), true) => text.push_str(out),
-            _ => text.push_str(&format!("(no answer: {})", e.failure_text())),
-        }
-        text.push('\n');
-    }
-    text
-}
-
-/// The round-2 message a `round_started` event stands for in a Run's log:
-/// built from the `child_finished` events of the round before it.
-pub fn round_message_at(log: &[RunEventRecord], event: &RunEventRecord) -> Option<String> {
-    let after = event.data.get("after_round")?.as_u64()?;
-    let mut ends: Vec<ChildEnd> = log
-        .iter()
-        .filter(|e| {
-            e.data.get("round").and_then(Value::as_u64) == Some(after)
-                && e.data.get("kind").and_then(Value::as_str) == Some(RunKind::Member.as_str())
-        })
-        .filter_map(ChildEnd::from_event)
-        .collect();
-    // In the team's order (the event lists the members' Runs), not in the
-    // order they happened to end.
-    if let Some(order) = event.data.get("members").and_then(Value::as_array) {
-        let at = |id: &str| order.iter().position(|o| o.as_str() == Some(id));
-        ends.sort_by_key(|e| at(&e.run_id));
-    }
-    Some(round_message(&ends))
 }
 
 #[cfg(test)]

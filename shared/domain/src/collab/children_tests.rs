@@ -40,6 +40,7 @@ fn slot(id: &str, agent: &str, kind: RunKind, call: Option<&str>) -> ChildSlot {
         task: Some(format!("task of {agent}")),
         state: SlotState::Queued,
         outcome: None,
+        resume: None,
     }
 }
 

@@ -8,11 +8,12 @@
 //! - `plan {"tasks": [{"agent", "task"}, ...]}`: the tool of a lead team's
 //!   Run; one executor child per task, each a member of the team.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
 use super::children::{ChildSlot, SlotState};
+use super::resume::{self, ResumePlan};
 use super::{child_run_id, codes, Lineage, RunKind, MAX_PLAN_TASKS, MAX_TASK_BYTES};
 use crate::agent::valid_name;
 use crate::fields::{FieldError, Fields};
@@ -52,6 +53,9 @@ pub struct DelegateArgs {
     pub agent: String,
     pub task: String,
     pub resume_from: Option<String>,
+    /// A model asked for: only with `resume_from`, where it is ignored (the
+    /// model is the source's) and recorded.
+    pub model: Option<String>,
 }
 
 fn task_text(f: &Fields<'_>, key: &str) -> Result<String, FieldError> {
@@ -80,12 +84,20 @@ fn agent_name(f: &Fields<'_>, key: &str) -> Result<String, FieldError> {
 
 pub fn parse_delegate(args: &Value) -> Result<DelegateArgs, FieldError> {
     let f = Fields::new(args)?;
-    f.only(&["agent", "task", "resume_from"])?;
-    Ok(DelegateArgs {
+    f.only(&["agent", "task", "resume_from", "model"])?;
+    let a = DelegateArgs {
         agent: agent_name(&f, "agent")?,
         task: task_text(&f, "task")?,
         resume_from: f.opt_str("resume_from")?.map(str::to_string),
-    })
+        model: f.opt_str("model")?.map(str::to_string),
+    };
+    if a.model.is_some() && a.resume_from.is_none() {
+        return Err(FieldError::new(
+            "model",
+            "is only taken with resume_from (and then ignored: a resumed child keeps its source's model); a new child runs its agent's model",
+        ));
+    }
+    Ok(a)
 }
 
 /// The `(agent, task)` pairs of a `plan` call.
@@ -168,30 +180,29 @@ fn check_target(
     Ok(())
 }
 
-/// The child a `delegate` call asks for, or why not.
+/// The child a `delegate` call asks for, or why not. `resumes`: the
+/// verdicts on the calls that resume a finished Run, by call id.
 pub fn delegate_slots(
     run: &Run,
     call_id: &str,
     args: &Value,
     known: &BTreeSet<String>,
     max_depth: u32,
+    resumes: &BTreeMap<String, Result<ResumePlan, CallError>>,
 ) -> Result<Vec<ChildSlot>, CallError> {
     let a = parse_delegate(args)?;
-    if a.resume_from.is_some() {
-        return Err(CallError::new(
-            codes::INVALID_ARGS,
-            "resume_from: resuming a finished run is not available in this deployment yet",
-        ));
-    }
     check_target(&run.lineage(), &a.agent, known, max_depth, true)?;
-    Ok(vec![slot(
-        run,
-        call_id,
-        0,
-        a.agent,
-        a.task,
-        RunKind::Delegation,
-    )])
+    let mut s = slot(run, call_id, 0, a.agent, a.task, RunKind::Delegation);
+    if a.resume_from.is_some() {
+        let verdict = resumes.get(call_id).cloned().unwrap_or_else(|| {
+            Err(CallError::new(
+                resume::RESUME_UNREADABLE,
+                "the run to resume from was not read",
+            ))
+        });
+        s.resume = Some(verdict?);
+    }
+    Ok(vec![s])
 }
 
 /// The executors a `plan` call asks for, or why not: only a lead team's Run
@@ -249,6 +260,7 @@ fn slot(
         task: Some(task),
         state: SlotState::Queued,
         outcome: None,
+        resume: None,
     }
 }
 
@@ -258,6 +270,10 @@ mod tests {
     use crate::run::test_run;
     use crate::team::TeamDefinition;
 
+    fn none() -> BTreeMap<String, Result<ResumePlan, CallError>> {
+        BTreeMap::new()
+    }
+
     fn known(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|s| s.to_string()).collect()
     }
@@ -266,8 +282,15 @@ mod tests {
     fn a_delegation_names_a_registered_agent_not_on_the_path() {
         let run = test_run(); // agent "a", depth 0
         let k = known(&["a", "b"]);
-        let slots =
-            delegate_slots(&run, "c1", &json!({"agent": "b", "task": "go"}), &k, 4).unwrap();
+        let slots = delegate_slots(
+            &run,
+            "c1",
+            &json!({"agent": "b", "task": "go"}),
+            &k,
+            4,
+            &none(),
+        )
+        .unwrap();
         assert_eq!(slots.len(), 1);
         assert_eq!(
             (
@@ -296,7 +319,7 @@ mod tests {
             ),
         ];
         for (args, code) in cases {
-            let e = delegate_slots(&run, "c1", &args, &k, 4).unwrap_err();
+            let e = delegate_slots(&run, "c1", &args, &k, 4, &none()).unwrap_err();
             assert_eq!(e.code, code, "{args}");
         }
     }
@@ -310,11 +333,35 @@ mod tests {
                 .child("a", RunKind::Delegation),
         );
         let k = known(&["a", "b", "x", "y"]);
-        let e = delegate_slots(&run, "c", &json!({"agent": "x", "task": "t"}), &k, 4).unwrap_err();
+        let e = delegate_slots(
+            &run,
+            "c",
+            &json!({"agent": "x", "task": "t"}),
+            &k,
+            4,
+            &none(),
+        )
+        .unwrap_err();
         assert_eq!(e.code, codes::DELEGATION_CYCLE);
         assert!(e.message.contains("x → y → a → x"), "{}", e.message);
-        assert!(delegate_slots(&run, "c", &json!({"agent": "b", "task": "t"}), &k, 3).is_ok());
-        let e = delegate_slots(&run, "c", &json!({"agent": "b", "task": "t"}), &k, 2).unwrap_err();
+        assert!(delegate_slots(
+            &run,
+            "c",
+            &json!({"agent": "b", "task": "t"}),
+            &k,
+            3,
+            &none()
+        )
+        .is_ok());
+        let e = delegate_slots(
+            &run,
+            "c",
+            &json!({"agent": "b", "task": "t"}),
+            &k,
+            2,
+            &none(),
+        )
+        .unwrap_err();
         assert_eq!(e.code, codes::DELEGATION_DEPTH);
     }
 

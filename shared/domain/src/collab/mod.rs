@@ -10,6 +10,9 @@
 //!   (tool result, round 2, the failure policy), fan-out expansion
 //! - [`delegate`]: the `delegate` and `plan` tool calls checked (arguments,
 //!   unknown agents, cycles, depth) and turned into slots
+//! - [`round`]: a team's failure policy and its round-2 message
+//! - [`resume`]: a `delegate` that resumes a finished peer (identity,
+//!   pinned model, the transcript copied, fail-closed checks)
 //! - [`chain`]: sequential relay chains (the link each step carries, what
 //!   a step's end means, the next input, the chain's view)
 
@@ -19,6 +22,8 @@ use sha2::{Digest, Sha256};
 pub mod chain;
 pub mod children;
 pub mod delegate;
+pub mod resume;
+pub mod round;
 
 pub use children::{ChildEnd, ChildOutcome, ChildSlot, Children, SlotState};
 

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::AgentLimits;
 use crate::collab::chain::ChainLink;
+use crate::collab::resume::{ResumedFrom, RunIdentity};
 use crate::collab::{Children, Lineage};
 use crate::ledger::ToolCallRecord;
 use crate::team::TeamDefinition;
@@ -134,6 +135,12 @@ pub struct Run {
     /// Its place in a sequential relay chain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<ChainLink>,
+    /// Who it runs as (persona, model), fixed at its first model call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<RunIdentity>,
+    /// The finished Run it resumes (its transcript copied before its input).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<ResumedFrom>,
 }
 
 /// What a new Run is made of; everything else starts empty.
@@ -190,6 +197,8 @@ impl Run {
             team: None,
             children: None,
             chain: None,
+            identity: None,
+            resumed: None,
         }
     }
 

@@ -13,6 +13,7 @@ pub(super) fn delegations(
     agent: &AgentDefinition,
     known: &BTreeSet<String>,
     max_depth: u32,
+    resumes: &BTreeMap<String, Result<ResumePlan, CallError>>,
     now: i64,
 ) -> Result<Decision, StepRefused> {
     let planned: Vec<ToolCallRecord> = open_calls(run)
@@ -28,7 +29,7 @@ pub(super) fn delegations(
         let asked = if executor == skills::PLAN {
             delegate::plan_slots(run, &rec.call_id, &rec.args, known, max_depth)
         } else {
-            delegate::delegate_slots(run, &rec.call_id, &rec.args, known, max_depth)
+            delegate::delegate_slots(run, &rec.call_id, &rec.args, known, max_depth, resumes)
         };
         match asked {
             Ok(mut s) => {

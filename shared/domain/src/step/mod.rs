@@ -9,12 +9,14 @@
 //! (inline or in the sandbox), what the ledger says about a redelivered
 //! call, when a human must approve. No IO, no clock.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
 use crate::agent::{AgentDefinition, Provisioning};
 use crate::chat::ModelReply;
+use crate::collab::delegate::CallError;
+use crate::collab::resume::ResumePlan;
 use crate::ledger::ToolCallState;
 use crate::ledger::{self, IllegalToolTransition, Recovery, ToolCallEvent, ToolCallRecord};
 use crate::run::{clip, Run, RunError, RunEvent, RunEventRecord};
@@ -52,6 +54,8 @@ pub enum StepInput<'a> {
     Delegations {
         known: &'a BTreeSet<String>,
         max_depth: u32,
+        /// Verdicts on the calls that resume a finished Run, by call id.
+        resumes: &'a BTreeMap<String, Result<ResumePlan, CallError>>,
     },
 }
 
@@ -149,9 +153,11 @@ pub fn decide(
         StepInput::SandboxAnswered { call_id, outcome } => {
             sandbox_answered(run, agent, call_id, outcome, now_ms)
         }
-        StepInput::Delegations { known, max_depth } => {
-            children::delegations(run, agent, known, max_depth, now_ms)
-        }
+        StepInput::Delegations {
+            known,
+            max_depth,
+            resumes,
+        } => children::delegations(run, agent, known, max_depth, resumes, now_ms),
     }
 }
 

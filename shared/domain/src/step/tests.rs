@@ -305,9 +305,11 @@ fn delegate_calls_become_children_of_one_waiting_point() {
         .values()
         .all(|r| r.children && r.state == ToolCallState::Planned));
     let known = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+    let none = BTreeMap::new();
     let input = StepInput::Delegations {
         known: &known,
         max_depth: 4,
+        resumes: &none,
     };
     let d = decide(&mut run, &a, input, 2).unwrap();
     assert_eq!(d.next, Next::AwaitChildren);
@@ -341,9 +343,11 @@ fn a_refused_delegation_is_the_calls_error_and_the_run_carries_on() {
     )
     .unwrap();
     let known = ["a"].iter().map(|s| s.to_string()).collect();
+    let none = BTreeMap::new();
     let input = StepInput::Delegations {
         known: &known,
         max_depth: 4,
+        resumes: &none,
     };
     let d = decide(&mut run, &a, input, 2).unwrap();
     assert_eq!(d.next, Next::Continue);
