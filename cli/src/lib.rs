@@ -8,4 +8,6 @@
 
 pub mod bench;
 pub mod client;
+pub mod demo;
 pub mod local;
+pub mod tree;

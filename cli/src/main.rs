@@ -39,11 +39,21 @@ enum Cmd {
     },
     /// Stop everything `up` started.
     Down,
-    /// Ask an agent a one-off question and print the answer.
+    /// Ask an agent (or a team, or a relay chain) a one-off question and
+    /// print the answer. A question that begins with @agent or @team:name
+    /// goes there.
     Ask {
         text: String,
-        #[arg(long, default_value = "assistant")]
-        agent: String,
+        /// The agent to ask (default: assistant, unless --team, --chain or
+        /// a mention says otherwise).
+        #[arg(long, conflicts_with_all = ["team", "chain"])]
+        agent: Option<String>,
+        /// A team from the registry (fan_out, relay or lead).
+        #[arg(long, conflicts_with = "chain")]
+        team: Option<String>,
+        /// A relay chain of agents, comma-separated (researcher,assistant).
+        #[arg(long, value_delimiter = ',')]
+        chain: Option<Vec<String>>,
         /// Print the run id and return without waiting.
         #[arg(long)]
         no_wait: bool,
@@ -65,6 +75,16 @@ enum Cmd {
     Agents {
         #[command(subcommand)]
         cmd: AgentsCmd,
+    },
+    /// Register and read teams (fan_out, relay, lead).
+    Teams {
+        #[command(subcommand)]
+        cmd: TeamsCmd,
+    },
+    /// Follow and cancel relay chains.
+    Chains {
+        #[command(subcommand)]
+        cmd: ChainsCmd,
     },
     /// Inspect and destroy agents' sandboxes.
     Sandboxes {
@@ -115,6 +135,32 @@ enum RunsCmd {
     Cancel {
         run_id: String,
     },
+    /// Draw the Run's tree (its root, children and theirs, or its chain's
+    /// steps) with states and timings.
+    Tree {
+        run_id: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum TeamsCmd {
+    /// Create or update a team from a JSON file (admin key).
+    Put {
+        name: String,
+        file: PathBuf,
+    },
+    Get {
+        name: String,
+    },
+    List,
+}
+
+#[derive(Subcommand)]
+enum ChainsCmd {
+    /// The chain's state and every step's.
+    Show { chain_id: String },
+    /// Cancel the running step; the rest are skipped.
+    Cancel { chain_id: String },
 }
 
 #[derive(Subcommand)]
@@ -215,22 +261,44 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Ask {
             text,
             agent,
+            team,
+            chain,
             no_wait,
         } => {
             let c = Client::from_env(root().as_deref())?;
-            let run_id = c.create_run(&agent, &text).await?;
+            let mut body = json!({"input": text});
+            match (agent, team, chain) {
+                (Some(a), _, _) => body["agent"] = json!(a),
+                (_, Some(t), _) => body["team"] = json!(t),
+                (_, _, Some(steps)) => body["chain"] = json!(steps),
+                // A mention at the start addresses its agent or team.
+                _ if text.trim_start().starts_with('@') => {}
+                _ => body["agent"] = json!("assistant"),
+            }
+            let v = c.post("/v1/runs", &body).await?;
+            let run_id = armada_cli::client::run_id(&v)?;
             if no_wait {
                 println!("{run_id}");
+                if let Some(chain_id) = v["chain_id"].as_str() {
+                    println!("{chain_id}");
+                }
                 return Ok(());
             }
             let run = c.wait_run(&run_id, Duration::from_secs(600)).await?;
-            print_answer(&run)
+            match v["chain_id"].as_str() {
+                Some(chain_id) => follow_chain(&c, chain_id).await,
+                None => print_answer(&run),
+            }
         }
         Cmd::Chat { agent, session } => chat(&agent, session).await,
         Cmd::Runs { cmd } => {
             let c = Client::from_env(root().as_deref())?;
             match cmd {
                 RunsCmd::Show { run_id } => print(&c.get(&format!("/v1/runs/{run_id}")).await?),
+                RunsCmd::Tree { run_id } => {
+                    let trace = c.get(&format!("/v1/runs/{run_id}/trace")).await?;
+                    print!("{}", armada_cli::tree::draw(&trace));
+                }
                 RunsCmd::Cancel { run_id } => print(
                     &c.post(&format!("/v1/runs/{run_id}/cancel"), &json!({}))
                         .await?,
@@ -266,6 +334,30 @@ async fn run(cli: Cli) -> Result<()> {
                 }
                 AgentsCmd::Get { name } => print(&c.get(&format!("/v1/agents/{name}")).await?),
                 AgentsCmd::List => print(&c.get("/v1/agents").await?),
+            }
+            Ok(())
+        }
+        Cmd::Teams { cmd } => {
+            let c = Client::from_env(root().as_deref())?;
+            match cmd {
+                TeamsCmd::Put { name, file } => {
+                    print(&put_json_file(&c, &format!("/v1/teams/{name}"), &file).await?)
+                }
+                TeamsCmd::Get { name } => print(&c.get(&format!("/v1/teams/{name}")).await?),
+                TeamsCmd::List => print(&c.get("/v1/teams").await?),
+            }
+            Ok(())
+        }
+        Cmd::Chains { cmd } => {
+            let c = Client::from_env(root().as_deref())?;
+            match cmd {
+                ChainsCmd::Show { chain_id } => {
+                    print(&c.get(&format!("/v1/chains/{chain_id}")).await?)
+                }
+                ChainsCmd::Cancel { chain_id } => print(
+                    &c.post(&format!("/v1/chains/{chain_id}/cancel"), &json!({}))
+                        .await?,
+                ),
             }
             Ok(())
         }
@@ -346,6 +438,34 @@ fn print_answer(run: &Value) -> Result<()> {
     }
 }
 
+/// Waits for a relay chain to end and prints its last answer (or why it
+/// broke, step by step).
+async fn follow_chain(c: &Client, chain_id: &str) -> Result<()> {
+    loop {
+        let chain = c.get(&format!("/v1/chains/{chain_id}")).await?;
+        if chain["state"] == "RUNNING" {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        let steps = chain["steps"].as_array().cloned().unwrap_or_default();
+        if chain["state"] == "COMPLETED" {
+            let last = steps
+                .last()
+                .and_then(|s| s["run_id"].as_str())
+                .unwrap_or_default();
+            return print_answer(&c.get(&format!("/v1/runs/{last}")).await?);
+        }
+        for s in &steps {
+            eprintln!(
+                "  {} {}",
+                s["agent"].as_str().unwrap_or("?"),
+                s["state"].as_str().unwrap_or("?")
+            );
+        }
+        bail!("chain {chain_id} ended {}", chain["state"]);
+    }
+}
+
 async fn chat(agent: &str, session: Option<String>) -> Result<()> {
     let c = Client::from_env(root().as_deref())?;
     let sid = match session {
@@ -420,58 +540,7 @@ async fn run_demo(stack: &LocalStack) -> Result<()> {
         &stack.tenant_key,
         Some(stack.admin_key.clone()),
     );
-    println!("\n== Scenario A: a single-agent answer");
-    let q = "What is Armada?";
-    let run_id = c.create_run("assistant", q).await?;
-    let run = c.wait_run(&run_id, Duration::from_secs(60)).await?;
-    println!("  you       {q}");
-    println!(
-        "  assistant {}   [{} {}]",
-        run["output"].as_str().unwrap_or_default(),
-        run_id,
-        run["state"]
-    );
-    let run_id = c.create_run("assistant", "/tool current_time {}").await?;
-    let run = c.wait_run(&run_id, Duration::from_secs(60)).await?;
-    println!("  you       /tool current_time {{}}");
-    println!("  assistant {}", run["output"].as_str().unwrap_or_default());
-    println!("\n== Scenario F: a multi-turn session");
-    let sid = c.create_session("assistant").await?;
-    for msg in ["My name is Ada.", "I work on compilers.", "/recall"] {
-        let run_id = c.send_message(&sid, msg).await?;
-        let run = c.wait_run(&run_id, Duration::from_secs(60)).await?;
-        println!("  you       {msg}");
-        println!("  assistant {}", run["output"].as_str().unwrap_or_default());
-    }
-    let s = c.get(&format!("/v1/sessions/{sid}")).await?;
-    println!(
-        "  session {sid}: {} turns stored",
-        s["turns"].as_array().map(|t| t.len()).unwrap_or(0)
-    );
-    println!("\n== Code in a sandbox: the coder agent's own confined task");
-    let q = r#"/tool shell_exec {"command": "echo 'print(6 * 7)' > answer.py && python3 answer.py && id -u && touch /etc/nope"}"#;
-    let run_id = c.create_run("coder", q).await?;
-    let run = c.wait_run(&run_id, Duration::from_secs(120)).await?;
-    println!("  you       {q}");
-    println!("  coder     {}", run["output"].as_str().unwrap_or_default());
-    let sb = c.get("/v1/sandboxes/coder").await?;
-    println!(
-        "  sandbox   {} {} (profile {})",
-        sb["state"].as_str().unwrap_or_default(),
-        sb["task_arn"].as_str().unwrap_or_default(),
-        sb["profile"].as_str().unwrap_or_default()
-    );
-    if let Some(controls) = sb["controls"].as_object() {
-        for (name, c) in controls {
-            println!(
-                "    {name:<10} {:<12} {}",
-                c["status"].as_str().unwrap_or_default(),
-                c["reason"].as_str().unwrap_or_default()
-            );
-        }
-    }
-    println!();
-    Ok(())
+    armada_cli::demo::run(&c).await
 }
 
 async fn up_detached(root: &Path, demo: bool, port: u16) -> Result<()> {

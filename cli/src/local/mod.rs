@@ -230,6 +230,7 @@ impl LocalStack {
         let harness_svc = services("harness").await?;
 
         provision::load_agents(ingress_svc.registry.as_ref(), &opts.root).await?;
+        provision::load_teams(ingress_svc.registry.as_ref(), &opts.root).await?;
         let tenant = "local".to_string();
         let key = ApiKey::mint();
         let stored_key = StoredKey {

@@ -2,9 +2,9 @@
 //! declares (idempotently), and loads the default agents from `config/agents`.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
     ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
@@ -14,6 +14,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use armada_core::aws::AwsClients;
 use armada_core::ports::Registry as RegistryPort;
 use armada_domain::agent::AgentDefinition;
+use armada_domain::team::TeamDefinition;
 
 use super::template::{TableSpec, TaskDefSpec, Template};
 
@@ -263,11 +264,9 @@ pub async fn default_network(endpoint: &str, region: &str) -> Result<(String, St
     Ok((subnets[0].clone(), groups[0].clone()))
 }
 
-/// Loads every `config/agents/*.json` into the registry. The scripted
-/// provider needs no URL in the file: the deployment supplies it.
-pub async fn load_agents(registry: &dyn RegistryPort, root: &Path) -> Result<Vec<String>> {
-    let dir = root.join("config/agents");
-    let mut names = Vec::new();
+/// The `*.json` files of a `config/` folder, by name, each parsed.
+fn config_files(root: &Path, folder: &str) -> Result<Vec<(String, PathBuf, serde_json::Value)>> {
+    let dir = root.join("config").join(folder);
     let mut entries: Vec<_> = std::fs::read_dir(&dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|e| e.ok())
@@ -275,6 +274,7 @@ pub async fn load_agents(registry: &dyn RegistryPort, root: &Path) -> Result<Vec
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     entries.sort();
+    let mut out = Vec::new();
     for path in entries {
         let text = std::fs::read_to_string(&path)?;
         let body: serde_json::Value =
@@ -284,6 +284,34 @@ pub async fn load_agents(registry: &dyn RegistryPort, root: &Path) -> Result<Vec
             .and_then(|s| s.to_str())
             .unwrap_or_default()
             .to_string();
+        out.push((name, path, body));
+    }
+    Ok(out)
+}
+
+/// Loads every `config/teams/*.json` into the registry (after the agents:
+/// every agent a team names must be registered).
+pub async fn load_teams(registry: &dyn RegistryPort, root: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for (name, path, body) in config_files(root, "teams")? {
+        let def = TeamDefinition::from_json(&name, &body)
+            .with_context(|| format!("validating {}", path.display()))?;
+        for agent in def.agents() {
+            if registry.agent(agent).await?.is_none() {
+                bail!("{}: agent '{agent}' is not registered", path.display());
+            }
+        }
+        registry.put_team(&def).await?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// Loads every `config/agents/*.json` into the registry. The scripted
+/// provider needs no URL in the file: the deployment supplies it.
+pub async fn load_agents(registry: &dyn RegistryPort, root: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for (name, path, body) in config_files(root, "agents")? {
         let mut def = AgentDefinition::from_json(&name, &body)
             .with_context(|| format!("validating {}", path.display()))?;
         registry

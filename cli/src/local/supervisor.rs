@@ -50,6 +50,7 @@ impl Supervisor {
         provision::provision(&self.aws, &self.template).await?;
         let registry = Registry::new(self.aws.dynamo.clone(), &self.registry_table);
         provision::load_agents(&registry, &self.root).await?;
+        provision::load_teams(&registry, &self.root).await?;
         match registry.put_key(&self.tenant_key, 0).await {
             Ok(()) | Err(armada_core::error::StoreError::Conflict { .. }) => {}
             Err(e) => return Err(e.into()),

@@ -34,12 +34,27 @@ pub fn rfc3339(ms: i64) -> String {
     t.format(&fmt).unwrap_or_else(|_| ms.to_string())
 }
 
+/// Milliseconds since the epoch of an RFC 3339 timestamp (as [`rfc3339`]
+/// writes them, or any offset).
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    let t =
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn timestamps_read_back() {
+        let ms = 1_700_000_000_123;
+        assert_eq!(super::parse_rfc3339(&super::rfc3339(ms)), Some(ms));
+        assert_eq!(super::parse_rfc3339("yesterday"), None);
+    }
+
     #[test]
     fn timestamps_have_fixed_width() {
         assert_eq!(
