@@ -118,6 +118,10 @@ enum Cmd {
         /// finished Runs into the stack.
         #[arg(long, default_value_t = 0)]
         fill: usize,
+        /// Members of the fan-out team (each sleeping 1 s) measured against
+        /// one member alone; 0 skips it.
+        #[arg(long, default_value_t = 25)]
+        fan_out: usize,
     },
 }
 
@@ -397,6 +401,7 @@ async fn run(cli: Cli) -> Result<()> {
             no_binaries,
             sandboxes,
             fill,
+            fan_out,
         } => {
             armada_cli::bench::run(
                 &local::find_root()?,
@@ -407,6 +412,7 @@ async fn run(cli: Cli) -> Result<()> {
                     binaries: !no_binaries,
                     sandbox_samples: sandboxes,
                     fill,
+                    fan_out,
                 },
             )
             .await

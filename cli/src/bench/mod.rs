@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 
 use armada_core::aws::AwsClients;
 
+mod fanout;
 mod fill;
 mod floor;
 mod pipeline;
@@ -55,6 +56,9 @@ pub struct BenchOptions {
     /// After the one-at-a-time phase, load this many finished Runs and
     /// measure it again (0: don't).
     pub fill: usize,
+    /// Members of the fan-out team measured against one member alone (0
+    /// skips the fan-out phase).
+    pub fan_out: usize,
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -267,6 +271,14 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
     }
     sessions.report();
 
+    if opts.fan_out > 0 {
+        let f = fanout::FanOut {
+            members: opts.fan_out,
+            sleep_ms: 1000,
+            samples: 5,
+        };
+        fanout::fan_out(&stack, &client, &watcher, &f).await?;
+    }
     if opts.sandbox_samples > 0 {
         sandboxes(&stack, &client, opts.sandbox_samples).await?;
         confinement_overhead(&stack, 100).await?;

@@ -47,9 +47,7 @@ impl Dispatcher {
             if start.is_empty() {
                 return Outcome::Done;
             }
-            for id in &start {
-                tryo!(self.send_start(id, tenant).await);
-            }
+            tryo!(self.send_starts(&start, tenant).await);
             match self
                 .svc
                 .runs
@@ -75,6 +73,7 @@ impl Dispatcher {
         };
         let now = self.svc.clock.now_ms();
         let mut agents: HashMap<String, Option<AgentDefinition>> = HashMap::new();
+        let mut runs = Vec::new();
         for slot in c.slots.iter().filter(|s| s.round == c.round) {
             if slot.state != SlotState::Queued {
                 continue;
@@ -107,7 +106,15 @@ impl Dispatcher {
                     now,
                 ));
             }
-            match self.svc.runs.create(&child, &events, vec![]).await {
+            runs.push((child, events));
+        }
+        // Created side by side: a 25-member team is not 25 round trips
+        // one after another.
+        let creates = runs
+            .iter()
+            .map(|(child, events)| self.svc.runs.create(child, events, vec![]));
+        for created in futures::future::join_all(creates).await {
+            match created {
                 Ok(()) | Err(StoreError::Conflict { .. }) => {}
                 Err(e) => return retry(e),
             }
@@ -115,14 +122,17 @@ impl Dispatcher {
         Outcome::Done
     }
 
-    async fn send_start(&self, run_id: &str, tenant: &str) -> Result<(), StoreError> {
-        self.svc
-            .queues
-            .send_dispatch(&DispatchMessage::StartRun {
-                run_id: run_id.to_string(),
+    /// Sends the children's starts, side by side.
+    async fn send_starts(&self, ids: &[String], tenant: &str) -> Result<(), StoreError> {
+        let msgs: Vec<DispatchMessage> = ids
+            .iter()
+            .map(|id| DispatchMessage::StartRun {
+                run_id: id.clone(),
                 tenant: tenant.to_string(),
             })
-            .await
+            .collect();
+        let sends = msgs.iter().map(|m| self.svc.queues.send_dispatch(m));
+        futures::future::join_all(sends).await.into_iter().collect()
     }
 
     /// Round 1 of a fan-out team's Run, instead of its first step.
@@ -202,9 +212,7 @@ impl Dispatcher {
                     start,
                     actions,
                 }) => {
-                    for id in &start {
-                        tryo!(self.send_start(id, &parent.tenant).await);
-                    }
+                    tryo!(self.send_starts(&start, &parent.tenant).await);
                     match self
                         .svc
                         .runs

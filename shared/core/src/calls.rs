@@ -76,6 +76,9 @@ pub struct CallRecord {
     pub terminal: bool,
     /// The work the call was made in, for calls naming no Run.
     behalf: Option<OnBehalf>,
+    /// The Runs of the work it was made in (the handler's message, the
+    /// request), filled in by [`CallCounter::drain_log`].
+    pub on_behalf: Vec<String>,
 }
 
 impl CallRecord {
@@ -89,6 +92,7 @@ impl CallRecord {
             sessions: Vec::new(),
             terminal: false,
             behalf: None,
+            on_behalf: Vec::new(),
         }
     }
 
@@ -135,8 +139,9 @@ impl CallCounter {
             .unwrap_or_default();
         for c in &mut log {
             if let Some(b) = c.behalf.take() {
+                c.on_behalf = b.ids();
                 if c.runs.is_empty() {
-                    c.runs = b.ids();
+                    c.runs = c.on_behalf.clone();
                 }
             }
         }
@@ -232,6 +237,7 @@ impl Intercept for CallCounter {
                     sessions: Vec::new(),
                     terminal: false,
                     behalf: ON_BEHALF.try_with(OnBehalf::clone).ok(),
+                    on_behalf: Vec::new(),
                 });
             }
         }
