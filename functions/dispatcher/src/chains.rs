@@ -44,21 +44,7 @@ impl Dispatcher {
                     return Outcome::Done;
                 };
                 let body = tryo!(self.chain_result(run, &link, state).await);
-                let report = self
-                    .svc
-                    .callbacks
-                    .deliver(&url, &link.chain_id, &body, now / 1000)
-                    .await;
-                let kind = if report.delivered {
-                    "callback_delivered"
-                } else {
-                    "callback_failed"
-                };
-                events.push(run.push_event(
-                    kind,
-                    json!({"chain_id": link.chain_id, "attempts": report.attempts, "status": report.status, "error": report.error}),
-                    now,
-                ));
+                events.push(self.callback(run, &url, &link.chain_id, &body).await);
                 Outcome::Done
             }
         }

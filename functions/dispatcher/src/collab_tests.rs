@@ -63,6 +63,13 @@ impl Stack {
         panic!("the messages never settled");
     }
 
+    /// Hands the harness what is queued for it, once.
+    async fn harness_pass(&self) {
+        for m in self.mem.take_harness() {
+            self.to_harness(&m).await;
+        }
+    }
+
     async fn to_harness(&self, m: &HarnessMessage) {
         let body = serde_json::to_string(m).unwrap_or_default();
         let event = sqs_event(&self.svc.cfg.harness_queue, &[body]);
@@ -127,6 +134,13 @@ impl Stack {
     }
 }
 
+/// Asserts that `text` holds every one of `needles`.
+fn assert_holds(text: &str, needles: &[&str]) {
+    for n in needles {
+        assert!(text.contains(n), "{n} in {text}");
+    }
+}
+
 fn team(body: serde_json::Value) -> Option<TeamDefinition> {
     Some(TeamDefinition::from_json("soc", &body).expect("team"))
 }
@@ -176,21 +190,20 @@ async fn delegations_in_one_turn_run_together_and_refusals_do_not_stop_the_run()
     let input = r#"/tools [{"name":"delegate","args":{"agent":"a","task":"one"}},{"name":"delegate","args":{"agent":"b","task":"two"}},{"name":"delegate","args":{"agent":"boss","task":"loop"}},{"name":"delegate","args":{"agent":"nobody","task":"x"}}]"#;
     let parent = s.start("boss", input, None).await;
     // One pass of each: the parent waits, both children are started at once.
-    for m in s.mem.take_harness() {
-        s.to_harness(&m).await;
-    }
+    s.harness_pass().await;
     assert_eq!(s.run(&parent.run_id).state, RunState::AwaitingChildren);
     assert_eq!(s.run(&parent.run_id).outstanding_children(), 2);
     s.pump().await;
     let out = s.output(&parent.run_id);
-    for needle in [
-        "echo: one",
-        "echo: two",
-        "DELEGATION_CYCLE",
-        "AGENT_NOT_FOUND",
-    ] {
-        assert!(out.contains(needle), "{needle} in {out}");
-    }
+    assert_holds(
+        &out,
+        &[
+            "echo: one",
+            "echo: two",
+            "DELEGATION_CYCLE",
+            "AGENT_NOT_FOUND",
+        ],
+    );
     assert_eq!(s.children(&parent.run_id).len(), 2);
 }
 
@@ -210,14 +223,15 @@ async fn a_fan_out_runs_every_member_then_round_two_over_all_of_them() {
     let done = s.run(&parent.run_id);
     assert_eq!(done.state, RunState::ClosedCompleted, "{:?}", done.error);
     let out = s.output(&parent.run_id);
-    for m in [
-        "### a — COMPLETED",
-        "### b — COMPLETED",
-        "### c — COMPLETED",
-        "echo: assess alert 7",
-    ] {
-        assert!(out.contains(m), "{m} in {out}");
-    }
+    assert_holds(
+        &out,
+        &[
+            "### a — COMPLETED",
+            "### b — COMPLETED",
+            "### c — COMPLETED",
+            "echo: assess alert 7",
+        ],
+    );
     assert_eq!(done.usage.model_turns, 1, "one model call: round 2");
     let rounds = s
         .kinds(&parent.run_id)
@@ -272,9 +286,7 @@ async fn a_lead_plans_executors_run_in_parallel_and_the_lead_consolidates() {
     let t = team(serde_json::json!({"members": ["a", "b"], "strategy": "lead", "lead": "boss"}));
     let input = r#"/tool plan {"tasks": [{"agent": "a", "task": "part one"}, {"agent": "b", "task": "part two"}]}"#;
     let parent = s.start("boss", input, t).await;
-    for m in s.mem.take_harness() {
-        s.to_harness(&m).await;
-    }
+    s.harness_pass().await;
     for m in s.mem.take_dispatch() {
         s.to_dispatcher(&m).await;
     }
@@ -350,9 +362,7 @@ async fn duplicated_and_simultaneous_ends_settle_the_round_exactly_once() {
         .map(|k| k.run_id)
         .collect();
     for _ in 0..10 {
-        for m in s.mem.take_harness() {
-            s.to_harness(&m).await;
-        }
+        s.harness_pass().await;
         let starts: Vec<_> = s
             .mem
             .take_dispatch()
@@ -499,13 +509,14 @@ async fn a_child_resumes_a_finished_peer_or_is_refused_closed() {
     let out = s.output(&parent.run_id);
     // The resumed child recalls its source's conversation.
     assert!(out.contains(r#""output":"remember: blue""#), "{out}");
-    for code in [
-        "RESUME_IDENTITY_MISMATCH",
-        "RESUME_TOO_LARGE",
-        "RESUME_NOT_FOUND",
-    ] {
-        assert!(out.contains(code), "{code} in {out}");
-    }
+    assert_holds(
+        &out,
+        &[
+            "RESUME_IDENTITY_MISMATCH",
+            "RESUME_TOO_LARGE",
+            "RESUME_NOT_FOUND",
+        ],
+    );
     let kids = s.children(&parent.run_id);
     assert_eq!(kids.len(), 1, "refused resumes start nothing");
     let child = &kids[0];

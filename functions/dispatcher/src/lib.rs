@@ -295,25 +295,38 @@ impl Dispatcher {
                 "session_id": next.session_id,
                 "metadata": next.metadata,
             });
-            let now = self.svc.clock.now_ms();
-            let report = self
-                .svc
-                .callbacks
-                .deliver(&url, &next.run_id, &body, now / 1000)
-                .await;
-            let kind = if report.delivered {
-                "callback_delivered"
-            } else {
-                "callback_failed"
-            };
-            tracing::info!(run_id = %next.run_id, delivered = report.delivered, attempts = report.attempts, "callback");
-            events.push(next.push_event(
-                kind,
-                json!({"attempts": report.attempts, "status": report.status, "error": report.error}),
-                now,
-            ));
+            let delivery = next.run_id.clone();
+            events.push(self.callback(&mut next, &url, &delivery, &body).await);
         }
         self.close(next, events).await
+    }
+
+    /// Delivers a callback (signed, retried) and records how it went on
+    /// `run`: `callback_delivered` or `callback_failed`, with the delivery id.
+    async fn callback(
+        &self,
+        run: &mut Run,
+        url: &str,
+        delivery: &str,
+        body: &serde_json::Value,
+    ) -> RunEventRecord {
+        let now = self.svc.clock.now_ms();
+        let report = self
+            .svc
+            .callbacks
+            .deliver(url, delivery, body, now / 1000)
+            .await;
+        let kind = if report.delivered {
+            "callback_delivered"
+        } else {
+            "callback_failed"
+        };
+        tracing::info!(run_id = %run.run_id, delivery, delivered = report.delivered, attempts = report.attempts, "callback");
+        run.push_event(
+            kind,
+            json!({"delivery": delivery, "attempts": report.attempts, "status": report.status, "error": report.error}),
+            now,
+        )
     }
 
     async fn close(&self, run: Run, mut events: Vec<RunEventRecord>) -> Outcome {

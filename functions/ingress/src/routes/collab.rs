@@ -1,13 +1,86 @@
-//! Watching agents work together: a Run's tree (the DelegationTrace, from
-//! its root down through every child each Run lists) and a Run's children.
-//! Every read is the caller's tenant's: a child lives in its parent's.
+//! Agents working together, at the API: starting a team's Run or a relay
+//! chain, and watching them: a Run's tree (the DelegationTrace, from its
+//! root down through every child each Run lists), a Run's children, a
+//! chain. Every read is the caller's tenant's: a child lives in its
+//! parent's.
 
 use std::collections::VecDeque;
 
 use armada_domain::collab::chain::{self, step_run_id};
 use armada_domain::collab::SlotState;
 
+use crate::routes::runs::NewRun;
 use crate::*;
+
+/// A sequential relay chain: its first step's Run, carrying the chain's
+/// link (every step's agent, the chain's callback); the dispatcher starts
+/// each next step as the one before completes.
+pub(crate) async fn create_chain(
+    svc: &Services,
+    tenant: &str,
+    cr: CreateRun,
+    steps: Vec<String>,
+    team: Option<String>,
+    idempotency: Option<(String, String)>,
+) -> ApiResult {
+    for (i, a) in steps.iter().enumerate() {
+        agent_named(svc, a)
+            .await
+            .map_err(|_| ApiError::not_found(&format!("agent '{a}' (chain step {i})")))?;
+    }
+    let first = agent_named(svc, &steps[0]).await?;
+    let link = ChainLink {
+        chain_id: new_id("chain"),
+        index: 0,
+        steps,
+        // The chain's end is heard once, by its callback (not each step's).
+        callback_url: cr.callback_url.clone(),
+        team,
+    };
+    let new = NewRun {
+        callback_url: None,
+        chain: Some(link),
+        ..NewRun::of(tenant, &first, cr, idempotency)
+    };
+    start_run(svc, new).await
+}
+
+/// A team's Run: every agent the team names must still be registered; a
+/// fan-out team's Run is its aggregator's (the dispatcher expands it into
+/// the members), a lead team's its lead's.
+pub(crate) async fn create_team_run(
+    svc: &Services,
+    tenant: &str,
+    cr: CreateRun,
+    name: &str,
+    idempotency: Option<(String, String)>,
+) -> ApiResult {
+    let team = svc
+        .registry
+        .team(name)
+        .await
+        .map_err(store_err)?
+        .ok_or_else(|| ApiError::not_found(&format!("team '{name}'")))?;
+    for a in team.agents() {
+        agent_named(svc, a)
+            .await
+            .map_err(|_| ApiError::not_found(&format!("agent '{a}' of team '{name}'")))?;
+    }
+    let runs_as = match team.strategy {
+        Strategy::FanOut => team.aggregator().to_string(),
+        Strategy::Lead => team.lead.clone().unwrap_or_else(|| team.members[0].clone()),
+        Strategy::Relay => {
+            let steps = team.members.clone();
+            return create_chain(svc, tenant, cr, steps, Some(team.name), idempotency).await;
+        }
+    };
+    let agent = agent_named(svc, &runs_as).await?;
+    let new = NewRun {
+        team: Some(team),
+        ..NewRun::of(tenant, &agent, cr, idempotency)
+    };
+    start_run(svc, new).await
+}
 
 /// The most Runs one trace lists (a tree is bounded by team sizes and the
 /// depth limit; this is a guard, reported when reached).

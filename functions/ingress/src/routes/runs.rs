@@ -92,6 +92,29 @@ pub(crate) struct NewRun<'a> {
     pub(crate) chain: Option<ChainLink>,
 }
 
+impl<'a> NewRun<'a> {
+    /// A Run of `agent` as a create request asks for it: no session, team
+    /// or chain unless the caller adds one.
+    pub(crate) fn of(
+        tenant: &'a str,
+        agent: &'a AgentDefinition,
+        cr: CreateRun,
+        idempotency: Option<(String, String)>,
+    ) -> Self {
+        NewRun {
+            tenant,
+            agent,
+            input: cr.input,
+            session: None,
+            callback_url: cr.callback_url,
+            metadata: cr.metadata,
+            idempotency,
+            team: None,
+            chain: None,
+        }
+    }
+}
+
 pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, Value), ApiError> {
     let now = svc.clock.now_ms();
     let run_id = match &new.chain {
@@ -289,109 +312,11 @@ pub(crate) async fn create_run(svc: &Services, req: &Request, tenant: &str) -> A
             Some(h)
         }
     };
-    start_run(
-        svc,
-        NewRun {
-            tenant,
-            agent: &agent,
-            input: cr.input,
-            session,
-            callback_url: cr.callback_url,
-            metadata: cr.metadata,
-            idempotency: idem,
-            team: None,
-            chain: None,
-        },
-    )
-    .await
-}
-
-/// A sequential relay chain: its first step's Run, carrying the chain's
-/// link (every step's agent, the chain's callback); the dispatcher starts
-/// each next step as the one before completes.
-async fn create_chain(
-    svc: &Services,
-    tenant: &str,
-    cr: CreateRun,
-    steps: Vec<String>,
-    team: Option<String>,
-    idempotency: Option<(String, String)>,
-) -> ApiResult {
-    for (i, a) in steps.iter().enumerate() {
-        agent_named(svc, a)
-            .await
-            .map_err(|_| ApiError::not_found(&format!("agent '{a}' (chain step {i})")))?;
-    }
-    let first = agent_named(svc, &steps[0]).await?;
-    let link = ChainLink {
-        chain_id: new_id("chain"),
-        index: 0,
-        steps,
-        callback_url: cr.callback_url,
-        team,
+    let new = NewRun {
+        session,
+        ..NewRun::of(tenant, &agent, cr, idem)
     };
-    start_run(
-        svc,
-        NewRun {
-            tenant,
-            agent: &first,
-            input: cr.input,
-            session: None,
-            callback_url: None,
-            metadata: cr.metadata,
-            idempotency,
-            team: None,
-            chain: Some(link),
-        },
-    )
-    .await
-}
-
-/// A team's Run: every agent the team names must still be registered; a
-/// fan-out team's Run is its aggregator's (the dispatcher expands it into
-/// the members), a lead team's its lead's.
-async fn create_team_run(
-    svc: &Services,
-    tenant: &str,
-    cr: CreateRun,
-    name: &str,
-    idempotency: Option<(String, String)>,
-) -> ApiResult {
-    let team = svc
-        .registry
-        .team(name)
-        .await
-        .map_err(store_err)?
-        .ok_or_else(|| ApiError::not_found(&format!("team '{name}'")))?;
-    for a in team.agents() {
-        agent_named(svc, a)
-            .await
-            .map_err(|_| ApiError::not_found(&format!("agent '{a}' of team '{name}'")))?;
-    }
-    let runs_as = match team.strategy {
-        Strategy::FanOut => team.aggregator().to_string(),
-        Strategy::Lead => team.lead.clone().unwrap_or_else(|| team.members[0].clone()),
-        Strategy::Relay => {
-            let steps = team.members.clone();
-            return create_chain(svc, tenant, cr, steps, Some(team.name), idempotency).await;
-        }
-    };
-    let agent = agent_named(svc, &runs_as).await?;
-    start_run(
-        svc,
-        NewRun {
-            tenant,
-            agent: &agent,
-            input: cr.input,
-            session: None,
-            callback_url: cr.callback_url,
-            metadata: cr.metadata,
-            idempotency,
-            team: Some(team),
-            chain: None,
-        },
-    )
-    .await
+    start_run(svc, new).await
 }
 
 pub(crate) async fn get_run(svc: &Services, tenant: &str, run_id: &str) -> ApiResult {
