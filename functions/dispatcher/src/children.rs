@@ -152,8 +152,19 @@ impl Dispatcher {
             .save(run.stamp(), &next, &events, vec![])
             .await
         {
+            Ok(()) => {
+                // The team's Run waits: the watchdog keeps its deadline.
+                let check = DispatchMessage::CheckRun {
+                    run_id: next.run_id.clone(),
+                    tenant: next.tenant.clone(),
+                    step: next.step,
+                    epoch: next.epoch,
+                };
+                let delay = self.svc.cfg.sandbox.check_seconds;
+                tryo!(self.svc.queues.send_dispatch_delayed(&check, delay).await);
+            }
             // Someone else expanded it: the spawn below is idempotent.
-            Ok(()) | Err(StoreError::Conflict { .. }) => {}
+            Err(StoreError::Conflict { .. }) => {}
             Err(e) => return retry(e),
         }
         tracing::info!(run_id = %run.run_id, members = next.outstanding_children(), "team expanded");

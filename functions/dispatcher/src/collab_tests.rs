@@ -543,3 +543,35 @@ async fn a_child_resumes_a_finished_peer_or_is_refused_closed() {
     assert!(s.output(&parent.run_id).contains("RESUME_UNREADABLE"));
     assert!(s.children(&parent.run_id).is_empty());
 }
+
+#[tokio::test]
+async fn a_start_retried_after_the_expansion_committed_still_starts_the_members() {
+    let s = stack().await;
+    let def = s
+        .svc
+        .registry
+        .agent("a")
+        .await
+        .ok()
+        .flatten()
+        .expect("agent");
+    let mut run = accepted_run(&s.svc, TENANT, &def, "hi").await;
+    run.team = team(serde_json::json!({"members": ["a", "b"], "strategy": "fan_out"}));
+    // The expansion committed, then the handler died before any child.
+    let prev = run.stamp();
+    let events = armada_domain::collab::children::expand_team(&mut run, 1).expect("expands");
+    s.svc
+        .runs
+        .save(prev, &run, &events, vec![])
+        .await
+        .expect("saved");
+    assert_eq!(s.mem.state().runs.len(), 1, "no child exists yet");
+    s.to_dispatcher(&DispatchMessage::StartRun {
+        run_id: run.run_id.clone(),
+        tenant: TENANT.into(),
+    })
+    .await;
+    assert_eq!(s.children(&run.run_id).len(), 2, "created");
+    s.pump().await;
+    assert_eq!(s.run(&run.run_id).state, RunState::ClosedCompleted);
+}

@@ -133,6 +133,11 @@ impl Dispatcher {
         let Some(run) = tryo!(self.load(run_id, tenant).await) else {
             return Outcome::Done;
         };
+        if run.state == RunState::AwaitingChildren && Self::fans_out(&run) {
+            // A start retried after its expansion committed: the spawn
+            // that may not have happened is safe to do again.
+            return self.spawn_children(run_id, tenant, 1).await;
+        }
         if run.state != RunState::Pending {
             tracing::info!(run_id, state = %run.state, "already started; duplicate dropped");
             return Outcome::Done;

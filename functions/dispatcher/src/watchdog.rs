@@ -3,6 +3,8 @@
 //! a sandbox, its sandbox's start timeout and the calls whose sandbox died
 //! (never started → not run, started → lost).
 
+use armada_domain::collab::SlotState;
+
 use super::*;
 
 impl Dispatcher {
@@ -30,6 +32,24 @@ impl Dispatcher {
         let now = self.svc.clock.now_ms();
         if run.past_deadline(now) {
             return self.time_out(run, now).await;
+        }
+        if let Some(c) = run
+            .children
+            .as_ref()
+            .filter(|_| run.state == RunState::AwaitingChildren)
+        {
+            // A safety net for children whose start was lost: starting them
+            // again is idempotent, and nothing happens when none is queued.
+            let queued = c
+                .slots
+                .iter()
+                .any(|s| s.round == c.round && s.state == SlotState::Queued);
+            if queued && c.running() < c.max_parallel as usize {
+                let spawned = self.spawn_children(run_id, tenant, c.round).await;
+                if spawned != Outcome::Done {
+                    return spawned;
+                }
+            }
         }
         if run.state == RunState::AwaitingTool && run.sandbox_key.is_some() {
             let agent = tryo!(self.svc.registry.agent(&run.agent).await);
