@@ -4,6 +4,8 @@
 //! - [`local`]: emulator, template-driven provisioning, in-process handlers,
 //!   API Gateway-like HTTP server, Lambda-like SQS pollers, scripted model
 //! - [`client`]: the HTTP API client the commands use
+//! - [`up`]: `armada up` (foreground or detached) and `armada down`
+//! - [`demo`]: `armada up --demo`; [`tree`]: `armada runs tree`
 //! - [`bench`]: `armada bench`
 
 pub mod bench;
@@ -11,3 +13,4 @@ pub mod client;
 pub mod demo;
 pub mod local;
 pub mod tree;
+pub mod up;

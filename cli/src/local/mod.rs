@@ -49,8 +49,10 @@ pub struct LocalOptions {
     pub api_port: u16,
     /// Template parameter overrides (`sam deploy --parameter-overrides`).
     pub parameters: HashMap<String, String>,
-    /// Concurrent pollers per queue for the harness and the dispatcher
-    /// (Lambda's concurrency).
+    /// Batches in flight at once per queue for the harness and the
+    /// dispatcher (Lambda's concurrency: it scales a FIFO queue's
+    /// consumers with its message groups, a standard queue's with its
+    /// depth, so a 25-member team's steps run side by side).
     pub harness_concurrency: usize,
     pub dispatcher_concurrency: usize,
     /// Long-poll wait of each receive.
@@ -93,8 +95,8 @@ impl LocalOptions {
             emulator_port: 4566,
             api_port: 8787,
             parameters: HashMap::new(),
-            harness_concurrency: 4,
-            dispatcher_concurrency: 2,
+            harness_concurrency: 32,
+            dispatcher_concurrency: 8,
             poll_wait_seconds: 5,
             emulator_dies_with_us: false,
             hooks: Arc::new(NoHooks),
@@ -344,21 +346,20 @@ impl LocalStack {
                 wait_seconds: opts.poll_wait_seconds,
                 region: opts.region.clone(),
             };
-            // Dead-letter queues are drained by one poller; work queues by
-            // as many as the function's concurrency.
+            // Dead-letter queues are drained one batch at a time; work
+            // queues with up to the function's concurrency in flight.
             let n = if esm.queue_logical_id.contains("DeadLetter") {
                 1
             } else {
                 concurrency.max(1)
             };
-            for _ in 0..n {
-                tasks.push(tokio::spawn(pollers::run(
-                    esm_aws.sqs.clone(),
-                    spec.clone(),
-                    handler.clone(),
-                    shutdown_rx.clone(),
-                )));
-            }
+            tasks.push(tokio::spawn(pollers::run(
+                esm_aws.sqs.clone(),
+                spec,
+                handler.clone(),
+                n,
+                shutdown_rx.clone(),
+            )));
         }
 
         Ok(LocalStack {

@@ -1,8 +1,12 @@
 //! SQS pollers that feed handlers exactly as Lambda's event source mapping
 //! does: long polling, batches up to the mapping's size, the record JSON
 //! Lambda sends, deletion of what succeeded, and nothing deleted on a
-//! function error. Redelivery, FIFO group order and the redrive to a DLQ
-//! after maxReceiveCount are the queue's own (the emulator's) behaviour.
+//! function error. Like the mapping, a poller does not wait for one batch
+//! before it receives the next: batches run side by side up to the
+//! function's concurrency (Lambda scales a FIFO queue's consumers with its
+//! message groups; the queue itself never hands out a group's next message
+//! while one is in flight). Redelivery, FIFO group order and the redrive
+//! to a DLQ after maxReceiveCount are the queue's own (the emulator's).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,14 +29,28 @@ pub struct PollerSpec {
     pub region: String,
 }
 
+/// Receives batches and hands each to `handler` in a task of its own, at
+/// most `concurrency` at once. Aborting the poller aborts its batches (as
+/// `kill -9` of the functions host would); a shutdown lets them finish.
 pub async fn run(
     sqs: aws_sdk_sqs::Client,
     spec: PollerSpec,
     handler: SqsHandler,
+    concurrency: usize,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let mut in_flight = tokio::task::JoinSet::new();
     let mut backoff = Duration::from_millis(200);
     loop {
+        while in_flight.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            _ = shutdown.changed() => break,
+        };
         let receive = sqs
             .receive_message()
             .queue_url(&spec.queue_url)
@@ -42,7 +60,7 @@ pub async fn run(
             .send();
         let out = tokio::select! {
             r = receive => r,
-            _ = shutdown.changed() => return,
+            _ = shutdown.changed() => break,
         };
         let msgs = match out {
             Ok(o) => {
@@ -54,7 +72,7 @@ pub async fn run(
                 tracing::debug!(queue = %spec.queue_url, error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "receive failed");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {},
-                    _ = shutdown.changed() => return,
+                    _ = shutdown.changed() => break,
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(5));
                 continue;
@@ -94,41 +112,59 @@ pub async fn run(
                 continue;
             }
         };
-        let failed: Vec<String> = match handler(event).await {
-            Ok(resp) => resp
-                .batch_item_failures
-                .into_iter()
-                .map(|f| f.item_identifier)
-                .collect(),
-            Err(e) => {
-                // A function error: Lambda deletes nothing; every message
-                // comes back after its visibility timeout.
-                tracing::warn!(error = %e, "function error; the batch will be redelivered");
-                continue;
-            }
-        };
-        let entries: Vec<DeleteMessageBatchRequestEntry> = msgs
-            .iter()
-            .filter(|m| !failed.iter().any(|f| Some(f.as_str()) == m.message_id()))
-            .enumerate()
-            .filter_map(|(i, m)| {
-                DeleteMessageBatchRequestEntry::builder()
-                    .id(format!("m{i}"))
-                    .receipt_handle(m.receipt_handle()?)
-                    .build()
-                    .ok()
-            })
-            .collect();
-        if !entries.is_empty() {
-            if let Err(e) = sqs
-                .delete_message_batch()
-                .queue_url(&spec.queue_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-            {
-                tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "delete failed; messages will be redelivered");
-            }
+        let (sqs, spec, handler) = (sqs.clone(), spec.clone(), handler.clone());
+        in_flight.spawn(async move {
+            handle_batch(&sqs, &spec, &handler, event, &msgs).await;
+            drop(permit);
+        });
+    }
+    // Shut down: the batches in flight finish (their messages are deleted
+    // or left to come back), none is started.
+    while in_flight.join_next().await.is_some() {}
+}
+
+/// Runs one batch through the handler and deletes what succeeded.
+async fn handle_batch(
+    sqs: &aws_sdk_sqs::Client,
+    spec: &PollerSpec,
+    handler: &SqsHandler,
+    event: SqsEvent,
+    msgs: &[aws_sdk_sqs::types::Message],
+) {
+    let failed: Vec<String> = match handler(event).await {
+        Ok(resp) => resp
+            .batch_item_failures
+            .into_iter()
+            .map(|f| f.item_identifier)
+            .collect(),
+        Err(e) => {
+            // A function error: Lambda deletes nothing; every message
+            // comes back after its visibility timeout.
+            tracing::warn!(error = %e, "function error; the batch will be redelivered");
+            return;
+        }
+    };
+    let entries: Vec<DeleteMessageBatchRequestEntry> = msgs
+        .iter()
+        .filter(|m| !failed.iter().any(|f| Some(f.as_str()) == m.message_id()))
+        .enumerate()
+        .filter_map(|(i, m)| {
+            DeleteMessageBatchRequestEntry::builder()
+                .id(format!("m{i}"))
+                .receipt_handle(m.receipt_handle()?)
+                .build()
+                .ok()
+        })
+        .collect();
+    if !entries.is_empty() {
+        if let Err(e) = sqs
+            .delete_message_batch()
+            .queue_url(&spec.queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+        {
+            tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "delete failed; messages will be redelivered");
         }
     }
 }

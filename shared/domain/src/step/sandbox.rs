@@ -1,0 +1,142 @@
+//! The step's sandbox calls: what a sandbox's answer (or the watchdog's,
+//! for a sandbox that died) means for the call and the Run, a dispatch
+//! recorded, and the message a dispatched call travels as.
+
+use super::*;
+
+pub(super) fn sandbox_answered(
+    run: &mut Run,
+    agent: &AgentDefinition,
+    call_id: &str,
+    outcome: CallOutcome,
+    now: i64,
+) -> Result<Decision, StepRefused> {
+    let rec = call(run, call_id)?.clone();
+    let mut events = Vec::new();
+    match outcome {
+        CallOutcome::Finished { result } => {
+            let ok = result.get("error").is_none();
+            answered(run, call_id, ok, result, &mut events, now)?;
+        }
+        CallOutcome::NotRun { code, message } => {
+            if code == SANDBOX_LOST && rec.attempt < MAX_SANDBOX_ATTEMPTS {
+                // It never ran: safe to send again, to a new sandbox.
+                retried(run, &rec, &message, &mut events, now)?;
+                return Ok(after_tools(run, agent, events, now));
+            }
+            let ends = match code.as_str() {
+                SANDBOX_LOST | codes::SANDBOX_UNAVAILABLE => Some(RunError::new(
+                    codes::SANDBOX_UNAVAILABLE,
+                    format!("tool call {call_id} could not run: {message}"),
+                )),
+                SECURITY_VIOLATION => {
+                    events.push(run.push_event(
+                        "security_violation",
+                        json!({"call_id": call_id, "message": message}),
+                        now,
+                    ));
+                    Some(RunError::new(SECURITY_VIOLATION, message.clone()))
+                }
+                _ => None,
+            };
+            let result = error_json(&code, message);
+            apply_to(
+                run,
+                call_id,
+                ToolCallEvent::Refused {
+                    result: result.clone(),
+                },
+            )?;
+            push_result(run, &rec, result, &mut events, now);
+            if let Some(error) = ends {
+                return Ok(end(events, error));
+            }
+        }
+        CallOutcome::Lost { reason } => {
+            if ledger::recover(&rec) == Some(Recovery::Redo) {
+                retried(run, &rec, &reason, &mut events, now)?;
+                return Ok(after_tools(run, agent, events, now));
+            }
+            apply_to(run, call_id, ToolCallEvent::Lost)?;
+            events.push(run.push_event(
+                "tool_indeterminate",
+                json!({"call_id": call_id, "name": rec.skill, "reason": reason}),
+                now,
+            ));
+            let error = RunError::new(
+                "TOOL_INDETERMINATE",
+                format!(
+                    "tool call {call_id} was dispatched but its sandbox was lost ({reason}); it is not idempotent, so it was not repeated"
+                ),
+            );
+            return Ok(end(events, error));
+        }
+    }
+    Ok(after_tools(run, agent, events, now))
+}
+
+/// Records that a planned sandbox call was sent to `generation` of the
+/// sandbox `sandbox`; returns its `tool_dispatched` event.
+pub fn record_dispatch(
+    run: &mut Run,
+    call_id: &str,
+    generation: u64,
+    sandbox: &str,
+    now: i64,
+) -> Result<RunEventRecord, StepRefused> {
+    let rec = apply_to(
+        run,
+        call_id,
+        ToolCallEvent::Dispatched {
+            generation: Some(generation),
+        },
+    )?;
+    let (skill, attempt) = (rec.skill.clone(), rec.attempt);
+    Ok(run.push_event(
+        "tool_dispatched",
+        json!({"call_id": call_id, "name": skill, "attempt": attempt, "sandbox": sandbox, "generation": generation}),
+        now,
+    ))
+}
+
+/// The message a dispatched sandbox call travels as.
+pub fn invocation(
+    run: &Run,
+    agent: &AgentDefinition,
+    rec: &ToolCallRecord,
+    generation: u64,
+) -> Invocation {
+    let manifest = agent.manifest(&rec.skill);
+    let limit = agent.sandbox.limits.call_timeout_s;
+    Invocation {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+        agent: run.agent.clone(),
+        generation,
+        step: run.step,
+        call_id: rec.call_id.clone(),
+        attempt: rec.attempt,
+        skill: manifest
+            .as_ref()
+            .map_or_else(|| rec.skill.clone(), |m| m.executor().to_string()),
+        args: rec.args.clone(),
+        timeout_s: manifest.map_or(limit, |m| m.timeout_s).min(limit),
+    }
+}
+
+/// A sandbox call that may be sent again: its next attempt is planned.
+pub(super) fn retried(
+    run: &mut Run,
+    rec: &ToolCallRecord,
+    reason: &str,
+    events: &mut Vec<RunEventRecord>,
+    now: i64,
+) -> Result<(), StepRefused> {
+    apply_to(run, &rec.call_id, ToolCallEvent::Retried)?;
+    events.push(run.push_event(
+        "tool_retried",
+        json!({"call_id": rec.call_id, "name": rec.skill, "reason": reason, "attempt": rec.attempt + 1}),
+        now,
+    ));
+    Ok(())
+}
