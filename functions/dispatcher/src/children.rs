@@ -1,11 +1,9 @@
-//! Collaboration, the dispatcher's part (T2: expansion, waiting and
-//! aggregation). A parent waits in `AWAITING_CHILDREN` with its children
-//! listed on its record; this file creates and starts them (within the
-//! waiting point's `max_parallel`), takes note of each one's end on the
-//! parent (the domain's `child_ended`, written conditional on the parent as
-//! read, so the outstanding counter moves atomically and the parent goes on
-//! exactly once), expands a fan-out team's Run into its members, and
-//! cancels the children of a parent that ended.
+//! Collaboration, the dispatcher's part (T2: expansion and waiting). A
+//! parent waits in `AWAITING_CHILDREN` with its children listed on its
+//! record; this file creates and starts them (within the waiting point's
+//! `max_parallel`), expands a fan-out team's Run into its members, sends
+//! each child's end to its parent's FIFO group (where the harness notes it:
+//! the counter, round 2), and cancels the children of a parent that ended.
 //!
 //! A start is sent before the parent's record says so: a start is
 //! harmless to repeat (the dispatcher drops a second one), a record saying
@@ -14,9 +12,9 @@
 use std::collections::HashMap;
 
 use armada_domain::agent::AgentDefinition;
-use armada_domain::collab::children::{self, ChildEnd, Noted};
+use armada_domain::collab::children;
 use armada_domain::collab::{codes as collab_codes, SlotState};
-use armada_domain::run::{RunAction, RunState};
+use armada_domain::run::RunState;
 use armada_domain::team::Strategy;
 
 use super::*;
@@ -181,123 +179,21 @@ impl Dispatcher {
         Ok(parent.is_some_and(|p| p.state.is_active() && p.tenant == child.tenant))
     }
 
-    /// A child ended: its parent takes note (see [`children::child_ended`]).
-    pub(crate) async fn notify_parent(&self, child: &Run) -> Outcome {
-        let Some(parent_id) = child.parent_run_id.clone() else {
+    /// A child ended: its end goes to its parent's FIFO group of the
+    /// harness queue, where the parent's notes are taken in order, in
+    /// batches, never racing the parent's own steps (see the harness's
+    /// `child_end`).
+    pub(crate) async fn announce_to_parent(&self, child: &Run) -> Outcome {
+        let Some(parent) = child.parent_run_id.clone() else {
             return Outcome::Done;
         };
-        let output = match (&child.output, child.state.outcome()) {
-            (Some(p), RunState::Completed) => Some(tryo!(self.svc.payloads.read(p).await)),
-            _ => None,
+        let msg = HarnessMessage::ChildEnded {
+            run_id: parent,
+            tenant: child.tenant.clone(),
+            child_run_id: child.run_id.clone(),
         };
-        let end = ChildEnd {
-            run_id: child.run_id.clone(),
-            agent: child.agent.clone(),
-            state: child.state.outcome(),
-            output,
-            error: child.error.clone(),
-        };
-        for _ in 0..PARENT_ATTEMPTS {
-            let Some(parent) = tryo!(self.load(&parent_id, &child.tenant).await) else {
-                return Outcome::Done;
-            };
-            if parent.state.is_terminal() {
-                // It ended without this child; its settling cancels the rest.
-                return Outcome::Done;
-            }
-            let earlier = if children::needs_earlier(&parent, &child.run_id) {
-                let log = tryo!(self.svc.run_events.all_events(&parent_id).await);
-                log.iter().filter_map(ChildEnd::from_event).collect()
-            } else {
-                vec![]
-            };
-            let now = self.svc.clock.now_ms();
-            let mut next = parent.clone();
-            match children::child_ended(&mut next, end.clone(), &earlier, now) {
-                Ok(Noted::Duplicate) => {
-                    tryo!(self.resend_parent_followup(&parent, now).await);
-                    return Outcome::Done;
-                }
-                Ok(Noted::Recorded {
-                    events,
-                    start,
-                    actions,
-                }) => {
-                    tryo!(self.send_starts(&start, &parent.tenant).await);
-                    match self
-                        .svc
-                        .runs
-                        .save(parent.stamp(), &next, &events, vec![])
-                        .await
-                    {
-                        Ok(()) => {}
-                        Err(StoreError::Conflict { .. }) => continue,
-                        Err(e) => return retry(e),
-                    }
-                    tracing::info!(run_id = %parent_id, child = %child.run_id, outstanding = next.outstanding_children(), state = %next.state, "child's end noted");
-                    tryo!(self.carry_out(&next, &actions).await);
-                    return Outcome::Done;
-                }
-                Err(children::EndRefused::NotWaiting(state)) => {
-                    // A step holds the parent (a redelivered one): its
-                    // commit comes first, this end after it.
-                    let left_ms = (parent.lease_until_ms - now).max(0);
-                    let min_delay_s = ((left_ms + 999) / 1000).max(1) as u32;
-                    return Outcome::Retry {
-                        reason: format!("the parent is {state}, not waiting"),
-                        min_delay_s,
-                    };
-                }
-                Err(children::EndRefused::UnknownChild(id)) => {
-                    tracing::error!(run_id = %parent_id, child = %id, "a child the parent does not list; dropped");
-                    return Outcome::Done;
-                }
-                Err(children::EndRefused::Illegal(e)) => return self.illegal(&parent_id, &e),
-            }
-        }
-        Outcome::retry("the parent kept changing")
-    }
-
-    /// The IO a parent's change asks for, after its commit.
-    async fn carry_out(&self, run: &Run, actions: &[RunAction]) -> Result<(), StoreError> {
-        for a in actions {
-            match a {
-                RunAction::EnqueueNextStep => {
-                    self.svc
-                        .queues
-                        .send_harness(&HarnessMessage::Step {
-                            run_id: run.run_id.clone(),
-                            tenant: run.tenant.clone(),
-                            step: run.step,
-                        })
-                        .await?
-                }
-                RunAction::AnnounceTerminal => {
-                    self.svc
-                        .queues
-                        .send_dispatch(&DispatchMessage::RunTerminal {
-                            run_id: run.run_id.clone(),
-                            tenant: run.tenant.clone(),
-                        })
-                        .await?
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// A duplicate end may be the retry of one whose commit landed and whose
-    /// follow-up was lost: the follow-up is sent again (the harness queue's
-    /// deduplication and the claim make a second copy harmless).
-    async fn resend_parent_followup(&self, parent: &Run, now: i64) -> Result<(), StoreError> {
-        let resting = parent.state == RunState::Executing
-            && parent.lease_until_ms <= now
-            && parent.outstanding_children() == 0;
-        if resting {
-            self.carry_out(parent, &[RunAction::EnqueueNextStep]).await
-        } else {
-            Ok(())
-        }
+        tryo!(self.svc.queues.send_harness(&msg).await);
+        Outcome::Done
     }
 
     /// A parent ended: every child still active is cancelled (fenced, as

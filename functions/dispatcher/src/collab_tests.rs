@@ -385,6 +385,18 @@ async fn duplicated_and_simultaneous_ends_settle_the_round_exactly_once() {
         .collect();
     let deliveries = msgs.iter().map(|m| s.to_dispatcher(m));
     futures::future::join_all(deliveries).await;
+    // Each end went to the parent's group: all of them, each twice and out
+    // of order, arrive in one batch.
+    let mut notes = s.mem.take_harness();
+    assert_eq!(notes.len(), 3, "one note per child: {notes:?}");
+    notes.extend(notes.clone());
+    notes.reverse();
+    let bodies: Vec<String> = notes
+        .iter()
+        .map(|m| serde_json::to_string(m).unwrap_or_default())
+        .collect();
+    let event = sqs_event(&s.svc.cfg.harness_queue, &bodies);
+    s.harness.handle_event(event).await.expect("handled");
     let p = s.run(&parent.run_id);
     assert_eq!(
         (p.state, p.outstanding_children(), p.step),
@@ -392,12 +404,12 @@ async fn duplicated_and_simultaneous_ends_settle_the_round_exactly_once() {
     );
     let steps = s.mem.take_harness();
     assert_eq!(steps.len(), 1, "round 2 triggered once: {steps:?}");
-    let finished = s
-        .kinds(&parent.run_id)
-        .iter()
-        .filter(|k| *k == "child_finished")
-        .count();
-    assert_eq!(finished, 3);
+    let kinds = s.kinds(&parent.run_id);
+    let count = |k: &str| kinds.iter().filter(|x| *x == k).count();
+    assert_eq!((count("child_finished"), count("round_started")), (3, 2));
+    // A late duplicate, on its own, notes nothing more.
+    s.to_harness(&notes[0]).await;
+    assert_eq!(s.kinds(&parent.run_id).len(), kinds.len());
 }
 
 impl Stack {

@@ -277,9 +277,9 @@ impl Dispatcher {
         if cancelled != Outcome::Done {
             return cancelled;
         }
-        let noted = self.notify_parent(&run).await;
-        if noted != Outcome::Done {
-            return noted;
+        let announced = self.announce_to_parent(&run).await;
+        if announced != Outcome::Done {
+            return announced;
         }
         let mut next = run;
         let mut events = Vec::new();
@@ -409,6 +409,11 @@ impl Dispatcher {
                     call_id,
                     ..
                 } => (run_id, tenant, format!("tool result of {call_id}")),
+                HarnessMessage::ChildEnded {
+                    run_id,
+                    tenant,
+                    child_run_id,
+                } => (run_id, tenant, format!("end of child {child_run_id}")),
             }
         } else if let Ok(m) = serde_json::from_str::<DispatchMessage>(body) {
             match m {

@@ -46,6 +46,7 @@ use armada_domain::step::{
     StepRefused, EVENT_PREVIEW_BYTES,
 };
 
+mod child_end;
 mod children;
 mod claim;
 mod commit;
@@ -143,6 +144,7 @@ impl Harness {
     /// local poller) then leave the whole batch for redelivery.
     pub async fn handle_event(&self, event: SqsEvent) -> Result<SqsBatchResponse, Aborted> {
         let aborted = std::sync::Mutex::new(None);
+        let ends = BatchEnds::of(&event);
         let policy = BatchPolicy {
             retry_base_s: self.svc.cfg.retry_base_seconds,
             keep_hidden_s: Some(self.svc.cfg.harness_visibility_s),
@@ -152,7 +154,7 @@ impl Harness {
             if aborted.lock().map(|a| a.is_some()).unwrap_or(true) {
                 return Outcome::Abandoned;
             }
-            match self.handle_record(msg).await {
+            match self.handle_record(msg, &ends).await {
                 Ok(o) => o,
                 Err(a) => {
                     if let Ok(mut slot) = aborted.lock() {
@@ -169,7 +171,7 @@ impl Harness {
         }
     }
 
-    async fn handle_record(&self, msg: SqsMessage) -> Result<Outcome, Aborted> {
+    async fn handle_record(&self, msg: SqsMessage, ends: &BatchEnds) -> Result<Outcome, Aborted> {
         let body = msg.body.unwrap_or_default();
         let parsed: HarnessMessage = match serde_json::from_str(&body) {
             Ok(m) => m,
@@ -187,6 +189,27 @@ impl Harness {
                 let span = tracing::info_span!("step", %run_id, %tenant, step);
                 let work = self.step(&run_id, &tenant, step).instrument(span);
                 on_behalf(Some(&run_id), work).await
+            }
+            HarnessMessage::ChildEnded {
+                run_id,
+                tenant,
+                child_run_id,
+            } => {
+                // The first end of a parent in this batch notes them all
+                // (its group's messages come in order, one after another).
+                let Some(batch) = ends.take(&run_id, &child_run_id) else {
+                    return Ok(Outcome::Done);
+                };
+                let span =
+                    tracing::info_span!("child_ended", %run_id, %tenant, children = batch.len());
+                let work = self
+                    .note_child_ends(&run_id, &tenant, &batch)
+                    .instrument(span);
+                let result = on_behalf(Some(&run_id), work).await;
+                if result.is_err() {
+                    ends.give_back(&run_id, batch);
+                }
+                result
             }
             HarnessMessage::ToolResult {
                 run_id,
@@ -227,6 +250,49 @@ impl Harness {
                 Ok(Outcome::Done)
             }
             Err(StepError::Aborted(a)) => Err(a),
+        }
+    }
+}
+
+/// The children's ends in one batch, by parent: the first message of a
+/// parent's group takes them all, the rest find theirs taken.
+#[derive(Debug, Default)]
+struct BatchEnds(std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>);
+
+impl BatchEnds {
+    fn of(event: &SqsEvent) -> BatchEnds {
+        let mut by_parent: std::collections::HashMap<String, Vec<String>> = Default::default();
+        for r in &event.records {
+            let parsed = r
+                .body
+                .as_deref()
+                .and_then(|b| serde_json::from_str::<HarnessMessage>(b).ok());
+            if let Some(HarnessMessage::ChildEnded {
+                run_id,
+                child_run_id,
+                ..
+            }) = parsed
+            {
+                by_parent.entry(run_id).or_default().push(child_run_id);
+            }
+        }
+        BatchEnds(std::sync::Mutex::new(by_parent))
+    }
+
+    /// The parent's ends not taken yet, if `child` is among them.
+    fn take(&self, parent: &str, child: &str) -> Option<Vec<String>> {
+        let mut map = self.0.lock().ok()?;
+        let pending = map.get(parent)?;
+        if !pending.iter().any(|c| c == child) {
+            return None;
+        }
+        map.remove(parent)
+    }
+
+    /// Ends whose note failed: their messages come back and take them again.
+    fn give_back(&self, parent: &str, children: Vec<String>) {
+        if let Ok(mut map) = self.0.lock() {
+            map.insert(parent.to_string(), children);
         }
     }
 }

@@ -56,6 +56,15 @@ pub enum HarnessMessage {
         tenant: String,
         step: u32,
     },
+    /// A child of the Run ended: the parent takes note (in the parent's
+    /// FIFO group, so notes never race its steps nor each other, and a
+    /// batch of them is one write).
+    ChildEnded {
+        /// The parent.
+        run_id: String,
+        tenant: String,
+        child_run_id: String,
+    },
     /// What became of a sandbox call dispatched at `step`.
     ToolResult {
         run_id: String,
@@ -79,9 +88,9 @@ pub enum ResultBody {
 impl HarnessMessage {
     pub fn run_id(&self) -> &str {
         match self {
-            HarnessMessage::Step { run_id, .. } | HarnessMessage::ToolResult { run_id, .. } => {
-                run_id
-            }
+            HarnessMessage::Step { run_id, .. }
+            | HarnessMessage::ChildEnded { run_id, .. }
+            | HarnessMessage::ToolResult { run_id, .. } => run_id,
         }
     }
 
@@ -89,6 +98,11 @@ impl HarnessMessage {
     pub fn dedup_id(&self) -> String {
         match self {
             HarnessMessage::Step { run_id, step, .. } => format!("{run_id}-step-{step}"),
+            HarnessMessage::ChildEnded {
+                run_id,
+                child_run_id,
+                ..
+            } => format!("{run_id}-child-{child_run_id}"),
             HarnessMessage::ToolResult {
                 run_id,
                 call_id,
