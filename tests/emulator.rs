@@ -1,7 +1,9 @@
 //! The emulator as the project runs it (`cli/src/local/armada_moto.py`):
 //! moto with a transaction rollback that copies only the items a
-//! `TransactWriteItems` touches. A cancelled transaction must still leave
-//! no trace; a committed one must still write everything.
+//! `TransactWriteItems` touches (a cancelled transaction must still leave
+//! no trace; a committed one must still write everything), a query that
+//! reads only its partition, and a FIFO long poll that waits rather than
+//! spins while its group is in flight.
 
 #![allow(clippy::unwrap_used)]
 
@@ -251,4 +253,76 @@ async fn a_query_returns_its_partition_in_order_page_by_page() {
         .await
         .unwrap();
     assert_eq!(none.count, 0);
+}
+
+/// CPU seconds a process has used (user + system, at Linux's 100 ticks/s).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name, which ends with the last ')'.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_long_poll_on_a_fifo_group_in_flight_waits_instead_of_spinning() {
+    let ep = emulator_endpoint();
+    armada_cli::local::emulator::wait_until_up(&ep, std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    let Some(pid) = armada_tests::emulator_pid() else {
+        return; // An emulator that is not ours (ARMADA_TEST_ENDPOINT).
+    };
+    let aws = AwsClients::load_local(&ep, "us-east-1").await;
+    let name = format!("{}-group.fifo", TestStack::stack_name());
+    let url = aws
+        .sqs
+        .create_queue()
+        .queue_name(&name)
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    for i in 0..3 {
+        aws.sqs
+            .send_message()
+            .queue_url(&url)
+            .message_body(format!("m{i}"))
+            .message_group_id("parent")
+            .message_deduplication_id(format!("d{i}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    // The first is in flight: the other two wait behind it, visible.
+    let first = aws
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.messages().len(), 1);
+    let before = cpu_seconds(pid);
+    let polls = (0..3).map(|_| {
+        aws.sqs
+            .receive_message()
+            .queue_url(&url)
+            .wait_time_seconds(4)
+            .send()
+    });
+    for got in futures::future::join_all(polls).await {
+        assert!(got.unwrap().messages().is_empty(), "the group is held");
+    }
+    let used = cpu_seconds(pid) - before;
+    eprintln!("emulator CPU during the polls: {used:.2} s");
+    // Spinning, three polls of 2 s took about 2 s of CPU (a core, the GIL).
+    assert!(
+        used < 0.8,
+        "the emulator used {used:.2} s of CPU for three idle polls"
+    );
 }

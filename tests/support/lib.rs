@@ -27,6 +27,14 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// The pid of this process's own moto server, once started (`None` with
+/// `ARMADA_TEST_ENDPOINT`).
+pub fn emulator_pid() -> Option<u32> {
+    EMULATOR_PID.get().copied()
+}
+
+static EMULATOR_PID: OnceLock<u32> = OnceLock::new();
+
 /// The emulator endpoint: `ARMADA_TEST_ENDPOINT` if set, else a moto server
 /// of this process's own.
 pub fn emulator_endpoint() -> String {
@@ -41,6 +49,9 @@ pub fn emulator_endpoint() -> String {
         // fires only when the whole test process exits.
         std::thread::spawn(move || {
             let r = emulator::spawn(&root(), port, true).map_err(|e| format!("{e:#}"));
+            if let Ok(pid) = &r {
+                let _ = EMULATOR_PID.set(*pid);
+            }
             let _ = tx.send(r);
             loop {
                 std::thread::park();

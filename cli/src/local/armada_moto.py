@@ -12,6 +12,16 @@ Two changes to moto's DynamoDB, both about cost, neither about meaning:
   of sorting every item of the table and keeping those of that partition
   (O(items stored) per query). Same items, same order, same paging.
 
+And one to its SQS, about a long poll that must wait, not spin:
+
+- ``ReceiveMessage`` with a wait, on a FIFO queue whose visible messages all
+  belong to groups with a message in flight, re-scanned the queue in a
+  busy loop until the wait ended (moto's wait returns at once while any
+  message is visible, taken or not), holding a core and the GIL: a parent
+  Run's group with children's ends queued behind one in flight stalled the
+  whole emulator. Now such a poll waits a moment between scans; a message
+  added still wakes it at once.
+
 The patch is written against one moto version; any other refuses to start
 rather than run with a rollback nobody checked.
 """
@@ -22,6 +32,7 @@ import threading
 
 import moto
 import moto.dynamodb.models as ddb_models
+import moto.sqs.models as sqs_models
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
@@ -148,6 +159,19 @@ def query(self, *args, **kwargs):
         _partition.hint = None
 
 
+# How long a long poll waits between scans when the messages it can see are
+# all held back by their FIFO group (a deletion does not wake it).
+_BLOCKED_SCAN_S = 0.02
+
+
+def wait_for_messages(self, timeout):
+    with self._messages_lock:
+        if self.messages:
+            self._messages_lock.wait(timeout=min(timeout, _BLOCKED_SCAN_S))
+        else:
+            self._messages_lock.wait_for(lambda: self.messages, timeout=timeout)
+
+
 def install():
     if moto.__version__ != PINNED:
         sys.exit(
@@ -158,6 +182,7 @@ def install():
     DynamoDBBackend.transact_write_items = transact_write_items
     Table.all_items = all_items
     Table.query = query
+    sqs_models.Queue.wait_for_messages = wait_for_messages
 
 
 if __name__ == "__main__":
