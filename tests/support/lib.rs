@@ -58,6 +58,16 @@ pub fn emulator_endpoint() -> String {
             }
         });
         rx.recv().expect("spawner thread").expect("moto starts");
+        // Every caller gets an emulator that listens (tests that talk to it
+        // directly do not wait for it themselves).
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "moto did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         format!("http://127.0.0.1:{port}")
     })
     .clone()

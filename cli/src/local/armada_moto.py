@@ -12,15 +12,17 @@ Two changes to moto's DynamoDB, both about cost, neither about meaning:
   of sorting every item of the table and keeping those of that partition
   (O(items stored) per query). Same items, same order, same paging.
 
-And one to its SQS, about a long poll that must wait, not spin:
+And two to its SQS, about a long poll on a FIFO queue whose visible
+messages all belong to groups with a message in flight (a parent Run's
+group, with its children's ends queued behind the one being noted):
 
-- ``ReceiveMessage`` with a wait, on a FIFO queue whose visible messages all
-  belong to groups with a message in flight, re-scanned the queue in a
-  busy loop until the wait ended (moto's wait returns at once while any
-  message is visible, taken or not), holding a core and the GIL: a parent
-  Run's group with children's ends queued behind one in flight stalled the
-  whole emulator. Now such a poll waits a moment between scans; a message
-  added still wakes it at once.
+- it re-scanned the queue in a busy loop until its wait ended (moto's wait
+  returns at once while any message is visible, taken or not), holding a
+  core and the GIL, and stalled the whole emulator. Now it waits a moment
+  between scans; a message added still wakes it at once.
+- it judged the groups in flight once, when it began, so a group freed by
+  a deletion stayed closed to it until its wait ended (up to 20 s a batch).
+  Now each scan looks again, as SQS does.
 
 The patch is written against one moto version; any other refuses to start
 rather than run with a rollback nobody checked.
@@ -33,6 +35,7 @@ import threading
 import moto
 import moto.dynamodb.models as ddb_models
 import moto.sqs.models as sqs_models
+from moto.core.utils import unix_time
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
@@ -164,6 +167,63 @@ def query(self, *args, **kwargs):
 _BLOCKED_SCAN_S = 0.02
 
 
+def receive_message(
+    self,
+    queue_name,
+    count,
+    wait_seconds_timeout,
+    visibility_timeout,
+    message_attribute_names=None,
+):
+    """moto 5.2.5's ``SQSBackend.receive_message``, but for the groups in
+    flight, read again at every scan instead of once at the start."""
+    if message_attribute_names is None:
+        message_attribute_names = []
+    queue = self.get_queue(queue_name)
+    result = []
+    polling_end = unix_time() + wait_seconds_timeout
+    while True:
+        if result or (wait_seconds_timeout and unix_time() > polling_end):
+            break
+        pending_groups = queue.pending_message_groups
+        messages_to_dlq = []
+        for message in queue.messages:
+            if not message.visible:
+                continue
+            if message in queue.pending_messages:
+                # Pending but visible again: its consumer timed out.
+                queue.pending_messages.remove(message)
+                pending_groups = queue.pending_message_groups
+            if message.group_id and queue.fifo_queue:
+                if message.group_id in pending_groups:
+                    continue
+            if (
+                queue.dead_letter_queue is not None
+                and queue.redrive_policy
+                and message.approximate_receive_count
+                >= queue.redrive_policy["maxReceiveCount"]
+            ):
+                messages_to_dlq.append(message)
+                continue
+            queue.pending_messages.add(message)
+            message.mark_received(visibility_timeout=visibility_timeout)
+            message_copy = copy.deepcopy(message)
+            sqs_models._filter_message_attributes(message_copy, message_attribute_names)
+            if not self.is_message_valid_based_on_retention_period(queue_name, message):
+                break
+            result.append(message_copy)
+            if len(result) >= count:
+                break
+        for message in messages_to_dlq:
+            queue._messages.remove(message)
+            queue.dead_letter_queue.add_message(message)
+        if not result:
+            if wait_seconds_timeout == 0:
+                break
+            queue.wait_for_messages(1)
+    return result
+
+
 def wait_for_messages(self, timeout):
     with self._messages_lock:
         if self.messages:
@@ -183,6 +243,7 @@ def install():
     Table.all_items = all_items
     Table.query = query
     sqs_models.Queue.wait_for_messages = wait_for_messages
+    sqs_models.SQSBackend.receive_message = receive_message
 
 
 if __name__ == "__main__":
