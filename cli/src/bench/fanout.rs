@@ -68,13 +68,17 @@ pub(super) async fn fan_out(
     }
     // One more team Run with the call log on, settled before it is read.
     stack.aws.calls.start_log();
+    let posted = Instant::now();
     let v = client
         .post("/v1/runs", &json!({"team": "bench-fan", "input": input}))
         .await?;
     let parent = run_id(&v)?;
     watcher.watch(&parent).await?;
+    let ended = Instant::now();
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     let log = stack.aws.calls.drain_log();
+    let busy = busy_ms(&log, posted, ended);
+    let wall = ended.duration_since(posted).as_secs_f64() * 1000.0;
     let kids = client.get(&format!("/v1/runs/{parent}/children")).await?;
     let kid_ids: Vec<String> = kids["children"]
         .as_array()
@@ -123,10 +127,41 @@ pub(super) async fn fan_out(
         parent_calls.len(),
         kid_ids.len()
     );
+    println!(
+        "  that team run: {wall:.0} ms, of which the emulator was answering the functions' calls {busy:.0} ms (the union of their intervals; one Python process on this machine); the rest {:.0} ms",
+        wall - busy
+    );
     let mut by_op = std::collections::BTreeMap::<&str, usize>::new();
     for op in parent_calls {
         *by_op.entry(op).or_default() += 1;
     }
     println!("  aggregation's calls: {by_op:?}");
     Ok(())
+}
+
+/// How long, between `from` and `to`, at least one of the calls was in
+/// flight (the union of their intervals), in ms.
+fn busy_ms(log: &[armada_core::calls::CallRecord], from: Instant, to: Instant) -> f64 {
+    let mut spans: Vec<(Instant, Instant)> = log
+        .iter()
+        .filter_map(|c| Some((c.start.max(from), c.end?.min(to))))
+        .filter(|(a, b)| a < b)
+        .collect();
+    spans.sort();
+    let mut total = 0.0;
+    let mut current: Option<(Instant, Instant)> = None;
+    for (a, b) in spans {
+        match current {
+            Some((s, e)) if a <= e => current = Some((s, e.max(b))),
+            Some((s, e)) => {
+                total += e.duration_since(s).as_secs_f64();
+                current = Some((a, b));
+            }
+            None => current = Some((a, b)),
+        }
+    }
+    if let Some((s, e)) = current {
+        total += e.duration_since(s).as_secs_f64();
+    }
+    total * 1000.0
 }
