@@ -10,8 +10,10 @@
 //! [`claim`] judges the delivery and claims the step (and keeps its lease);
 //! [`step`] does the step's work (model, ledger, inline and sandbox calls);
 //! [`tool_result`] applies a sandbox's answer; [`children`] plans the
-//! children of `delegate`/`plan` calls and waits for them; [`commit`] ends
-//! the step (wait, complete, fail) with one fenced commit and what follows.
+//! children of `delegate`/`plan` calls and waits for them; [`child_end`]
+//! notes children's ends on their parent (in the parent's FIFO group);
+//! [`commit`] ends the step (wait, complete, fail) with one fenced commit
+//! and what follows.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
