@@ -421,7 +421,7 @@ async fn a_forbidden_mount_is_refused_and_a_rw_mount_needs_approval() {
     assert!(t
         .event_types(&id)
         .await
-        .contains(&"approval_required".to_string()));
+        .contains(&"approval_requested".to_string()));
     assert!(
         tasks_of(&t, "local", "writer").await.is_empty(),
         "nothing ran"

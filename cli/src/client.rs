@@ -65,6 +65,23 @@ impl Client {
         Ok(Client::new(&base, &key, get("ARMADA_ADMIN_KEY")))
     }
 
+    /// As [`Self::from_env`], acting with `ARMADA_APPROVER_KEY` (a key
+    /// with the approver role) when there is one.
+    pub fn approver_from_env(root: Option<&Path>) -> Result<Self> {
+        let mut c = Self::from_env(root)?;
+        let file = root
+            .map(|r| read_env_file(&r.join(".armada/local.env")))
+            .unwrap_or_default();
+        if let Some(k) = std::env::var("ARMADA_APPROVER_KEY")
+            .ok()
+            .or_else(|| file.get("ARMADA_APPROVER_KEY").cloned())
+            .filter(|k| !k.is_empty())
+        {
+            c.key = k;
+        }
+        Ok(c)
+    }
+
     pub async fn call(
         &self,
         method: reqwest::Method,

@@ -85,6 +85,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ChainsCmd,
     },
+    /// Human approvals of risky tool calls: list, show, decide (decisions
+    /// use ARMADA_APPROVER_KEY, a key with the approver role).
+    Approvals {
+        #[command(subcommand)]
+        cmd: ApprovalsCmd,
+    },
     /// Inspect and destroy agents' sandboxes.
     Sandboxes {
         #[command(subcommand)]
@@ -156,6 +162,29 @@ enum TeamsCmd {
         name: String,
     },
     List,
+}
+
+#[derive(Subcommand)]
+enum ApprovalsCmd {
+    /// The tenant's approvals, newest first.
+    List {
+        /// pending, approved, rejected, expired or cancelled.
+        #[arg(long)]
+        state: Option<String>,
+    },
+    Show {
+        approval_id: String,
+    },
+    Approve {
+        approval_id: String,
+        #[arg(long)]
+        comment: Option<String>,
+    },
+    Reject {
+        approval_id: String,
+        #[arg(long)]
+        comment: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -361,6 +390,37 @@ async fn run(cli: Cli) -> Result<()> {
                     &c.post(&format!("/v1/chains/{chain_id}/cancel"), &json!({}))
                         .await?,
                 ),
+            }
+            Ok(())
+        }
+        Cmd::Approvals { cmd } => {
+            let c = Client::from_env(root().as_deref())?;
+            let decide = |id: String, decision: &str, comment: Option<String>| {
+                let approver = Client::approver_from_env(root().as_deref());
+                let decision = decision.to_string();
+                async move {
+                    let body = json!({"decision": decision, "comment": comment});
+                    approver?
+                        .post(&format!("/v1/approvals/{id}/decision"), &body)
+                        .await
+                }
+            };
+            match cmd {
+                ApprovalsCmd::List { state } => {
+                    let q = state.map(|s| format!("?state={s}")).unwrap_or_default();
+                    print(&c.get(&format!("/v1/approvals{q}")).await?)
+                }
+                ApprovalsCmd::Show { approval_id } => {
+                    print(&c.get(&format!("/v1/approvals/{approval_id}")).await?)
+                }
+                ApprovalsCmd::Approve {
+                    approval_id,
+                    comment,
+                } => print(&decide(approval_id, "approve", comment).await?),
+                ApprovalsCmd::Reject {
+                    approval_id,
+                    comment,
+                } => print(&decide(approval_id, "reject", comment).await?),
             }
             Ok(())
         }

@@ -77,6 +77,8 @@ pub struct TestStack {
     pub stack: LocalStack,
     pub client: Client,
     pub admin: Client,
+    /// Where this stack writes every approval email (`.eml`).
+    pub outbox: PathBuf,
 }
 
 impl TestStack {
@@ -146,6 +148,8 @@ impl TestStack {
         opts.dispatcher_concurrency = 1;
         opts.parameters = parameters;
         opts.sandbox_env = sandbox_env;
+        let outbox = std::env::temp_dir().join(format!("armada-outbox-{}", opts.stack));
+        opts.mail_outbox = Some(outbox.clone());
         if let Some(h) = hooks {
             opts.hooks = h;
         }
@@ -164,6 +168,7 @@ impl TestStack {
             stack,
             client,
             admin,
+            outbox,
         }
     }
 

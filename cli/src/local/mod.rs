@@ -27,7 +27,7 @@ use armada_core::aws::AwsClients;
 use armada_core::config::Config;
 use armada_core::store::registry::StoredKey;
 use armada_core::Services;
-use armada_domain::api::{sha256_hex, ApiKey};
+use armada_domain::api::{sha256_hex, ApiKey, KeyRole};
 use armada_harness::{Harness, NoHooks, StepHooks};
 
 use self::http::HttpHandler;
@@ -70,6 +70,8 @@ pub struct LocalOptions {
     pub sandbox_root: Option<PathBuf>,
     /// Added to every sandbox agent's environment (tests).
     pub sandbox_env: Vec<(String, String)>,
+    /// Where every approval email is also written as an `.eml` file.
+    pub mail_outbox: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for LocalOptions {
@@ -104,6 +106,7 @@ impl LocalOptions {
             data_plane: true,
             sandbox_root: None,
             sandbox_env: Vec::new(),
+            mail_outbox: Some(root.join(".armada/outbox")),
         }
     }
 }
@@ -113,6 +116,8 @@ pub struct LocalStack {
     pub endpoint: String,
     pub admin_key: String,
     pub tenant_key: String,
+    /// A key of the same tenant with the `approver` role.
+    pub approver_key: String,
     pub tenant: String,
     pub model_url: String,
     pub model_stats: ModelStats,
@@ -203,6 +208,8 @@ impl LocalStack {
         params
             .entry("ScriptedModelUrl".into())
             .or_insert(model_url.clone());
+        // Approval links point at this stack's API.
+        params.entry("PublicUrl".into()).or_insert(api_url.clone());
         params
             .entry("CallbackSigningSecret".into())
             .or_insert_with(|| ApiKey::mint().secret);
@@ -218,11 +225,16 @@ impl LocalStack {
         let provisioned = provision::provision(&aws, &template).await?;
 
         // Each function gets the environment the template gives it.
+        let outbox = opts.mail_outbox.clone();
         let services = |binary: &'static str| {
             let aws = aws.clone();
             let template = template.clone();
+            let outbox = outbox.clone();
             async move {
-                let env = template.environment(binary)?;
+                let mut env = template.environment(binary)?;
+                if let Some(dir) = outbox {
+                    env.insert("ARMADA_MAIL_OUTBOX".into(), dir.display().to_string());
+                }
                 let cfg = Config::from_map(&env)?;
                 Ok::<_, anyhow::Error>(Services::init(cfg, aws).await?)
             }
@@ -230,6 +242,8 @@ impl LocalStack {
         let ingress_svc = services("ingress").await?;
         let dispatcher_svc = services("dispatcher").await?;
         let harness_svc = services("harness").await?;
+        let hitl_svc = services("hitl").await?;
+        provision::verify_sender(&aws, &dispatcher_svc.cfg.approval_sender).await?;
 
         provision::load_agents(ingress_svc.registry.as_ref(), &opts.root).await?;
         provision::load_teams(ingress_svc.registry.as_ref(), &opts.root).await?;
@@ -240,10 +254,24 @@ impl LocalStack {
             tenant: tenant.clone(),
             secret_sha256: key.secret_hash(),
             revoked: false,
+            role: KeyRole::Member,
         };
         ingress_svc
             .registry
             .put_key(&stored_key, ingress_svc.clock.now_ms())
+            .await?;
+        // A second key of the tenant that decides its approvals.
+        let approver = ApiKey::mint();
+        let approver_stored = StoredKey {
+            key_id: approver.key_id.clone(),
+            tenant: tenant.clone(),
+            secret_sha256: approver.secret_hash(),
+            revoked: false,
+            role: KeyRole::Approver,
+        };
+        ingress_svc
+            .registry
+            .put_key(&approver_stored, ingress_svc.clock.now_ms())
             .await?;
         let supervisor = supervisor::Supervisor {
             aws: AwsClients::load_local(&endpoint, &opts.region).await,
@@ -271,7 +299,10 @@ impl LocalStack {
         );
         http_handlers.insert(
             "hitl".into(),
-            Arc::new(|req| Box::pin(async move { armada_hitl::handle(req).await })),
+            Arc::new(move |req| {
+                let svc = hitl_svc.clone();
+                Box::pin(async move { armada_hitl::handle(svc, req).await })
+            }),
         );
         tasks.push(tokio::spawn(http::serve(
             api_listener,
@@ -367,6 +398,7 @@ impl LocalStack {
             endpoint,
             admin_key,
             tenant_key: key.token(),
+            approver_key: approver.token(),
             tenant,
             model_url,
             model_stats,
@@ -409,8 +441,8 @@ impl LocalStack {
     /// The contents of `.armada/local.env`.
     pub fn env_file(&self) -> String {
         format!(
-            "ARMADA_API_URL={}\nARMADA_API_KEY={}\nARMADA_ADMIN_KEY={}\nAWS_ENDPOINT_URL={}\nARMADA_TENANT={}\n",
-            self.api_url, self.tenant_key, self.admin_key, self.endpoint, self.tenant
+            "ARMADA_API_URL={}\nARMADA_API_KEY={}\nARMADA_APPROVER_KEY={}\nARMADA_ADMIN_KEY={}\nAWS_ENDPOINT_URL={}\nARMADA_TENANT={}\n",
+            self.api_url, self.tenant_key, self.approver_key, self.admin_key, self.endpoint, self.tenant
         )
     }
 }

@@ -91,6 +91,29 @@ async fn create_table(aws: &AwsClients, t: &TableSpec) -> Result<()> {
     Ok(())
 }
 
+/// Makes `sender` a verified SES identity (approval emails come from it);
+/// one that exists already is fine.
+pub async fn verify_sender(aws: &AwsClients, sender: &str) -> Result<()> {
+    match aws
+        .ses
+        .create_email_identity()
+        .email_identity(sender)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|se| se.is_already_exists_exception()) =>
+        {
+            Ok(())
+        }
+        Err(e) => {
+            Err(anyhow::Error::new(e)).with_context(|| format!("verifying the sender {sender}"))
+        }
+    }
+}
+
 pub async fn provision(aws: &AwsClients, t: &Template) -> Result<Provisioned> {
     for table in t.tables()? {
         create_table(aws, &table).await?;

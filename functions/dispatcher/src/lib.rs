@@ -109,6 +109,11 @@ impl Dispatcher {
                     tenant,
                     round,
                 } => self.spawn_children(&run_id, &tenant, round).await,
+                DispatchMessage::NotifyApproval {
+                    approval_id,
+                    tenant,
+                    recipient,
+                } => self.notify(&approval_id, &tenant, &recipient).await,
             }
         }
         .instrument(span);
@@ -277,6 +282,10 @@ impl Dispatcher {
         if cancelled != Outcome::Done {
             return cancelled;
         }
+        let cancelled = self.cancel_approvals(&run).await;
+        if cancelled != Outcome::Done {
+            return cancelled;
+        }
         let announced = self.announce_to_parent(&run).await;
         if announced != Outcome::Done {
             return announced;
@@ -414,6 +423,15 @@ impl Dispatcher {
                     tenant,
                     child_run_id,
                 } => (run_id, tenant, format!("end of child {child_run_id}")),
+                HarnessMessage::ApprovalDecided {
+                    run_id,
+                    tenant,
+                    approval_id,
+                } => (
+                    run_id,
+                    tenant,
+                    format!("decision of approval {approval_id}"),
+                ),
             }
         } else if let Ok(m) = serde_json::from_str::<DispatchMessage>(body) {
             match m {
@@ -428,6 +446,21 @@ impl Dispatcher {
                 }
                 DispatchMessage::SpawnChildren { run_id, tenant, .. } => {
                     (run_id, tenant, "children's start".to_string())
+                }
+                DispatchMessage::NotifyApproval {
+                    approval_id,
+                    recipient,
+                    ..
+                } => {
+                    // The approval stays pending: an approver key can still
+                    // decide it, and its deadline still expires it.
+                    tracing::error!(
+                        approval_id,
+                        recipient,
+                        queue,
+                        "an approval link could not be sent on any attempt"
+                    );
+                    return Outcome::Done;
                 }
             }
         } else {
@@ -462,6 +495,7 @@ impl Dispatcher {
     }
 }
 
+mod approvals;
 mod chains;
 mod children;
 mod watchdog;

@@ -33,6 +33,10 @@ impl Dispatcher {
         if run.past_deadline(now) {
             return self.time_out(run, now).await;
         }
+        if run.state == RunState::AwaitingHitl {
+            // Humans have their own deadlines: the approvals'.
+            return self.check_approvals(&run, step, epoch).await;
+        }
         if let Some(c) = run
             .children
             .as_ref()

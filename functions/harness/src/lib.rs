@@ -48,6 +48,7 @@ use armada_domain::step::{
     StepRefused, EVENT_PREVIEW_BYTES,
 };
 
+mod approvals;
 mod child_end;
 mod children;
 mod claim;
@@ -212,6 +213,17 @@ impl Harness {
                     ends.give_back(&run_id, batch);
                 }
                 result
+            }
+            HarnessMessage::ApprovalDecided {
+                run_id,
+                tenant,
+                approval_id,
+            } => {
+                let span = tracing::info_span!("approval_decided", %run_id, %tenant, %approval_id);
+                let work = self
+                    .approval_decided(&run_id, &tenant, &approval_id)
+                    .instrument(span);
+                on_behalf(Some(&run_id), work).await
             }
             HarnessMessage::ToolResult {
                 run_id,

@@ -97,10 +97,10 @@ impl Harness {
                         svc.clock.now_ms(),
                     )?
                 }
-                Next::AwaitApproval => {
-                    run.apply(RunEvent::AwaitApproval, now)?;
-                    svc.runs.save(prev, &run, &events, vec![]).await?;
-                    return self.check_later(&run).await;
+                Next::AwaitApproval(requests) => {
+                    return self
+                        .await_approvals(run, prev, agent, requests, events)
+                        .await
                 }
                 Next::Dispatch(planned) => {
                     return self.dispatch(run, prev, agent, &planned, events).await

@@ -7,8 +7,10 @@ use lambda_http::{service_fn, Error, Request};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     armada_core::telemetry::init();
-    lambda_http::run(service_fn(|req: Request| async move {
-        Ok::<_, Infallible>(armada_hitl::handle(req).await)
+    let svc = armada_core::Services::from_env().await?;
+    lambda_http::run(service_fn(move |req: Request| {
+        let svc = svc.clone();
+        async move { Ok::<_, Infallible>(armada_hitl::handle(svc, req).await) }
     }))
     .await
 }

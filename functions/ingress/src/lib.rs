@@ -11,6 +11,7 @@ use lambda_http::{Body, Request, Response};
 use serde_json::{json, Value};
 use tracing::Instrument;
 
+use armada_core::auth::{store_err, Principal, TenantKey};
 use armada_core::clock::{new_id, rfc3339};
 use armada_core::error::StoreError;
 use armada_core::ports::StoredKey;
@@ -19,8 +20,7 @@ use armada_core::sandboxing;
 use armada_core::Services;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::api::{
-    digest_eq, parse_message, sha256_hex, valid_tenant, ApiError, ApiKey, CreateRun, CreateSession,
-    RunTarget,
+    parse_message, sha256_hex, valid_tenant, ApiError, ApiKey, CreateRun, CreateSession, RunTarget,
 };
 use armada_domain::collab::chain::{step_run_id, ChainLink};
 use armada_domain::collab::{Lineage, RunKind};
@@ -48,13 +48,6 @@ use routes::teams::*;
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// The longest `wait` a caller may ask of the events endpoint.
 const MAX_EVENTS_WAIT_S: u64 = 20;
-
-/// Who is calling.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Principal {
-    Admin,
-    Tenant(String),
-}
 
 type ApiResult = Result<(u16, Value), ApiError>;
 
@@ -98,19 +91,6 @@ pub fn json_response(status: u16, body: &Value) -> Response<Body> {
         .unwrap_or_else(|_| Response::new(Body::Empty))
 }
 
-fn store_err(e: StoreError) -> ApiError {
-    match e {
-        StoreError::Retryable(m) => {
-            tracing::warn!(error = %m, "store unavailable");
-            ApiError::unavailable("the service is briefly unavailable; retry")
-        }
-        other => {
-            tracing::error!(error = %other, "store error");
-            ApiError::internal()
-        }
-    }
-}
-
 async fn route(svc: &Arc<Services>, req: &Request, method: &str, path: &str) -> ApiResult {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     if segs.first() != Some(&"v1") {
@@ -124,7 +104,7 @@ async fn route(svc: &Arc<Services>, req: &Request, method: &str, path: &str) -> 
     }
     let who = authenticate(svc, req).await?;
     match (segs.as_slice(), method) {
-        (["v1", "runs"], "POST") => create_run(svc, req, tenant(&who)?).await,
+        (["v1", "runs"], "POST") => create_run(svc, req, who.tenant_key()?).await,
         (["v1", "runs", id], "GET") => get_run(svc, tenant(&who)?, id).await,
         (["v1", "runs", id, "events"], "GET") => run_events(svc, req, tenant(&who)?, id).await,
         (["v1", "runs", id, "cancel"], "POST") => cancel_run(svc, tenant(&who)?, id).await,
@@ -135,7 +115,7 @@ async fn route(svc: &Arc<Services>, req: &Request, method: &str, path: &str) -> 
         (["v1", "sessions"], "POST") => create_session(svc, req, tenant(&who)?).await,
         (["v1", "sessions", id], "GET") => get_session(svc, tenant(&who)?, id).await,
         (["v1", "sessions", id, "messages"], "POST") => {
-            session_message(svc, req, tenant(&who)?, id).await
+            session_message(svc, req, who.tenant_key()?, id).await
         }
         (["v1", "agents"], "GET") => list_agents(svc).await,
         (["v1", "agents", name], "GET") => get_agent(svc, name).await,
@@ -183,7 +163,7 @@ async fn route(svc: &Arc<Services>, req: &Request, method: &str, path: &str) -> 
         }
         (["v1", "tenants", t, "keys"], "POST") => {
             admin(&who)?;
-            mint_key(svc, t).await
+            mint_key(svc, req, t).await
         }
         (["v1", "keys", key_id], "DELETE") => {
             admin(&who)?;

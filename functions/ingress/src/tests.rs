@@ -34,6 +34,7 @@ impl Api {
             tenant: tenant.into(),
             secret_sha256: key.secret_hash(),
             revoked: false,
+            role: armada_domain::api::KeyRole::Member,
         };
         self.svc
             .registry

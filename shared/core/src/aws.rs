@@ -13,6 +13,7 @@ pub struct AwsClients {
     pub sqs: aws_sdk_sqs::Client,
     pub s3: aws_sdk_s3::Client,
     pub ecs: aws_sdk_ecs::Client,
+    pub ses: aws_sdk_sesv2::Client,
     pub sdk_config: aws_config::SdkConfig,
     pub calls: CallCounter,
 }
@@ -53,11 +54,17 @@ impl AwsClients {
                 .interceptor(calls.clone())
                 .build(),
         );
+        let ses = aws_sdk_sesv2::Client::from_conf(
+            aws_sdk_sesv2::config::Builder::from(&sdk_config)
+                .interceptor(calls.clone())
+                .build(),
+        );
         AwsClients {
             dynamo,
             sqs,
             s3,
             ecs,
+            ses,
             sdk_config,
             calls,
         }

@@ -62,6 +62,15 @@ pub struct Config {
     pub max_delegation_depth: u32,
     /// Signs result callbacks (`ARMADA_CALLBACK_SIGNING_SECRET`, at least 16 bytes).
     pub callback_signing_secret: String,
+    /// The sender of approval emails (`ARMADA_APPROVAL_SENDER`), an SES
+    /// identity of the account.
+    pub approval_sender: String,
+    /// Base URL of the HTTP API that approval links point at
+    /// (`ARMADA_PUBLIC_URL`, e.g. `https://abc.execute-api.eu-west-1.amazonaws.com`).
+    pub public_url: Option<String>,
+    /// A directory where every approval email is also written as an `.eml`
+    /// file (`ARMADA_MAIL_OUTBOX`; the local stack sets it).
+    pub mail_outbox: Option<std::path::PathBuf>,
     /// Where sandbox tasks run.
     pub sandbox: SandboxConfig,
 }
@@ -175,6 +184,19 @@ impl Config {
                 }
                 s
             },
+            approval_sender: vars
+                .get("ARMADA_APPROVAL_SENDER")
+                .filter(|v| !v.is_empty())
+                .cloned()
+                .unwrap_or_else(|| "approvals@example.com".into()),
+            public_url: vars
+                .get("ARMADA_PUBLIC_URL")
+                .map(|v| v.trim_end_matches('/').to_string())
+                .filter(|v| !v.is_empty()),
+            mail_outbox: vars
+                .get("ARMADA_MAIL_OUTBOX")
+                .filter(|v| !v.is_empty())
+                .map(std::path::PathBuf::from),
             sandbox: SandboxConfig {
                 cluster: req("ARMADA_SANDBOX_CLUSTER")?,
                 task_standard: req("ARMADA_SANDBOX_TASK_STANDARD")?,

@@ -3,6 +3,7 @@
 //! inline skills. Function crates build one [`Services`] at start-up and hand
 //! it to their handlers; the local stack builds the very same.
 
+pub mod auth;
 pub mod aws;
 pub mod callbacks;
 pub mod calls;
@@ -10,6 +11,7 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod hands;
+pub mod mail;
 pub mod memory;
 pub mod models;
 pub mod payloads;
@@ -32,6 +34,7 @@ use crate::hands::SandboxProvider;
 use crate::models::Models;
 use crate::payloads::Payloads;
 use crate::queues::Queues as SqsQueues;
+use crate::store::approvals::ApprovalStore;
 use crate::store::idempotency::IdempotencyStore;
 use crate::store::registry::Registry as RegistryTable;
 use crate::store::runs::RunStore;
@@ -40,8 +43,8 @@ use crate::store::sessions::SessionStore;
 use crate::tools::InlineTools;
 
 pub use crate::ports::{
-    Also, Blobs, Idempotency, Model, Provider, Queues, Registry, RunEvents, Runs, Sandboxes,
-    SandboxesExt, Sessions,
+    Also, Approvals, Blobs, Idempotency, Mail, Model, Provider, Queues, Registry, RunEvents, Runs,
+    Sandboxes, SandboxesExt, Sessions,
 };
 
 /// Everything a handler needs, built once per process: the ports (AWS
@@ -56,6 +59,7 @@ pub struct Services {
     pub runs: Arc<dyn Runs>,
     pub run_events: Arc<dyn RunEvents>,
     pub sessions: Arc<dyn Sessions>,
+    pub approvals: Arc<dyn Approvals>,
     pub registry: Arc<dyn Registry>,
     pub sandboxes: Arc<dyn Sandboxes>,
     pub provider: Arc<dyn Provider>,
@@ -65,6 +69,7 @@ pub struct Services {
     pub models: Arc<dyn Model>,
     pub tools: InlineTools,
     pub callbacks: Callbacks,
+    pub mail: Arc<dyn Mail>,
     pub clock: Clock,
 }
 
@@ -90,6 +95,7 @@ impl Services {
             &cfg.run_events_table,
             &cfg.sessions_table,
             &cfg.idempotency_table,
+            &cfg.approvals_table,
         ));
         Ok(Arc::new(Services {
             counters: Arc::default(),
@@ -100,6 +106,7 @@ impl Services {
                 &cfg.sessions_table,
                 payloads.clone(),
             )),
+            approvals: Arc::new(ApprovalStore::new(aws.dynamo.clone(), &cfg.approvals_table)),
             registry: Arc::new(RegistryTable::new(aws.dynamo.clone(), &cfg.registry_table)),
             sandboxes: Arc::new(SandboxStore::new(aws.dynamo.clone(), &cfg.sandboxes_table)),
             provider: Arc::new(SandboxProvider::new(
@@ -118,6 +125,11 @@ impl Services {
             models: Arc::new(Models::new(&aws.sdk_config, cfg.scripted_model_url.clone())),
             tools: InlineTools::new(),
             callbacks: Callbacks::new(&cfg.callback_signing_secret, 3),
+            mail: Arc::new(crate::mail::SesMail::new(
+                aws.ses.clone(),
+                &cfg.approval_sender,
+                cfg.mail_outbox.clone(),
+            )),
             clock: Clock::default(),
             queues: Arc::new(queues),
             cfg,

@@ -13,6 +13,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use armada_domain::agent::{AgentDefinition, ModelSpec};
+use armada_domain::api::KeyRole;
+use armada_domain::approval::{Approval, ApprovalState};
 use armada_domain::chat::{ChatMessage, ModelReply, Role, ToolSpec};
 use armada_domain::context::HistoryTurn;
 use armada_domain::fields::FieldError;
@@ -58,6 +60,9 @@ pub enum Also {
         record: IdemRecord,
         now_ms: i64,
     },
+    /// An approval of one of the Run's calls, created with the commit that
+    /// parks the Run; written once.
+    Approval(Box<Approval>),
 }
 
 /// What an `Idempotency-Key` was first used for.
@@ -74,6 +79,7 @@ pub struct StoredKey {
     pub tenant: String,
     pub secret_sha256: String,
     pub revoked: bool,
+    pub role: KeyRole,
 }
 
 /// The Run records: read, created, claimed, leased and committed, every
@@ -111,6 +117,33 @@ pub trait Runs: Send + Sync + Debug {
         events: &[RunEventRecord],
         also: Vec<Also>,
     ) -> Result<(), StoreError>;
+}
+
+/// Human approvals: created with their Run's commit ([`Also::Approval`]),
+/// then changed only by writes conditional on the version read.
+#[async_trait]
+pub trait Approvals: Send + Sync + Debug {
+    /// Reads an approval (strongly consistent).
+    async fn get(&self, approval_id: &str) -> Result<Option<Approval>, StoreError>;
+    /// Writes `approval` if the stored one is still at `prev_version`.
+    async fn update(&self, prev_version: u64, approval: &Approval) -> Result<(), StoreError>;
+    /// Every approval of a Run.
+    async fn of_run(&self, run_id: &str) -> Result<Vec<Approval>, StoreError>;
+    /// A tenant's approvals, newest first, at most `limit`, of one state
+    /// when given.
+    async fn of_tenant(
+        &self,
+        tenant: &str,
+        state: Option<ApprovalState>,
+        limit: usize,
+    ) -> Result<Vec<Approval>, StoreError>;
+}
+
+/// Outbound email.
+#[async_trait]
+pub trait Mail: Send + Sync + Debug {
+    /// Sends one message to `to`; the provider's message id.
+    async fn send(&self, to: &str, subject: &str, text: &str) -> Result<String, String>;
 }
 
 /// A Run's append-only event log.

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
+use crate::approval::ApprovalPolicy;
 use crate::fields::{FieldError, Fields};
 use crate::sandbox::{
     check_mount, CapabilitySet, Limits, ProfileDef, ProfileError, Profiles, CAPS,
@@ -91,6 +92,10 @@ pub struct AgentDefinition {
     /// (its placement requirements are frozen with the definition).
     #[serde(default)]
     pub manifests: BTreeMap<String, SkillManifest>,
+    /// Who approves its risky calls, and how (absent: the defaults, under
+    /// which `high`-risk and destructive calls still wait for an approver).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<ApprovalPolicy>,
     /// Incremented by every update.
     #[serde(default)]
     pub version: u64,
@@ -339,6 +344,13 @@ impl AgentDefinition {
             Some(o) => SandboxSpec::from_fields(&Fields::nested(o, "sandbox")?)?,
             None => SandboxSpec::default(),
         };
+        let approvals = match f.opt_obj("approvals")? {
+            Some(o) => Some(ApprovalPolicy::from_fields(&Fields::nested(
+                o,
+                "approvals",
+            )?)?),
+            None => None,
+        };
         Ok(AgentDefinition {
             name: name.to_string(),
             description,
@@ -355,6 +367,7 @@ impl AgentDefinition {
             http_allow_hosts,
             sandbox,
             manifests: BTreeMap::new(),
+            approvals,
             version: 0,
         })
     }

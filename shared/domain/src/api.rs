@@ -262,6 +262,32 @@ pub fn parse_message(body: &serde_json::Value) -> Result<String, FieldError> {
     Ok(input)
 }
 
+/// What a tenant key may do besides the tenant's runs and sessions:
+/// an `approver` key also decides the tenant's approvals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyRole {
+    #[default]
+    Member,
+    Approver,
+}
+
+impl KeyRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyRole::Member => "member",
+            KeyRole::Approver => "approver",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<KeyRole> {
+        match s {
+            "member" => Some(KeyRole::Member),
+            "approver" => Some(KeyRole::Approver),
+            _ => None,
+        }
+    }
+}
+
 /// An API key as shown once to its owner: `ak_<key_id>_<secret>`. Only the
 /// secret's SHA-256 is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,6 +6,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::approval::ApprovalState;
+use crate::skills::Risk;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ToolCallState {
@@ -42,6 +45,40 @@ pub struct ToolCallRecord {
     /// children were planned, and their ends answer it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub children: bool,
+    /// The human approval the call needs before it may be dispatched
+    /// (it stays PLANNED until then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<CallApproval>,
+}
+
+/// A gated call's approval as its ledger record keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallApproval {
+    pub approval_id: String,
+    pub risk: Risk,
+    pub reasons: Vec<String>,
+    /// The approval record exists (it was created with the commit that
+    /// parked the Run).
+    #[serde(default)]
+    pub requested: bool,
+    /// Pending until its decision is applied to the call.
+    pub state: ApprovalState,
+}
+
+impl ToolCallRecord {
+    /// Whether the call still waits for a human.
+    pub fn awaits_approval(&self) -> bool {
+        self.approval
+            .as_ref()
+            .is_some_and(|a| a.state == ApprovalState::Pending)
+    }
+
+    /// Whether the call may be dispatched: it needs no approval, or has it.
+    pub fn cleared(&self) -> bool {
+        self.approval
+            .as_ref()
+            .is_none_or(|a| a.state == ApprovalState::Approved)
+    }
 }
 
 fn first_attempt() -> u32 {
@@ -151,6 +188,7 @@ impl ToolCallRecord {
             attempt: 1,
             generation: None,
             children: false,
+            approval: None,
         }
     }
 

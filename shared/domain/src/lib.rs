@@ -6,6 +6,7 @@
 //! - [`run`]: the Run record, states, transitions, claim classification
 //! - [`ledger`]: tool calls `PLANNED → DISPATCHED → DONE | FAILED | INDETERMINATE`
 //! - [`step`]: one harness step decided: budgets, deadline, which tools run where, what next
+//! - [`approval`]: human approvals: which calls need one, the record and its decisions
 //! - [`collab`]: delegation, teams' children and rounds, the DelegationTrace
 //! - [`session`]: AgentSession ordering
 //! - [`context`]: prompt assembly and compaction
@@ -17,6 +18,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod approval;
 pub mod chat;
 pub mod collab;
 pub mod context;

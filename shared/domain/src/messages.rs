@@ -22,6 +22,15 @@ pub enum DispatchMessage {
         tenant: String,
         round: u32,
     },
+    /// Send approval `approval_id`'s link to `recipient` (an approver's
+    /// address, or the chat webhook): a token is minted for it, its hash
+    /// stored, and the message sent. A failure is retried by the queue; the
+    /// approval exists before anything is sent.
+    NotifyApproval {
+        approval_id: String,
+        tenant: String,
+        recipient: String,
+    },
     /// A Run waits on a sandbox at `step` (for the sandbox to be free, to
     /// start, or for a call's answer): check on it. Sent with a delay and
     /// sent again while the Run keeps waiting.
@@ -42,6 +51,7 @@ impl DispatchMessage {
             | DispatchMessage::RunTerminal { run_id, .. }
             | DispatchMessage::SpawnChildren { run_id, .. }
             | DispatchMessage::CheckRun { run_id, .. } => run_id,
+            DispatchMessage::NotifyApproval { approval_id, .. } => approval_id,
         }
     }
 }
@@ -64,6 +74,14 @@ pub enum HarnessMessage {
         run_id: String,
         tenant: String,
         child_run_id: String,
+    },
+    /// An approval of one of the Run's calls was decided (approved,
+    /// rejected, expired): the Run takes note, in its FIFO group, so the
+    /// decision waits for any step in flight to commit and never races it.
+    ApprovalDecided {
+        run_id: String,
+        tenant: String,
+        approval_id: String,
     },
     /// What became of a sandbox call dispatched at `step`.
     ToolResult {
@@ -90,6 +108,7 @@ impl HarnessMessage {
         match self {
             HarnessMessage::Step { run_id, .. }
             | HarnessMessage::ChildEnded { run_id, .. }
+            | HarnessMessage::ApprovalDecided { run_id, .. }
             | HarnessMessage::ToolResult { run_id, .. } => run_id,
         }
     }
@@ -103,6 +122,11 @@ impl HarnessMessage {
                 child_run_id,
                 ..
             } => format!("{run_id}-child-{child_run_id}"),
+            HarnessMessage::ApprovalDecided {
+                run_id,
+                approval_id,
+                ..
+            } => format!("{run_id}-approval-{approval_id}"),
             HarnessMessage::ToolResult {
                 run_id,
                 call_id,

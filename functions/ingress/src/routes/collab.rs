@@ -17,7 +17,7 @@ use crate::*;
 /// each next step as the one before completes.
 pub(crate) async fn create_chain(
     svc: &Services,
-    tenant: &str,
+    key: &TenantKey,
     cr: CreateRun,
     steps: Vec<String>,
     team: Option<String>,
@@ -40,7 +40,7 @@ pub(crate) async fn create_chain(
     let new = NewRun {
         callback_url: None,
         chain: Some(link),
-        ..NewRun::of(tenant, &first, cr, idempotency)
+        ..NewRun::of(key, &first, cr, idempotency)
     };
     start_run(svc, new).await
 }
@@ -50,7 +50,7 @@ pub(crate) async fn create_chain(
 /// the members), a lead team's its lead's.
 pub(crate) async fn create_team_run(
     svc: &Services,
-    tenant: &str,
+    key: &TenantKey,
     cr: CreateRun,
     name: &str,
     idempotency: Option<(String, String)>,
@@ -71,13 +71,13 @@ pub(crate) async fn create_team_run(
         Strategy::Lead => team.lead.clone().unwrap_or_else(|| team.members[0].clone()),
         Strategy::Relay => {
             let steps = team.members.clone();
-            return create_chain(svc, tenant, cr, steps, Some(team.name), idempotency).await;
+            return create_chain(svc, key, cr, steps, Some(team.name), idempotency).await;
         }
     };
     let agent = agent_named(svc, &runs_as).await?;
     let new = NewRun {
         team: Some(team),
-        ..NewRun::of(tenant, &agent, cr, idempotency)
+        ..NewRun::of(key, &agent, cr, idempotency)
     };
     start_run(svc, new).await
 }

@@ -1,8 +1,14 @@
 //! `/v1/tenants/{t}/keys` and `/v1/keys/{id}` (admin): API keys, shown once.
 
+use armada_domain::api::KeyRole;
+use armada_domain::fields::Fields;
+
 use crate::*;
 
-pub(crate) async fn mint_key(svc: &Services, tenant: &str) -> ApiResult {
+/// `POST /v1/tenants/{t}/keys {"role"?: "member" | "approver"}` (the
+/// body is optional; `member` by default). An `approver` key also decides
+/// the tenant's approvals.
+pub(crate) async fn mint_key(svc: &Services, req: &Request, tenant: &str) -> ApiResult {
     if !valid_tenant(tenant) {
         return Err(ApiError::new(
             400,
@@ -10,6 +16,19 @@ pub(crate) async fn mint_key(svc: &Services, tenant: &str) -> ApiResult {
             "tenant: must be 1-64 characters of a-z, 0-9 or '-'",
         ));
     }
+    let role = if req.body().is_empty() {
+        KeyRole::Member
+    } else {
+        let body = body_json(req)?;
+        let f = Fields::new(&body)?;
+        f.only(&["role"])?;
+        match f.opt_str("role")? {
+            None => KeyRole::Member,
+            Some(r) => KeyRole::parse(r).ok_or_else(|| {
+                ApiError::new(400, "INVALID_FIELD", "role: must be member or approver")
+            })?,
+        }
+    };
     let key = ApiKey::mint();
     svc.registry
         .put_key(
@@ -18,6 +37,7 @@ pub(crate) async fn mint_key(svc: &Services, tenant: &str) -> ApiResult {
                 tenant: tenant.to_string(),
                 secret_sha256: key.secret_hash(),
                 revoked: false,
+                role,
             },
             svc.clock.now_ms(),
         )
@@ -25,7 +45,7 @@ pub(crate) async fn mint_key(svc: &Services, tenant: &str) -> ApiResult {
         .map_err(store_err)?;
     Ok((
         201,
-        json!({"key": key.token(), "key_id": key.key_id, "tenant": tenant}),
+        json!({"key": key.token(), "key_id": key.key_id, "tenant": tenant, "role": role.as_str()}),
     ))
 }
 

@@ -80,6 +80,8 @@ pub(crate) async fn enqueue_start(svc: &Services, run: &Run) -> Result<(), ApiEr
 /// What a new Run is attached to.
 pub(crate) struct NewRun<'a> {
     pub(crate) tenant: &'a str,
+    /// The key id that asked: it may not approve the Run's own high-risk calls.
+    pub(crate) started_by: &'a str,
     pub(crate) agent: &'a AgentDefinition,
     pub(crate) input: String,
     pub(crate) session: Option<SessionHeader>,
@@ -96,13 +98,14 @@ impl<'a> NewRun<'a> {
     /// A Run of `agent` as a create request asks for it: no session, team
     /// or chain unless the caller adds one.
     pub(crate) fn of(
-        tenant: &'a str,
+        key: &'a TenantKey,
         agent: &'a AgentDefinition,
         cr: CreateRun,
         idempotency: Option<(String, String)>,
     ) -> Self {
         NewRun {
-            tenant,
+            tenant: &key.tenant,
+            started_by: &key.key_id,
             agent,
             input: cr.input,
             session: None,
@@ -162,6 +165,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
             now,
         );
         run.team = new.team.clone();
+        run.started_by = Some(new.started_by.to_string());
         if let Some(link) = &new.chain {
             run.chain = Some(link.clone());
             run.lineage = Some(Lineage {
@@ -288,14 +292,15 @@ pub(crate) fn idempotency(
     Ok(Some((key.to_string(), fp)))
 }
 
-pub(crate) async fn create_run(svc: &Services, req: &Request, tenant: &str) -> ApiResult {
+pub(crate) async fn create_run(svc: &Services, req: &Request, key: &TenantKey) -> ApiResult {
+    let tenant = key.tenant.as_str();
     let body = body_json(req)?;
     let cr = CreateRun::parse(&body)?;
     let idem = idempotency(req, "POST /v1/runs", &body)?;
     let name = match cr.target.clone() {
         RunTarget::Agent(name) => name,
-        RunTarget::Team(name) => return create_team_run(svc, tenant, cr, &name, idem).await,
-        RunTarget::Chain(steps) => return create_chain(svc, tenant, cr, steps, None, idem).await,
+        RunTarget::Team(name) => return create_team_run(svc, key, cr, &name, idem).await,
+        RunTarget::Chain(steps) => return create_chain(svc, key, cr, steps, None, idem).await,
     };
     let agent = agent_named(svc, &name).await?;
     let session = match &cr.session_id {
@@ -314,7 +319,7 @@ pub(crate) async fn create_run(svc: &Services, req: &Request, tenant: &str) -> A
     };
     let new = NewRun {
         session,
-        ..NewRun::of(tenant, &agent, cr, idem)
+        ..NewRun::of(key, &agent, cr, idem)
     };
     start_run(svc, new).await
 }

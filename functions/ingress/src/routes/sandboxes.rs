@@ -5,7 +5,7 @@ use crate::*;
 /// Whose sandboxes: a tenant key sees its own; the admin names a tenant.
 pub(crate) fn sandbox_tenant(who: &Principal, req: &Request) -> Result<String, ApiError> {
     match who {
-        Principal::Tenant(t) => Ok(t.clone()),
+        Principal::Tenant(k) => Ok(k.tenant.clone()),
         Principal::Admin => query(req)
             .get("tenant")
             .filter(|t| valid_tenant(t))

@@ -37,9 +37,10 @@ pub(crate) async fn create_session(svc: &Services, req: &Request, tenant: &str) 
 pub(crate) async fn session_message(
     svc: &Services,
     req: &Request,
-    tenant: &str,
+    key: &TenantKey,
     session_id: &str,
 ) -> ApiResult {
+    let tenant = key.tenant.as_str();
     let body = body_json(req)?;
     let input = parse_message(&body)?;
     let idem = idempotency(
@@ -53,6 +54,7 @@ pub(crate) async fn session_message(
         svc,
         NewRun {
             tenant,
+            started_by: &key.key_id,
             agent: &agent,
             input,
             session: Some(header),

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use armada_domain::agent::AgentDefinition;
+use armada_domain::approval::{Approval, ApprovalState};
 use armada_domain::chat::Role;
 use armada_domain::context::HistoryTurn;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
@@ -33,7 +34,8 @@ use crate::config::Config;
 use crate::error::StoreError;
 use crate::hands::TaskInfo;
 use crate::ports::{
-    Also, Blobs, IdemRecord, Idempotency, RunEvents, Runs, Sessions, StoredKey, StoredMark,
+    Also, Approvals, Blobs, IdemRecord, Idempotency, Mail, RunEvents, Runs, Sessions, StoredKey,
+    StoredMark,
 };
 use crate::tools::InlineTools;
 use crate::{Counters, Services};
@@ -57,6 +59,11 @@ pub struct State {
     pub profiles: BTreeMap<String, ProfileDef>,
     pub teams: BTreeMap<String, TeamDefinition>,
     pub keys: HashMap<String, StoredKey>,
+    pub approvals: BTreeMap<String, Approval>,
+    /// Emails sent: (to, subject, text).
+    pub mails: Vec<(String, String, String)>,
+    /// Sends that fail before one succeeds (a provider outage).
+    pub mail_failures: u32,
     pub sandboxes: HashMap<String, SandboxRecord>,
     pub marks: HashMap<String, StoredMark>,
     /// `host#port` → (holder, generation).
@@ -146,6 +153,7 @@ impl Services {
             runs: mem.clone(),
             run_events: mem.clone(),
             sessions: mem.clone(),
+            approvals: mem.clone(),
             registry: mem.clone(),
             sandboxes: mem.clone(),
             provider: mem.clone(),
@@ -155,10 +163,72 @@ impl Services {
             models: mem.clone(),
             tools: InlineTools::new(),
             callbacks: Callbacks::new(&cfg.callback_signing_secret, 1),
+            mail: mem.clone(),
             clock: Clock::default(),
             cfg,
         };
         (Arc::new(svc), mem)
+    }
+}
+
+#[async_trait]
+impl Approvals for Memory {
+    async fn get(&self, approval_id: &str) -> Result<Option<Approval>, StoreError> {
+        Ok(self.state().approvals.get(approval_id).cloned())
+    }
+
+    async fn update(&self, prev_version: u64, approval: &Approval) -> Result<(), StoreError> {
+        let mut st = self.state();
+        match st.approvals.get(&approval.approval_id) {
+            Some(a) if a.version == prev_version => {
+                st.approvals
+                    .insert(approval.approval_id.clone(), approval.clone());
+                Ok(())
+            }
+            _ => Err(conflict(None)),
+        }
+    }
+
+    async fn of_run(&self, run_id: &str) -> Result<Vec<Approval>, StoreError> {
+        let st = self.state();
+        Ok(st
+            .approvals
+            .values()
+            .filter(|a| a.run_id == run_id)
+            .cloned()
+            .collect())
+    }
+
+    async fn of_tenant(
+        &self,
+        tenant: &str,
+        state: Option<ApprovalState>,
+        limit: usize,
+    ) -> Result<Vec<Approval>, StoreError> {
+        let st = self.state();
+        let mut out: Vec<Approval> = st
+            .approvals
+            .values()
+            .filter(|a| a.tenant == tenant && state.is_none_or(|s| a.state == s))
+            .cloned()
+            .collect();
+        out.sort_by_key(|a| std::cmp::Reverse(a.created_at_ms));
+        out.truncate(limit);
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Mail for Memory {
+    async fn send(&self, to: &str, subject: &str, text: &str) -> Result<String, String> {
+        let mut st = self.state();
+        if st.mail_failures > 0 {
+            st.mail_failures -= 1;
+            return Err("the mail provider is unavailable".into());
+        }
+        st.mails
+            .push((to.to_string(), subject.to_string(), text.to_string()));
+        Ok(format!("mem-{}", st.mails.len()))
     }
 }
 
@@ -192,6 +262,7 @@ fn check_also(st: &State, also: &[Also]) -> Result<(), StoreError> {
             Also::IdempotencyKey { tenant, key, .. } => {
                 !st.idempotency.contains_key(&idem_key(tenant, key))
             }
+            Also::Approval(a) => !st.approvals.contains_key(&a.approval_id),
         };
         if !ok {
             return Err(conflict(Some(1 + i)));
@@ -229,6 +300,9 @@ fn write_also(st: &mut State, also: Vec<Also>) {
                 ..
             } => {
                 st.idempotency.insert(idem_key(&tenant, &key), record);
+            }
+            Also::Approval(a) => {
+                st.approvals.insert(a.approval_id.clone(), *a);
             }
         }
     }

@@ -1,6 +1,7 @@
 //! DynamoDB adapters, one per table. They own the attribute mapping and
 //! turn failed conditions into [`StoreError::Conflict`](crate::error::StoreError).
 
+pub mod approvals;
 pub mod idempotency;
 pub mod item;
 pub mod registry;

@@ -8,6 +8,7 @@ use aws_sdk_dynamodb::Client;
 use std::collections::BTreeMap;
 
 use armada_domain::agent::AgentDefinition;
+use armada_domain::api::KeyRole;
 use armada_domain::sandbox::ProfileDef;
 use armada_domain::skills::SkillManifest;
 use armada_domain::team::TeamDefinition;
@@ -228,6 +229,7 @@ impl ports::Registry for Registry {
         item.insert("name".into(), s(&key.key_id));
         item.insert("tenant".into(), s(&key.tenant));
         item.insert("secret_sha256".into(), s(&key.secret_sha256));
+        item.insert("role".into(), s(key.role.as_str()));
         item.insert("created_at".into(), n(now_ms));
         super::item::put_new(&self.dynamo, &self.table, item, "pk").await
     }
@@ -241,6 +243,10 @@ impl ports::Registry for Registry {
             tenant: get_s(&item, "tenant")?,
             secret_sha256: get_s(&item, "secret_sha256")?,
             revoked: opt_s(&item, "revoked_at").is_some(),
+            // Keys minted before roles are members.
+            role: opt_s(&item, "role")
+                .and_then(|r| KeyRole::parse(&r))
+                .unwrap_or_default(),
         }))
     }
 

@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::Client;
 
 use armada_domain::run::{Run, RunEventRecord, RunState};
 
+use super::approvals::ApprovalStore;
 use super::item::{get_json, get_n, get_s, json, n, s, ttl_after, Item};
 use super::{idempotency, sessions};
 use crate::error::{classify, StoreError};
@@ -27,6 +28,7 @@ pub struct RunStore {
     /// Tables that [`Also`] writes land in, with the Run's.
     sessions_table: String,
     idempotency_table: String,
+    approvals_table: String,
 }
 
 /// A transaction's items, each with what it belongs to: the Run (0), the
@@ -54,6 +56,7 @@ impl RunStore {
         events_table: &str,
         sessions_table: &str,
         idempotency_table: &str,
+        approvals_table: &str,
     ) -> Self {
         RunStore {
             dynamo,
@@ -61,6 +64,7 @@ impl RunStore {
             events_table: events_table.to_string(),
             sessions_table: sessions_table.to_string(),
             idempotency_table: idempotency_table.to_string(),
+            approvals_table: approvals_table.to_string(),
         }
     }
 
@@ -106,6 +110,9 @@ impl RunStore {
                         now_ms,
                     ),
                 ),
+                Also::Approval(a) => {
+                    tx.push(owner, ApprovalStore::create_item(&self.approvals_table, &a))
+                }
             }
         }
     }

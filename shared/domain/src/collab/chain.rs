@@ -89,6 +89,7 @@ pub fn next_step(
         ..Lineage::root(&step_run_id(&link.chain_id, 0), agent_name)
     });
     run.chain = Some(link);
+    run.started_by = previous.started_by.clone();
     Some(run)
 }
 

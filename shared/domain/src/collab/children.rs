@@ -226,6 +226,7 @@ pub fn new_child(parent: &Run, slot: &ChildSlot, agent: Option<&AgentDefinition>
     );
     run.budgets.deadline_ms = run.budgets.deadline_ms.min(parent.budgets.deadline_ms);
     run.lineage = Some(parent.lineage().child(&slot.agent, slot.kind));
+    run.started_by = parent.started_by.clone();
     if let Some(plan) = &slot.resume {
         // Who it runs as is its source's: same persona, the same model.
         run.identity = Some(plan.identity.clone());

@@ -299,6 +299,13 @@ impl Run {
         if self.state.is_active() && t.to.is_terminal() {
             self.ended_at_ms = Some(now_ms);
         }
+        // The time a human took is given back to the budget.
+        if let Some(since) = self.awaiting_human_since_ms.take() {
+            self.budgets.deadline_ms += (now_ms - since).max(0);
+        }
+        if matches!(event, RunEvent::AwaitApproval) {
+            self.awaiting_human_since_ms = Some(now_ms);
+        }
         self.state = t.to;
         self.updated_at_ms = now_ms;
         match event {

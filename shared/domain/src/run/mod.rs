@@ -141,6 +141,14 @@ pub struct Run {
     /// The finished Run it resumes (its transcript copied before its input).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed: Option<ResumedFrom>,
+    /// The API key id that started it (or its root): the key that may not
+    /// approve its own high-risk calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_by: Option<String>,
+    /// Since when it waits for a human: that wait does not count against
+    /// its wall-clock budget (the approvals' own expiry bounds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub awaiting_human_since_ms: Option<i64>,
 }
 
 /// What a new Run is made of; everything else starts empty.
@@ -199,6 +207,8 @@ impl Run {
             chain: None,
             identity: None,
             resumed: None,
+            started_by: None,
+            awaiting_human_since_ms: None,
         }
     }
 
@@ -288,9 +298,10 @@ impl Run {
         Delivery::Claimable
     }
 
-    /// Whether the wall-clock budget has run out.
+    /// Whether the wall-clock budget has run out (never while a human is
+    /// deciding: that time is given back when the Run resumes).
     pub fn past_deadline(&self, now_ms: i64) -> bool {
-        now_ms >= self.budgets.deadline_ms
+        self.state != RunState::AwaitingHitl && now_ms >= self.budgets.deadline_ms
     }
 
     pub fn input_text(&self) -> Option<&str> {

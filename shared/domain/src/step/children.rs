@@ -54,7 +54,7 @@ pub(super) fn delegations(
         }
     }
     if slots.is_empty() {
-        return Ok(after_tools(run, agent, events, now));
+        return Ok(after_tools(run, events, now));
     }
     let max_parallel = run
         .team

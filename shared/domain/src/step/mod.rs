@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{json, Value};
 
 use crate::agent::{AgentDefinition, Provisioning};
+use crate::approval::{Approval, ApprovalRequest};
 use crate::chat::ModelReply;
 use crate::collab::delegate::CallError;
 use crate::collab::resume::ResumePlan;
@@ -57,6 +58,9 @@ pub enum StepInput<'a> {
         /// Verdicts on the calls that resume a finished Run, by call id.
         resumes: &'a BTreeMap<String, Result<ResumePlan, CallError>>,
     },
+    /// Approvals of the step's calls were decided (approved, rejected,
+    /// expired): each is applied to its call once.
+    ApprovalsDecided(&'a [Approval]),
 }
 
 /// An inline call's answer: `ok` is false when it failed (`result` is then
@@ -80,8 +84,9 @@ pub enum Next {
     Answer,
     /// Run these inline calls (already recorded as dispatched).
     RunInline(Vec<ToolCallRecord>),
-    /// These planned sandbox calls need a human's approval.
-    AwaitApproval,
+    /// Calls of the step wait for a human: park the Run in AWAITING_HITL,
+    /// creating these approvals with the commit.
+    AwaitApproval(Vec<ApprovalRequest>),
     /// Hold the agent's sandbox and dispatch these planned calls, then wait.
     Dispatch(Vec<ToolCallRecord>),
     /// Sandbox calls are out and nothing is to be sent: wait for answers.
@@ -148,16 +153,17 @@ pub fn decide(
             for a in answers {
                 answered(run, &a.call_id, a.ok, a.result, &mut events, now_ms)?;
             }
-            Ok(after_tools(run, agent, events, now_ms))
+            Ok(after_tools(run, events, now_ms))
         }
         StepInput::SandboxAnswered { call_id, outcome } => {
-            sandbox_answered(run, agent, call_id, outcome, now_ms)
+            sandbox_answered(run, call_id, outcome, now_ms)
         }
         StepInput::Delegations {
             known,
             max_depth,
             resumes,
         } => children::delegations(run, agent, known, max_depth, resumes, now_ms),
+        StepInput::ApprovalsDecided(decided) => approvals::approvals_decided(run, decided, now_ms),
     }
 }
 
@@ -205,7 +211,13 @@ fn claimed(run: &mut Run, agent: &AgentDefinition, now: i64) -> Result<Decision,
     let mut events = Vec::new();
     let mut lost = Vec::new();
     let mut redo = Vec::new();
-    for rec in open.iter().filter(|r| !r.sandbox && !r.children) {
+    // A gated call still planned was never sent: its approval decides it.
+    let gated_planned =
+        |r: &ToolCallRecord| r.approval.is_some() && r.state == ToolCallState::Planned;
+    for rec in open
+        .iter()
+        .filter(|r| !r.sandbox && !r.children && !gated_planned(r))
+    {
         match ledger::recover(rec) {
             Some(Recovery::Indeterminate) => lost.push(rec.call_id.clone()),
             Some(Recovery::Redo) => redo.push(rec.clone()),
@@ -234,7 +246,7 @@ fn claimed(run: &mut Run, agent: &AgentDefinition, now: i64) -> Result<Decision,
     if !redo.is_empty() {
         return Ok(Decision::new(events, Next::RunInline(redo)));
     }
-    Ok(after_tools(run, agent, events, now))
+    Ok(after_tools(run, events, now))
 }
 
 fn replied(
@@ -287,13 +299,17 @@ fn replied(
             idempotent,
             in_sandbox,
         );
+        // A gated call stays planned until a human approves it.
+        rec.approval = manifest
+            .as_ref()
+            .and_then(|m| approvals::gated(run, agent, m, &c.id, &c.args));
         if by_children {
             // Planned here; its children are planned once the agents it
             // names are looked up.
             rec.children = true;
         } else if in_sandbox {
             run.sandbox_key = Some(sandbox_key(&run.tenant, &run.agent));
-        } else {
+        } else if rec.approval.is_none() {
             rec.apply(ToolCallEvent::Dispatched { generation: None })
                 .map_err(|source| StepRefused::Tool {
                     call_id: c.id.clone(),
@@ -310,23 +326,31 @@ fn replied(
     }
     run.usage.tool_calls += reply.tool_calls.len() as u32;
     let mut d = if inline.is_empty() {
-        after_tools(run, agent, events, now)
+        after_tools(run, events, now)
     } else {
         Decision::new(events, Next::RunInline(inline))
     };
-    d.checkpoint = true;
+    // A wait for approvals is itself the commit: its approvals are
+    // created with it, never after a record that says they were asked for.
+    d.checkpoint = !matches!(d.next, Next::AwaitApproval(_));
     Ok(d)
 }
 
 /// After the step's inline calls (and any sandbox answer): approval for
 /// planned sandbox calls, or their dispatch, or the wait; then the calls
 /// answered by children; then the next step.
-fn after_tools(
-    run: &mut Run,
-    agent: &AgentDefinition,
-    mut events: Vec<RunEventRecord>,
-    now: i64,
-) -> Decision {
+fn after_tools(run: &mut Run, mut events: Vec<RunEventRecord>, now: i64) -> Decision {
+    // Nothing more of the step goes out while a human has to decide.
+    if let Some(next) = approvals::await_approvals(run, &mut events, now) {
+        return Decision::new(events, next);
+    }
+    let inline = approvals::approved_inline(run);
+    if !inline.is_empty() {
+        // Recorded as dispatched before any of them runs.
+        let mut d = Decision::new(events, Next::RunInline(inline));
+        d.checkpoint = true;
+        return d;
+    }
     let planned: Vec<ToolCallRecord> = open_calls(run)
         .filter(|r| r.sandbox && r.state == ToolCallState::Planned)
         .cloned()
@@ -348,19 +372,6 @@ fn after_tools(
             return Decision::new(events, Next::AwaitChildren);
         }
         return Decision::new(events, Next::Continue);
-    }
-    if agent.destructive() {
-        // A read-write sub-path of the user's workspace: every call needs a
-        // human's approval (seed 000 §F).
-        events.push(run.push_event(
-            "approval_required",
-            json!({
-                "calls": planned.iter().map(|c| &c.call_id).collect::<Vec<_>>(),
-                "reason": "the agent's sandbox mounts a read-write sub-path of the user's workspace: its calls are destructive and need a human's approval",
-            }),
-            now,
-        ));
-        return Decision::new(events, Next::AwaitApproval);
     }
     Decision::new(events, Next::Dispatch(planned))
 }
@@ -459,11 +470,14 @@ fn push_result(
     ));
 }
 
+mod approvals;
 mod children;
 mod sandbox;
 
 use sandbox::sandbox_answered;
 pub use sandbox::{invocation, record_dispatch};
 
+#[cfg(test)]
+mod approval_tests;
 #[cfg(test)]
 mod tests;

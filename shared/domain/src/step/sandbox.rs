@@ -6,7 +6,6 @@ use super::*;
 
 pub(super) fn sandbox_answered(
     run: &mut Run,
-    agent: &AgentDefinition,
     call_id: &str,
     outcome: CallOutcome,
     now: i64,
@@ -22,7 +21,7 @@ pub(super) fn sandbox_answered(
             if code == SANDBOX_LOST && rec.attempt < MAX_SANDBOX_ATTEMPTS {
                 // It never ran: safe to send again, to a new sandbox.
                 retried(run, &rec, &message, &mut events, now)?;
-                return Ok(after_tools(run, agent, events, now));
+                return Ok(after_tools(run, events, now));
             }
             let ends = match code.as_str() {
                 SANDBOX_LOST | codes::SANDBOX_UNAVAILABLE => Some(RunError::new(
@@ -55,7 +54,7 @@ pub(super) fn sandbox_answered(
         CallOutcome::Lost { reason } => {
             if ledger::recover(&rec) == Some(Recovery::Redo) {
                 retried(run, &rec, &reason, &mut events, now)?;
-                return Ok(after_tools(run, agent, events, now));
+                return Ok(after_tools(run, events, now));
             }
             apply_to(run, call_id, ToolCallEvent::Lost)?;
             events.push(run.push_event(
@@ -72,7 +71,7 @@ pub(super) fn sandbox_answered(
             return Ok(end(events, error));
         }
     }
-    Ok(after_tools(run, agent, events, now))
+    Ok(after_tools(run, events, now))
 }
 
 /// Records that a planned sandbox call was sent to `generation` of the

@@ -1,0 +1,194 @@
+//! Approvals, the dispatcher's part: their links sent (a token minted per
+//! recipient, its hash stored, then the email or chat message sent; a
+//! failure is retried by the queue and the approval is never lost: it
+//! exists before anything is sent), their deadlines (the watchdog of a Run
+//! in `AWAITING_HITL`, a chain of delayed messages re-sent until the
+//! earliest deadline is due), and their end with their Run (a cancelled
+//! Run's pending approvals end `cancelled`).
+
+use armada_core::clock::rfc3339;
+use armada_domain::approval::{notice, Approval, ApprovalState, CHAT_RECIPIENT};
+
+use super::*;
+
+/// The longest delay SQS gives a message.
+const MAX_DELAY_S: i64 = 900;
+/// Conflicting writers of one approval retried before the message is.
+const ATTEMPTS: usize = 5;
+
+impl Dispatcher {
+    /// Sends approval `approval_id`'s link to `recipient`.
+    pub(crate) async fn notify(&self, approval_id: &str, tenant: &str, recipient: &str) -> Outcome {
+        let svc = &self.svc;
+        for _ in 0..ATTEMPTS {
+            let Some(read) = tryo!(svc.approvals.get(approval_id).await) else {
+                tracing::warn!(approval_id, "notice for an unknown approval dropped");
+                return Outcome::Done;
+            };
+            if read.tenant != tenant || !read.recipients().iter().any(|r| r == recipient) {
+                tracing::error!(
+                    approval_id,
+                    tenant,
+                    recipient,
+                    "security: a notice for another tenant's approval or recipient; dropped"
+                );
+                return Outcome::Done;
+            }
+            let now = svc.clock.now_ms();
+            let mut a = read.clone();
+            let token = armada_domain::approval::new_token();
+            if a.mint_token(recipient, &token, now).is_err() {
+                // Decided, expired or cancelled meanwhile: nothing to ask.
+                return Outcome::Done;
+            }
+            match svc.approvals.update(read.version, &a).await {
+                Ok(()) => {}
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return retry(e),
+            }
+            let link = notice::review_link(svc.cfg.public_url.as_deref(), approval_id, &token);
+            let sent = if recipient == CHAT_RECIPIENT {
+                self.notify_chat(&a, &link).await
+            } else {
+                let text = notice::email_text(&a, &link, rfc3339);
+                svc.mail
+                    .send(recipient, &notice::subject(&a), &text)
+                    .await
+                    .map(|_| ())
+            };
+            return match sent {
+                Ok(()) => {
+                    tracing::info!(approval_id, recipient, "approval link sent");
+                    Outcome::Done
+                }
+                // The next attempt mints a new link (this one never arrived).
+                Err(e) => Outcome::retry(format!("approval link to {recipient} not sent: {e}")),
+            };
+        }
+        Outcome::retry("the approval kept changing while its link was minted")
+    }
+
+    async fn notify_chat(&self, a: &Approval, link: &str) -> Result<(), String> {
+        let Some(url) = a.chat_webhook_url.as_deref() else {
+            return Ok(());
+        };
+        let body = notice::chat_message(a, link, rfc3339);
+        let delivery = format!("{}-chat", a.approval_id);
+        let now = self.svc.clock.now_ms();
+        let report = self
+            .svc
+            .callbacks
+            .deliver(url, &delivery, &body, now / 1000)
+            .await;
+        if report.delivered {
+            Ok(())
+        } else {
+            Err(report.error.unwrap_or_else(|| "not delivered".into()))
+        }
+    }
+
+    /// The watchdog of a Run waiting for humans: overdue approvals expire,
+    /// decisions the Run has not taken note of are sent to it again, links
+    /// never sent are sent; then the next check, no later than the earliest
+    /// deadline.
+    pub(crate) async fn check_approvals(&self, run: &Run, step: u32, epoch: u64) -> Outcome {
+        let svc = &self.svc;
+        let now = svc.clock.now_ms();
+        let waiting: Vec<String> = run
+            .ledger
+            .values()
+            .filter(|r| r.step == step && !r.state.is_settled() && r.awaits_approval())
+            .filter_map(|r| r.approval.as_ref().map(|a| a.approval_id.clone()))
+            .collect();
+        let mut next_due = i64::MAX;
+        for id in &waiting {
+            let Some(mut a) = tryo!(svc.approvals.get(id).await) else {
+                continue;
+            };
+            if a.state == ApprovalState::Pending && a.is_overdue(now) {
+                let read = a.version;
+                if a.expire(now).is_ok() {
+                    match svc.approvals.update(read, &a).await {
+                        Ok(()) => tracing::info!(approval_id = %id, "approval expired"),
+                        // Decided meanwhile: its decision is sent below next time.
+                        Err(StoreError::Conflict { .. }) => {
+                            return Outcome::retry("approval changed while expiring")
+                        }
+                        Err(e) => return retry(e),
+                    }
+                }
+            }
+            if a.state != ApprovalState::Pending {
+                tryo!(
+                    svc.queues
+                        .send_harness(&HarnessMessage::ApprovalDecided {
+                            run_id: run.run_id.clone(),
+                            tenant: run.tenant.clone(),
+                            approval_id: id.clone(),
+                        })
+                        .await
+                );
+                continue;
+            }
+            next_due = next_due.min(a.expires_at_ms);
+            let unsent = a
+                .recipients()
+                .into_iter()
+                .filter(|r| !a.tokens.iter().any(|t| &t.recipient == r));
+            for recipient in unsent {
+                let msg = DispatchMessage::NotifyApproval {
+                    approval_id: id.clone(),
+                    tenant: run.tenant.clone(),
+                    recipient,
+                };
+                tryo!(svc.queues.send_dispatch(&msg).await);
+            }
+        }
+        if next_due == i64::MAX {
+            // Every decision is on its way to the Run: its harness checks again.
+            return Outcome::Done;
+        }
+        let until_due_s = (next_due - now + 999) / 1000;
+        let delay = until_due_s.clamp(1, MAX_DELAY_S) as u32;
+        let delay = delay.min(svc.cfg.sandbox.check_seconds.max(1) * 30);
+        tryo!(
+            svc.queues
+                .send_dispatch_delayed(
+                    &DispatchMessage::CheckRun {
+                        run_id: run.run_id.clone(),
+                        tenant: run.tenant.clone(),
+                        step,
+                        epoch,
+                    },
+                    delay,
+                )
+                .await
+        );
+        Outcome::Done
+    }
+
+    /// A Run ended: its approvals still pending end `cancelled` (their
+    /// links then say so).
+    pub(crate) async fn cancel_approvals(&self, run: &Run) -> Outcome {
+        if !run.ledger.values().any(|r| r.approval.is_some()) {
+            return Outcome::Done;
+        }
+        let svc = &self.svc;
+        for mut a in tryo!(svc.approvals.of_run(&run.run_id).await) {
+            if a.state != ApprovalState::Pending || a.tenant != run.tenant {
+                continue;
+            }
+            let read = a.version;
+            if a.cancel(svc.clock.now_ms()).is_ok() {
+                match svc.approvals.update(read, &a).await {
+                    Ok(()) => {}
+                    Err(StoreError::Conflict { .. }) => {
+                        return Outcome::retry("approval changed while cancelling")
+                    }
+                    Err(e) => return retry(e),
+                }
+            }
+        }
+        Outcome::Done
+    }
+}

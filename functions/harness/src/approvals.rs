@@ -1,0 +1,122 @@
+//! Human approvals in a step: the wait that parks the Run in
+//! `AWAITING_HITL` (its approvals created with that commit, then their
+//! links sent), and a decision taken note of. A decision arrives as
+//! `ApprovalDecided` in the Run's FIFO group, so it waits for any step in
+//! flight to commit; it is judged against the ledger (a decision already
+//! applied, or for another Run, changes nothing), the Run is claimed, and
+//! every decided approval of the step is handed to [`decide`] at once.
+
+use armada_domain::approval::{Approval, ApprovalRequest, ApprovalState};
+
+use super::*;
+
+impl Harness {
+    /// Parks the Run until a human decides, creating `requests`' approvals
+    /// with the same commit; their links go out after it.
+    pub(crate) async fn await_approvals(
+        &self,
+        mut run: Run,
+        prev: Stamp,
+        agent: &AgentDefinition,
+        requests: Vec<ApprovalRequest>,
+        events: Vec<RunEventRecord>,
+    ) -> Result<(), StepError> {
+        let svc = &self.svc;
+        let now = svc.clock.now_ms();
+        let policy = agent.approvals.clone().unwrap_or_default();
+        let approvals: Vec<Approval> = requests
+            .into_iter()
+            .map(|r| {
+                let by = run.started_by.clone();
+                Approval::new(
+                    &run.tenant,
+                    &run.run_id,
+                    &run.agent,
+                    run.step,
+                    by,
+                    &policy,
+                    r,
+                    now,
+                )
+            })
+            .collect();
+        run.apply(RunEvent::AwaitApproval, now)?;
+        let also = approvals
+            .iter()
+            .map(|a| Also::Approval(Box::new(a.clone())))
+            .collect();
+        svc.runs.save(prev, &run, &events, also).await?;
+        for a in &approvals {
+            for recipient in a.recipients() {
+                let msg = DispatchMessage::NotifyApproval {
+                    approval_id: a.approval_id.clone(),
+                    tenant: a.tenant.clone(),
+                    recipient,
+                };
+                // A link not sent now is sent by the watchdog, which finds
+                // a recipient without a token.
+                if let Err(e) = svc.queues.send_dispatch(&msg).await {
+                    tracing::warn!(approval_id = %a.approval_id, error = %e, "approval link not queued; the watchdog will");
+                }
+            }
+        }
+        self.check_later(&run).await
+    }
+
+    /// Approval `approval_id` of the Run was decided: applies it, with any
+    /// other decided approval of the step, to their calls.
+    pub(crate) async fn approval_decided(
+        &self,
+        run_id: &str,
+        tenant: &str,
+        approval_id: &str,
+    ) -> Result<(), StepError> {
+        let Some(current) = self.read(run_id).await? else {
+            return Ok(());
+        };
+        let waiting: Vec<String> = current
+            .ledger
+            .values()
+            .filter(|r| r.step == current.step && !r.state.is_settled() && r.awaits_approval())
+            .filter_map(|r| r.approval.as_ref().map(|a| a.approval_id.clone()))
+            .collect();
+        if current.state.is_terminal() || !waiting.iter().any(|id| id == approval_id) {
+            self.svc
+                .counters
+                .stale_drops
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(run_id, approval_id, state = %current.state, "decision already applied, or for a run that ended; dropped");
+            return Ok(());
+        }
+        let mut decided = Vec::new();
+        for id in &waiting {
+            match self.svc.approvals.get(id).await? {
+                Some(a) if a.state != ApprovalState::Pending && a.tenant == tenant => {
+                    decided.push(a)
+                }
+                _ => {}
+            }
+        }
+        if decided.is_empty() {
+            // Nothing decided yet (a message ahead of its decision's write
+            // cannot be: the write comes first); nothing to do.
+            return Ok(());
+        }
+        let step = current.step;
+        let Some((mut run, now)) = self.claim(current, tenant, step).await? else {
+            return Ok(());
+        };
+        let epoch = run.epoch;
+        let result = async {
+            let prev = run.stamp();
+            let Some(agent) = self.agent_or_end(&mut run, prev).await? else {
+                return Ok(());
+            };
+            let d = decide(&mut run, &agent, StepInput::ApprovalsDecided(&decided), now)?;
+            self.drive(run, prev, &agent, d).await
+        }
+        .await;
+        self.give_back(run_id, epoch, &result).await;
+        result
+    }
+}

@@ -1,0 +1,74 @@
+//! One decision of one approval: read, judged by the domain
+//! ([`Approval::decide`]), written conditional on the version read — so of
+//! two deciders at once one wins and the other is told it was decided —
+//! then announced to the Run in its FIFO group.
+
+use armada_domain::approval::Approval;
+use armada_domain::messages::HarnessMessage;
+
+use crate::*;
+
+/// Reads approval `id`; another tenant's is not found.
+pub(crate) async fn load(
+    svc: &Services,
+    id: &str,
+    tenant: Option<&str>,
+) -> Result<Approval, ApiError> {
+    let found = svc.approvals.get(id).await.map_err(store_err)?;
+    match found {
+        Some(a) if tenant.is_none_or(|t| t == a.tenant) => Ok(a),
+        _ => Err(ApiError::not_found(&format!("approval '{id}'"))),
+    }
+}
+
+/// Decides approval `id` as `by` (a key of `tenant`, or a token).
+pub async fn decide(
+    svc: &Services,
+    id: &str,
+    verdict: Verdict,
+    by: Decider,
+    from: Option<String>,
+    comment: Option<String>,
+    tenant: Option<&str>,
+) -> Result<Approval, ApiError> {
+    for _ in 0..5 {
+        let read = load(svc, id, tenant).await?;
+        let mut next = read.clone();
+        next.decide(
+            verdict,
+            &by,
+            from.clone(),
+            comment.clone(),
+            svc.clock.now_ms(),
+        )
+        .map_err(|r| ApiError::new(r.status, r.code, r.message))?;
+        match svc.approvals.update(read.version, &next).await {
+            Ok(()) => {
+                announce(svc, &next).await;
+                tracing::info!(
+                    approval_id = id,
+                    state = next.state.as_str(),
+                    "approval decided"
+                );
+                return Ok(next);
+            }
+            // Someone else wrote first: read again, and the domain says
+            // whether anything is left to decide.
+            Err(armada_core::error::StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(store_err(e)),
+        }
+    }
+    Err(ApiError::unavailable("the approval kept changing; retry"))
+}
+
+/// Tells the Run; if the message is lost, the Run's watchdog sends it.
+async fn announce(svc: &Services, a: &Approval) {
+    let msg = HarnessMessage::ApprovalDecided {
+        run_id: a.run_id.clone(),
+        tenant: a.tenant.clone(),
+        approval_id: a.approval_id.clone(),
+    };
+    if let Err(e) = svc.queues.send_harness(&msg).await {
+        tracing::warn!(approval_id = %a.approval_id, error = %e, "decision stored but not announced; the watchdog will");
+    }
+}

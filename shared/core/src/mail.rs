@@ -1,0 +1,141 @@
+//! Email through SES (v2), as one raw RFC 5322 message per recipient; on
+//! the local stack each accepted message is also written as an `.eml` file
+//! to the outbox directory, for a person to open and a test to follow.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use aws_sdk_sesv2::primitives::Blob;
+use aws_sdk_sesv2::types::{Destination, EmailContent, RawMessage};
+
+use crate::ports::Mail;
+
+#[derive(Debug, Clone)]
+pub struct SesMail {
+    ses: aws_sdk_sesv2::Client,
+    from: String,
+    outbox: Option<PathBuf>,
+}
+
+impl SesMail {
+    pub fn new(ses: aws_sdk_sesv2::Client, from: &str, outbox: Option<PathBuf>) -> Self {
+        SesMail {
+            ses,
+            from: from.to_string(),
+            outbox,
+        }
+    }
+}
+
+/// A header value as RFC 2047 wants it: ASCII as is, anything else
+/// base64-encoded UTF-8; control characters (header injection) dropped.
+fn header_value(v: &str) -> String {
+    let clean: String = v.chars().filter(|c| !c.is_control()).collect();
+    if clean.is_ascii() {
+        clean
+    } else {
+        format!(
+            "=?UTF-8?B?{}?=",
+            aws_smithy_types::base64::encode(clean.as_bytes())
+        )
+    }
+}
+
+/// One plain-text message, whole: headers and body.
+pub fn compose(from: &str, to: &str, subject: &str, text: &str, now_ms: i64, id: &str) -> String {
+    let date = time::OffsetDateTime::from_unix_timestamp(now_ms / 1000)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+        .format(&time::format_description::well_known::Rfc2822)
+        .unwrap_or_default();
+    let domain = from.rsplit('@').next().unwrap_or("armada.local");
+    let seven_bit = text.is_ascii() && text.lines().all(|l| l.len() <= 900);
+    let (encoding, body) = if seven_bit {
+        ("7bit", text.replace('\n', "\r\n"))
+    } else {
+        let b64 = aws_smithy_types::base64::encode(text.as_bytes());
+        let lines: Vec<&str> = b64
+            .as_bytes()
+            .chunks(76)
+            .map(|c| std::str::from_utf8(c).unwrap_or_default())
+            .collect();
+        ("base64", lines.join("\r\n"))
+    };
+    format!(
+        "From: {from}\r\nTo: {to}\r\nSubject: {subject}\r\nDate: {date}\r\nMessage-ID: <{id}@{domain}>\r\n\
+         MIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: {encoding}\r\n\r\n{body}\r\n",
+        from = header_value(from),
+        to = header_value(to),
+        subject = header_value(subject),
+    )
+}
+
+#[async_trait]
+impl Mail for SesMail {
+    async fn send(&self, to: &str, subject: &str, text: &str) -> Result<String, String> {
+        let now_ms = crate::clock::Clock::default().now_ms();
+        let local_id = crate::clock::new_id("msg");
+        let raw = compose(&self.from, to, subject, text, now_ms, &local_id);
+        let out = self
+            .ses
+            .send_email()
+            .from_email_address(&self.from)
+            .destination(Destination::builder().to_addresses(to).build())
+            .content(
+                EmailContent::builder()
+                    .raw(
+                        RawMessage::builder()
+                            .data(Blob::new(raw.as_bytes()))
+                            .build()
+                            .map_err(|e| e.to_string())?,
+                    )
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| aws_smithy_types::error::display::DisplayErrorContext(&e).to_string())?;
+        let id = out.message_id().unwrap_or(&local_id).to_string();
+        if let Some(dir) = &self.outbox {
+            let file = dir.join(format!("{now_ms}-{local_id}.eml"));
+            let written = tokio::fs::create_dir_all(dir).await;
+            let written = match written {
+                Ok(()) => tokio::fs::write(&file, raw.as_bytes()).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
+                tracing::warn!(file = %file.display(), error = %e, "email sent but not written to the outbox");
+            }
+        }
+        Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_whole_and_headers_cannot_be_injected() {
+        let raw = compose(
+            "a@example.com",
+            "b@example.com",
+            "Hi\r\nBcc: evil@x.y",
+            "line 1\nhttp://x/y?token=t\n",
+            0,
+            "m1",
+        );
+        assert!(raw.contains("Subject: HiBcc: evil@x.y\r\n"), "{raw}");
+        assert!(!raw.contains("\r\nBcc:"));
+        assert!(raw.contains("Content-Transfer-Encoding: 7bit"));
+        assert!(raw.contains("http://x/y?token=t\r\n"));
+        let utf = compose(
+            "a@example.com",
+            "b@example.com",
+            "Genehmigung nötig",
+            "grüße",
+            0,
+            "m2",
+        );
+        assert!(utf.contains("Subject: =?UTF-8?B?"));
+        assert!(utf.contains("Content-Transfer-Encoding: base64"));
+    }
+}

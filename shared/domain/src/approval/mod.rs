@@ -1,0 +1,452 @@
+//! Human approvals (ARCHITECTURE §6, seed 000 §B). One [`Approval`] per
+//! gated tool call: created with the commit that parks its Run in
+//! `AWAITING_HITL`, decided once (approve, reject, expire or cancel) by
+//! [`Approval::decide`] and its siblings, each a conditional write on the
+//! version read, then applied once to its call by the Run's harness.
+//!
+//! - [`policy`]: which calls need approval ([`policy::gate`])
+//! - this module: the record, its transitions, its tokens, its view
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::api::{digest_eq, sha256_hex};
+use crate::skills::Risk;
+
+pub mod notice;
+pub mod policy;
+
+pub use policy::{ApprovalPolicy, OnReject};
+
+/// Stable codes of the approval vocabulary.
+pub mod codes {
+    /// The approval was decided (or expired, or cancelled) before.
+    pub const APPROVAL_DECIDED: &str = "APPROVAL_DECIDED";
+    /// Its deadline passed: it counts as a rejection.
+    pub const APPROVAL_EXPIRED: &str = "APPROVAL_EXPIRED";
+    /// A human rejected the call.
+    pub const APPROVAL_REJECTED: &str = "APPROVAL_REJECTED";
+    /// Its Run ended (cancelled) while it waited.
+    pub const APPROVAL_CANCELLED: &str = "APPROVAL_CANCELLED";
+    /// The key that started the Run may not approve its high-risk calls.
+    pub const SELF_APPROVAL: &str = "SELF_APPROVAL_FORBIDDEN";
+    /// The link's token is not this approval's, was used, or expired.
+    pub const TOKEN_INVALID: &str = "APPROVAL_TOKEN_INVALID";
+    /// A tenant key without the `approver` role.
+    pub const NOT_AN_APPROVER: &str = "NOT_AN_APPROVER";
+}
+
+/// The recipient name of the token sent to the chat webhook.
+pub const CHAT_RECIPIENT: &str = "chat";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalState {
+    Pending,
+    Approved,
+    Rejected,
+    Expired,
+    Cancelled,
+}
+
+impl ApprovalState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalState::Pending => "pending",
+            ApprovalState::Approved => "approved",
+            ApprovalState::Rejected => "rejected",
+            ApprovalState::Expired => "expired",
+            ApprovalState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ApprovalState> {
+        [
+            ApprovalState::Pending,
+            ApprovalState::Approved,
+            ApprovalState::Rejected,
+            ApprovalState::Expired,
+            ApprovalState::Cancelled,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+}
+
+/// A human's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Approve,
+    Reject,
+}
+
+impl Verdict {
+    pub fn parse(s: &str) -> Option<Verdict> {
+        match s {
+            "approve" => Some(Verdict::Approve),
+            "reject" => Some(Verdict::Reject),
+            _ => None,
+        }
+    }
+}
+
+/// Who decides, and how they proved it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decider {
+    /// A tenant key with the `approver` role.
+    Key { key_id: String },
+    /// The link's token (its plain text, checked against the stored hashes).
+    Token { token: String },
+}
+
+/// A link token as stored: only its hash, and whom it was sent to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredToken {
+    pub recipient: String,
+    pub sha256: String,
+    pub minted_at_ms: i64,
+}
+
+/// How the decision was made (audited in the Run's events).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    /// The key id, the token's recipient, or `system`.
+    pub by: String,
+    /// `key`, `token`, `expiry` or `cancel`.
+    pub how: String,
+    /// The caller's address, when a person decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    pub at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+/// One gated tool call waiting for (or having had) a human's decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Approval {
+    pub approval_id: String,
+    pub tenant: String,
+    pub run_id: String,
+    pub agent: String,
+    pub call_id: String,
+    /// The Run step that planned the call.
+    pub step: u32,
+    pub tool: String,
+    pub args: Value,
+    pub risk: Risk,
+    pub reasons: Vec<String>,
+    pub state: ApprovalState,
+    /// The key id that started the Run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+    pub approvers: Vec<String>,
+    pub allow_self_approval: bool,
+    pub on_reject: OnReject,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_webhook_url: Option<String>,
+    #[serde(default)]
+    pub tokens: Vec<StoredToken>,
+    pub created_at_ms: i64,
+    pub expires_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<DecisionRecord>,
+    /// Incremented by every write; every write is conditional on it.
+    pub version: u64,
+}
+
+/// Why a decision was refused; `status` is its HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct Refused {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+fn refused(status: u16, code: &'static str, message: impl Into<String>) -> Refused {
+    Refused {
+        status,
+        code,
+        message: message.into(),
+    }
+}
+
+/// A call to approve, as the harness asks for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRequest {
+    pub call_id: String,
+    pub tool: String,
+    pub args: Value,
+    pub risk: Risk,
+    pub reasons: Vec<String>,
+}
+
+/// A fresh link token: 256 random bits, hex. Only its hash is stored.
+pub fn new_token() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+/// The approval id of a Run's call: derived, so a redelivered step that
+/// asks again names the same approval.
+pub fn approval_id(run_id: &str, call_id: &str) -> String {
+    let h = sha256_hex(format!("{run_id}\n{call_id}").as_bytes());
+    format!("apv_{}", &h[..24])
+}
+
+impl Approval {
+    /// A pending approval of `req`, made by the Run `run_id` of `tenant`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        tenant: &str,
+        run_id: &str,
+        agent: &str,
+        step: u32,
+        requested_by: Option<String>,
+        policy: &ApprovalPolicy,
+        req: ApprovalRequest,
+        now_ms: i64,
+    ) -> Approval {
+        Approval {
+            approval_id: approval_id(run_id, &req.call_id),
+            tenant: tenant.to_string(),
+            run_id: run_id.to_string(),
+            agent: agent.to_string(),
+            call_id: req.call_id,
+            step,
+            tool: req.tool,
+            args: req.args,
+            risk: req.risk,
+            reasons: req.reasons,
+            state: ApprovalState::Pending,
+            requested_by,
+            approvers: policy.approvers.clone(),
+            allow_self_approval: policy.allow_self_approval,
+            on_reject: policy.on_reject,
+            chat_webhook_url: policy.chat_webhook_url.clone(),
+            tokens: vec![],
+            created_at_ms: now_ms,
+            expires_at_ms: now_ms + policy.expires_s as i64 * 1000,
+            decision: None,
+            version: 0,
+        }
+    }
+
+    /// Whom a link is sent to: every approver, and the chat webhook.
+    pub fn recipients(&self) -> Vec<String> {
+        let mut r = self.approvers.clone();
+        if self.chat_webhook_url.is_some() {
+            r.push(CHAT_RECIPIENT.to_string());
+        }
+        r
+    }
+
+    /// Whether the deadline has passed (a pending approval then only
+    /// expires).
+    pub fn is_overdue(&self, now_ms: i64) -> bool {
+        now_ms >= self.expires_at_ms
+    }
+
+    /// Records the hash of a freshly minted link token for `recipient`
+    /// (replacing any earlier one: a link whose sending failed is void).
+    pub fn mint_token(&mut self, recipient: &str, token: &str, now_ms: i64) -> Result<(), Refused> {
+        self.pending(now_ms)?;
+        self.tokens.retain(|t| t.recipient != recipient);
+        self.tokens.push(StoredToken {
+            recipient: recipient.to_string(),
+            sha256: sha256_hex(token.as_bytes()),
+            minted_at_ms: now_ms,
+        });
+        self.version += 1;
+        Ok(())
+    }
+
+    /// The recipient a link token was sent to, if it is one of this
+    /// approval's (compared in constant time).
+    pub fn token_recipient(&self, token: &str) -> Option<&str> {
+        let h = sha256_hex(token.as_bytes());
+        let mut found = None;
+        for t in &self.tokens {
+            if digest_eq(&t.sha256, &h) {
+                found = Some(t.recipient.as_str());
+            }
+        }
+        found
+    }
+
+    fn pending(&self, now_ms: i64) -> Result<(), Refused> {
+        match self.state {
+            ApprovalState::Pending if self.is_overdue(now_ms) => Err(refused(
+                409,
+                codes::APPROVAL_EXPIRED,
+                "the approval expired before it was decided",
+            )),
+            ApprovalState::Pending => Ok(()),
+            ApprovalState::Cancelled => Err(refused(
+                409,
+                codes::APPROVAL_CANCELLED,
+                "the run was cancelled; nothing is left to decide",
+            )),
+            ApprovalState::Expired => Err(refused(
+                409,
+                codes::APPROVAL_EXPIRED,
+                "the approval expired before it was decided",
+            )),
+            decided => Err(refused(
+                409,
+                codes::APPROVAL_DECIDED,
+                format!("the approval was already decided: {}", decided.as_str()),
+            )),
+        }
+    }
+
+    /// A human's decision. A token must be one of this approval's (a used
+    /// one no longer is: the approval is decided); a key is checked for
+    /// its role by the caller, and here for self-approval (`started_by` is
+    /// the deciding key's id).
+    pub fn decide(
+        &mut self,
+        verdict: Verdict,
+        by: &Decider,
+        from: Option<String>,
+        comment: Option<String>,
+        now_ms: i64,
+    ) -> Result<(), Refused> {
+        let (who, how) = match by {
+            Decider::Token { token } => {
+                let Some(r) = self.token_recipient(token) else {
+                    return Err(refused(
+                        403,
+                        codes::TOKEN_INVALID,
+                        "this link is not valid for this approval",
+                    ));
+                };
+                (r.to_string(), "token")
+            }
+            Decider::Key { key_id } => {
+                let own = self.requested_by.as_deref() == Some(key_id.as_str());
+                if own && self.risk == Risk::High && !self.allow_self_approval {
+                    return Err(refused(
+                        403,
+                        codes::SELF_APPROVAL,
+                        "the key that started the run cannot approve its high-risk calls",
+                    ));
+                }
+                (key_id.clone(), "key")
+            }
+        };
+        self.pending(now_ms)?;
+        self.state = match verdict {
+            Verdict::Approve => ApprovalState::Approved,
+            Verdict::Reject => ApprovalState::Rejected,
+        };
+        self.close(who, how, from, comment, now_ms);
+        Ok(())
+    }
+
+    /// The deadline passed with no decision.
+    pub fn expire(&mut self, now_ms: i64) -> Result<(), Refused> {
+        if self.state != ApprovalState::Pending || !self.is_overdue(now_ms) {
+            return Err(refused(409, codes::APPROVAL_DECIDED, "not overdue"));
+        }
+        self.state = ApprovalState::Expired;
+        self.close("system".into(), "expiry", None, None, now_ms);
+        Ok(())
+    }
+
+    /// Its Run ended while it waited.
+    pub fn cancel(&mut self, now_ms: i64) -> Result<(), Refused> {
+        if self.state != ApprovalState::Pending {
+            return Err(refused(409, codes::APPROVAL_DECIDED, "already decided"));
+        }
+        self.state = ApprovalState::Cancelled;
+        self.close("system".into(), "cancel", None, None, now_ms);
+        Ok(())
+    }
+
+    fn close(
+        &mut self,
+        by: String,
+        how: &str,
+        from: Option<String>,
+        comment: Option<String>,
+        at_ms: i64,
+    ) {
+        self.decision = Some(DecisionRecord {
+            by,
+            how: how.to_string(),
+            from,
+            at_ms,
+            comment,
+        });
+        self.version += 1;
+    }
+
+    /// The call's error result when it will not run (rejected, expired,
+    /// cancelled), else `None`.
+    pub fn refusal(&self) -> Option<(&'static str, String)> {
+        let comment = self
+            .decision
+            .as_ref()
+            .and_then(|d| d.comment.as_deref())
+            .map(|c| format!(" (comment: {c})"))
+            .unwrap_or_default();
+        match self.state {
+            ApprovalState::Pending | ApprovalState::Approved => None,
+            ApprovalState::Rejected => Some((
+                codes::APPROVAL_REJECTED,
+                format!("a human rejected the call to {}{comment}", self.tool),
+            )),
+            ApprovalState::Expired => Some((
+                codes::APPROVAL_EXPIRED,
+                format!(
+                    "no one decided on the call to {} before its approval expired",
+                    self.tool
+                ),
+            )),
+            ApprovalState::Cancelled => Some((
+                codes::APPROVAL_CANCELLED,
+                "the run was cancelled".to_string(),
+            )),
+        }
+    }
+
+    /// What the API shows (never the tokens' hashes).
+    pub fn view(&self, rfc3339: impl Fn(i64) -> String) -> Value {
+        let d = self.decision.as_ref();
+        let mut v = json!({
+            "approval_id": self.approval_id,
+            "run_id": self.run_id,
+            "agent": self.agent,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "args": self.args,
+            "risk": self.risk,
+            "reasons": self.reasons,
+            "state": self.state.as_str(),
+            "requested_by": self.requested_by,
+            "approvers": self.approvers,
+            "created_at": rfc3339(self.created_at_ms),
+            "expires_at": rfc3339(self.expires_at_ms),
+        });
+        if let (Some(d), Some(obj)) = (d, v.as_object_mut()) {
+            obj.insert("decided_by".into(), json!(d.by));
+            obj.insert("decided_how".into(), json!(d.how));
+            obj.insert("decided_at".into(), json!(rfc3339(d.at_ms)));
+            if let Some(from) = &d.from {
+                obj.insert("decided_from".into(), json!(from));
+            }
+            if let Some(c) = &d.comment {
+                obj.insert("comment".into(), json!(c));
+            }
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,199 @@
+use serde_json::json;
+
+use super::*;
+
+fn pending(risk: Risk, allow_self: bool) -> Approval {
+    let policy = ApprovalPolicy {
+        approvers: vec!["ops@example.com".into()],
+        expires_s: 60,
+        allow_self_approval: allow_self,
+        ..ApprovalPolicy::default()
+    };
+    let req = ApprovalRequest {
+        call_id: "c1".into(),
+        tool: "deploy".into(),
+        args: json!({"env": "prod"}),
+        risk,
+        reasons: vec!["deploy is a high-risk skill".into()],
+    };
+    Approval::new(
+        "t",
+        "run_1",
+        "ops",
+        2,
+        Some("key_starter".into()),
+        &policy,
+        req,
+        1_000,
+    )
+}
+
+fn key(id: &str) -> Decider {
+    Decider::Key { key_id: id.into() }
+}
+
+#[test]
+fn ids_are_derived_from_the_run_and_the_call() {
+    assert_eq!(approval_id("run_1", "c1"), approval_id("run_1", "c1"));
+    assert_ne!(approval_id("run_1", "c1"), approval_id("run_1", "c2"));
+    assert_ne!(approval_id("run_1", "c1"), approval_id("run_2", "c1"));
+    assert!(approval_id("r", "c").starts_with("apv_"));
+}
+
+#[test]
+fn one_decision_and_only_one() {
+    let mut a = pending(Risk::High, false);
+    a.decide(
+        Verdict::Approve,
+        &key("key_boss"),
+        Some("10.0.0.1".into()),
+        Some("go".into()),
+        2_000,
+    )
+    .unwrap();
+    assert_eq!(a.state, ApprovalState::Approved);
+    assert_eq!(a.version, 1);
+    let d = a.decision.clone().unwrap();
+    assert_eq!(
+        (d.by.as_str(), d.how.as_str(), d.at_ms),
+        ("key_boss", "key", 2_000)
+    );
+    assert_eq!(d.from.as_deref(), Some("10.0.0.1"));
+    // The same again (a double click), or the opposite: refused, unchanged.
+    for v in [Verdict::Approve, Verdict::Reject] {
+        let e = a
+            .decide(v, &key("key_boss"), None, None, 2_001)
+            .unwrap_err();
+        assert_eq!((e.status, e.code), (409, codes::APPROVAL_DECIDED));
+    }
+    assert_eq!((a.state, a.version), (ApprovalState::Approved, 1));
+    assert!(a.refusal().is_none());
+}
+
+#[test]
+fn the_starting_key_cannot_approve_its_own_high_risk_call_unless_allowed() {
+    let mut a = pending(Risk::High, false);
+    let e = a
+        .decide(Verdict::Approve, &key("key_starter"), None, None, 2_000)
+        .unwrap_err();
+    assert_eq!((e.status, e.code), (403, codes::SELF_APPROVAL));
+    assert_eq!(a.state, ApprovalState::Pending);
+    let mut medium = pending(Risk::Medium, false);
+    medium
+        .decide(Verdict::Approve, &key("key_starter"), None, None, 2_000)
+        .unwrap();
+    let mut allowed = pending(Risk::High, true);
+    allowed
+        .decide(Verdict::Approve, &key("key_starter"), None, None, 2_000)
+        .unwrap();
+}
+
+#[test]
+fn tokens_are_single_use_and_only_their_approvals() {
+    let mut a = pending(Risk::High, false);
+    a.mint_token("ops@example.com", "secret-token-1", 1_500)
+        .unwrap();
+    assert!(
+        a.tokens.iter().all(|t| t.sha256 != "secret-token-1"),
+        "only hashes are kept"
+    );
+    assert_eq!(a.token_recipient("secret-token-1"), Some("ops@example.com"));
+    let forged = Decider::Token {
+        token: "guess".into(),
+    };
+    let e = a
+        .decide(Verdict::Approve, &forged, None, None, 2_000)
+        .unwrap_err();
+    assert_eq!((e.status, e.code), (403, codes::TOKEN_INVALID));
+    let mut other = pending(Risk::High, false);
+    other.approval_id = "apv_other".into();
+    let real = Decider::Token {
+        token: "secret-token-1".into(),
+    };
+    assert_eq!(
+        other
+            .decide(Verdict::Approve, &real, None, None, 2_000)
+            .unwrap_err()
+            .code,
+        codes::TOKEN_INVALID
+    );
+    a.decide(Verdict::Reject, &real, None, Some("not now".into()), 2_000)
+        .unwrap();
+    assert_eq!(a.decision.as_ref().unwrap().by, "ops@example.com");
+    assert_eq!(a.decision.as_ref().unwrap().how, "token");
+    let (code, msg) = a.refusal().unwrap();
+    assert_eq!(code, codes::APPROVAL_REJECTED);
+    assert!(msg.contains("not now"), "{msg}");
+    // Used: it decides nothing more.
+    let e = a
+        .decide(Verdict::Approve, &real, None, None, 2_001)
+        .unwrap_err();
+    assert_eq!(e.code, codes::APPROVAL_DECIDED);
+    // Reminting a link for a decided approval is refused.
+    assert!(a.mint_token("ops@example.com", "again", 2_002).is_err());
+}
+
+#[test]
+fn a_new_link_voids_the_old_one_for_that_recipient() {
+    let mut a = pending(Risk::High, false);
+    a.mint_token("ops@example.com", "first", 1_100).unwrap();
+    a.mint_token(CHAT_RECIPIENT, "chat-token", 1_100).unwrap();
+    a.mint_token("ops@example.com", "second", 1_200).unwrap();
+    assert_eq!(a.token_recipient("first"), None);
+    assert_eq!(a.token_recipient("second"), Some("ops@example.com"));
+    assert_eq!(a.token_recipient("chat-token"), Some(CHAT_RECIPIENT));
+}
+
+#[test]
+fn expiry_counts_as_a_rejection_and_ends_every_way_of_deciding() {
+    let mut a = pending(Risk::High, false);
+    a.mint_token("ops@example.com", "tok", 1_000).unwrap();
+    assert!(a.expire(60_999).is_err(), "not yet due");
+    let e = a
+        .decide(
+            Verdict::Approve,
+            &Decider::Token {
+                token: "tok".into(),
+            },
+            None,
+            None,
+            61_000,
+        )
+        .unwrap_err();
+    assert_eq!(e.code, codes::APPROVAL_EXPIRED);
+    a.expire(61_000).unwrap();
+    assert_eq!(a.state, ApprovalState::Expired);
+    assert_eq!(a.refusal().unwrap().0, codes::APPROVAL_EXPIRED);
+    assert!(a.expire(62_000).is_err(), "once");
+    assert!(a.cancel(62_000).is_err());
+}
+
+#[test]
+fn a_cancelled_runs_approval_says_so() {
+    let mut a = pending(Risk::High, false);
+    a.cancel(2_000).unwrap();
+    let e = a
+        .decide(Verdict::Approve, &key("key_boss"), None, None, 2_001)
+        .unwrap_err();
+    assert_eq!(e.code, codes::APPROVAL_CANCELLED);
+}
+
+#[test]
+fn the_view_shows_no_token_hashes() {
+    let mut a = pending(Risk::High, false);
+    a.mint_token("ops@example.com", "tok", 1_000).unwrap();
+    a.decide(
+        Verdict::Approve,
+        &key("key_boss"),
+        None,
+        Some("ok".into()),
+        2_000,
+    )
+    .unwrap();
+    let v = a.view(|ms| ms.to_string());
+    assert_eq!(v["state"], "approved");
+    assert_eq!(v["decided_by"], "key_boss");
+    assert_eq!(v["comment"], "ok");
+    assert_eq!(v["expires_at"], "61000");
+    assert!(!v.to_string().contains(&a.tokens[0].sha256));
+}

@@ -1,0 +1,172 @@
+//! The step's human approvals: which planned calls wait for one (judged
+//! when the model asks for them, [`gated`]), the wait that creates their
+//! approvals ([`await_approvals`]), and the decisions applied to their
+//! calls, each once ([`approvals_decided`]). A gated call stays PLANNED —
+//! never dispatched, inline or to a sandbox — until it is approved.
+
+use crate::approval::policy::{gate, CallFacts, Gate};
+use crate::approval::{Approval, ApprovalRequest, ApprovalState, OnReject};
+use crate::ledger::CallApproval;
+
+use super::*;
+
+/// The approval a call the model asked for needs, if any.
+pub(super) fn gated(
+    run: &Run,
+    agent: &AgentDefinition,
+    manifest: &skills::SkillManifest,
+    call_id: &str,
+    args: &Value,
+) -> Option<CallApproval> {
+    let policy = agent.approvals.clone().unwrap_or_default();
+    let facts = CallFacts {
+        in_sandbox: manifest.in_sandbox(),
+        destructive_mount: agent.destructive(),
+    };
+    match gate(&policy, manifest, args, facts) {
+        Gate::Execute => None,
+        Gate::Approve { risk, reasons } => Some(CallApproval {
+            approval_id: crate::approval::approval_id(&run.run_id, call_id),
+            risk,
+            reasons,
+            requested: false,
+            state: ApprovalState::Pending,
+        }),
+    }
+}
+
+/// Calls of the step still waiting for a human: the Run waits, and the
+/// approvals not yet requested are created with the commit that parks it.
+pub(super) fn await_approvals(
+    run: &mut Run,
+    events: &mut Vec<RunEventRecord>,
+    now: i64,
+) -> Option<Next> {
+    let step = run.step;
+    let mut waiting = false;
+    let mut new = Vec::new();
+    for rec in run
+        .ledger
+        .values_mut()
+        .filter(|r| r.step == step && !r.state.is_settled() && r.awaits_approval())
+    {
+        waiting = true;
+        let Some(a) = rec.approval.as_mut().filter(|a| !a.requested) else {
+            continue;
+        };
+        a.requested = true;
+        new.push(ApprovalRequest {
+            call_id: rec.call_id.clone(),
+            tool: rec.skill.clone(),
+            args: rec.args.clone(),
+            risk: a.risk,
+            reasons: a.reasons.clone(),
+        });
+    }
+    if !waiting {
+        return None;
+    }
+    for r in &new {
+        let approval_id = crate::approval::approval_id(&run.run_id, &r.call_id);
+        events.push(run.push_event(
+            "approval_requested",
+            json!({"approval_id": approval_id, "call_id": r.call_id, "name": r.tool,
+                   "args": r.args, "risk": r.risk, "reasons": r.reasons}),
+            now,
+        ));
+    }
+    Some(Next::AwaitApproval(new))
+}
+
+/// Applies decided approvals to their calls: an approved call may now be
+/// dispatched; a rejected or expired one is answered with the refusal (or
+/// the Run fails, per the agent's policy). An approval already applied, or
+/// still pending, changes nothing.
+pub(super) fn approvals_decided(
+    run: &mut Run,
+    decided: &[Approval],
+    now: i64,
+) -> Result<Decision, StepRefused> {
+    let mut events = Vec::new();
+    let mut fail = None;
+    for a in decided {
+        if a.state == ApprovalState::Pending || a.run_id != run.run_id {
+            continue;
+        }
+        let Some(rec) = run.ledger.get(&a.call_id) else {
+            return Err(StepRefused::UnknownCall(a.call_id.clone()));
+        };
+        let open = rec
+            .approval
+            .as_ref()
+            .is_some_and(|c| c.approval_id == a.approval_id && c.state == ApprovalState::Pending);
+        if !open || rec.state.is_settled() {
+            continue;
+        }
+        let rec = rec.clone();
+        if let Some(c) = run
+            .ledger
+            .get_mut(&a.call_id)
+            .and_then(|r| r.approval.as_mut())
+        {
+            c.state = a.state;
+        }
+        let d = a.decision.clone();
+        let kind = if a.state == ApprovalState::Expired {
+            "approval_expired"
+        } else {
+            "approval_decided"
+        };
+        events.push(run.push_event(
+            kind,
+            json!({
+                "approval_id": a.approval_id, "call_id": a.call_id, "name": a.tool,
+                "state": a.state.as_str(),
+                "by": d.as_ref().map(|d| &d.by), "how": d.as_ref().map(|d| &d.how),
+                "from": d.as_ref().and_then(|d| d.from.as_ref()),
+                "at_ms": d.as_ref().map(|d| d.at_ms),
+                "comment": d.as_ref().and_then(|d| d.comment.as_ref()),
+            }),
+            now,
+        ));
+        if let Some((code, message)) = a.refusal() {
+            let result = error_json(code, message.clone());
+            apply_to(
+                run,
+                &a.call_id,
+                ToolCallEvent::Refused {
+                    result: result.clone(),
+                },
+            )?;
+            push_result(run, &rec, result, &mut events, now);
+            if a.on_reject == OnReject::Fail && fail.is_none() {
+                fail = Some(RunError::new(code, message));
+            }
+        }
+    }
+    if let Some(error) = fail {
+        return Ok(end(events, error));
+    }
+    Ok(after_tools(run, events, now))
+}
+
+/// Approved inline calls of the step, now dispatched (they run in it).
+pub(super) fn approved_inline(run: &mut Run) -> Vec<ToolCallRecord> {
+    let step = run.step;
+    let mut out = Vec::new();
+    for r in run.ledger.values_mut().filter(|r| {
+        r.step == step
+            && r.state == ToolCallState::Planned
+            && !r.sandbox
+            && !r.children
+            && r.approval.is_some()
+            && r.cleared()
+    }) {
+        if r.apply(ToolCallEvent::Dispatched { generation: None })
+            .is_ok()
+        {
+            out.push(r.clone());
+        }
+    }
+    out
+}
