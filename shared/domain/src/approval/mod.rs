@@ -305,9 +305,9 @@ impl Approval {
     }
 
     /// A human's decision. A token must be one of this approval's (a used
-    /// one no longer is: the approval is decided); a key is checked for
-    /// its role by the caller, and here for self-approval (`started_by` is
-    /// the deciding key's id).
+    /// one matches, but the approval is decided); a key is checked for its
+    /// role by the caller, and here for self-approval: the key that started
+    /// the Run may reject its high-risk call, not approve it.
     pub fn decide(
         &mut self,
         verdict: Verdict,
@@ -328,8 +328,11 @@ impl Approval {
                 (r.to_string(), "token")
             }
             Decider::Key { key_id } => {
+                // Refusing one's own call is always allowed; approving it
+                // takes a second person unless the agent allows it.
                 let own = self.requested_by.as_deref() == Some(key_id.as_str());
-                if own && self.risk == Risk::High && !self.allow_self_approval {
+                let approves = verdict == Verdict::Approve;
+                if own && approves && self.risk == Risk::High && !self.allow_self_approval {
                     return Err(refused(
                         403,
                         codes::SELF_APPROVAL,

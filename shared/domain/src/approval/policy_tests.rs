@@ -10,6 +10,17 @@ fn manifest(name: &str, risk: Risk) -> SkillManifest {
     m
 }
 
+/// A rule's row: name, policy, skill, arguments, facts, the risk an
+/// approval is asked at (`None`: it executes).
+type Row<'a> = (
+    &'a str,
+    &'a ApprovalPolicy,
+    SkillManifest,
+    serde_json::Value,
+    CallFacts,
+    Option<Risk>,
+);
+
 fn approve(g: &Gate) -> Option<Risk> {
     match g {
         Gate::Execute => None,
@@ -38,14 +49,7 @@ fn the_rules_row_by_row() {
     };
     let default = ApprovalPolicy::default();
     let shell = |c: &str| json!({ "command": c });
-    let rows: Vec<(
-        &str,
-        &ApprovalPolicy,
-        SkillManifest,
-        serde_json::Value,
-        CallFacts,
-        Option<Risk>,
-    )> = vec![
+    let rows: Vec<Row<'_>> = vec![
         (
             "low executes",
             &default,

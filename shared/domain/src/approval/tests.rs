@@ -78,6 +78,10 @@ fn the_starting_key_cannot_approve_its_own_high_risk_call_unless_allowed() {
         .unwrap_err();
     assert_eq!((e.status, e.code), (403, codes::SELF_APPROVAL));
     assert_eq!(a.state, ApprovalState::Pending);
+    let mut refused = a.clone();
+    refused
+        .decide(Verdict::Reject, &key("key_starter"), None, None, 2_000)
+        .unwrap();
     let mut medium = pending(Risk::Medium, false);
     medium
         .decide(Verdict::Approve, &key("key_starter"), None, None, 2_000)

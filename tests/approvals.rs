@@ -1,0 +1,577 @@
+//! Human approvals on the real emulator (issue 9, scenario B): a gated
+//! call parks its Run in AWAITING_HITL without being dispatched; the link
+//! in the `.eml` (and the chat message) opens a page that changes nothing;
+//! its form decides once; keys decide only as approvers of their tenant,
+//! never their own high-risk call unless allowed; rejections, expiry,
+//! cancel, two approvals of one turn, and sandbox work that waits.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use armada_cli::client::Client;
+use armada_tests::sandbox::{fast, sandbox_of, tool_result};
+use armada_tests::{callback_receiver, outcome, TestStack};
+
+/// `launch`: a high-risk skill (it tells the time, so its result is real).
+async fn put_launch(t: &TestStack) {
+    let body = json!({"executor": "current_time", "risk": "high", "description": "Launches."});
+    t.admin
+        .call(Method::PUT, "/v1/skills/launch", Some(&body), true)
+        .await
+        .unwrap();
+}
+
+async fn put_agent(t: &TestStack, name: &str, skills: &[&str], approvals: Value, sandbox: Value) {
+    let def = json!({
+        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 8192},
+        "system_prompt": format!("You are {name}."),
+        "skills": skills,
+        "approvals": approvals,
+        "sandbox": sandbox,
+        "limits": {"timeout_s": 60}
+    });
+    t.admin
+        .call(Method::PUT, &format!("/v1/agents/{name}"), Some(&def), true)
+        .await
+        .unwrap();
+}
+
+/// A key of `tenant` with `role`, as a client.
+async fn key(t: &TestStack, tenant: &str, role: &str) -> (Client, String) {
+    let v = t
+        .admin
+        .call(
+            Method::POST,
+            &format!("/v1/tenants/{tenant}/keys"),
+            Some(&json!({ "role": role })),
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(v["role"], role);
+    let k = v["key"].as_str().unwrap().to_string();
+    (Client::new(&t.stack.api_url, &k, None), k)
+}
+
+async fn wait_state(c: &Client, run_id: &str, state: &str) -> Value {
+    for _ in 0..600 {
+        let v = c.get(&format!("/v1/runs/{run_id}")).await.unwrap();
+        if v["state"] == state {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("run {run_id} never reached {state}");
+}
+
+async fn events(c: &Client, run_id: &str) -> Vec<Value> {
+    let v = c
+        .get(&format!("/v1/runs/{run_id}/events?after=0"))
+        .await
+        .unwrap();
+    v["events"].as_array().unwrap().clone()
+}
+
+fn kinds(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+}
+
+/// The approvals a Run asked for, in the order it asked.
+async fn approvals_of(c: &Client, run_id: &str) -> Vec<String> {
+    events(c, run_id)
+        .await
+        .iter()
+        .filter(|e| e["type"] == "approval_requested")
+        .map(|e| e["approval_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The review link of `approval_id` in the outbox's `.eml` files.
+async fn eml_link(outbox: &Path, approval_id: &str) -> String {
+    for _ in 0..300 {
+        for entry in std::fs::read_dir(outbox).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let link = text
+                .lines()
+                .find(|l| l.contains(&format!("/v1/approvals/{approval_id}/review?token=")));
+            if let Some(l) = link {
+                assert!(text.contains("Subject: Approval needed"), "{text}");
+                return l.trim().to_string();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no email for {approval_id} in {}", outbox.display());
+}
+
+async fn get_page(url: &str) -> (u16, String) {
+    let r = reqwest::get(url).await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Submits the review page's form, as a browser would.
+async fn submit(api: &str, approval_id: &str, token: &str, decision: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .post(format!("{api}/v1/approvals/{approval_id}/review"))
+        .form(&[("token", token), ("decision", decision), ("comment", "")])
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+fn token_of(link: &str) -> String {
+    link.split("token=").nth(1).unwrap().to_string()
+}
+
+async fn decide(
+    c: &Client,
+    approval_id: &str,
+    decision: &str,
+    comment: &str,
+) -> Result<Value, u16> {
+    c.post(
+        &format!("/v1/approvals/{approval_id}/decision"),
+        &json!({"decision": decision, "comment": comment}),
+    )
+    .await
+    .map_err(|e| {
+        e.downcast_ref::<armada_cli::client::ApiFailure>()
+            .map_or(0, |f| f.status)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_link_from_the_email_shows_the_action_and_approving_runs_it_once() {
+    let t = TestStack::start_with(fast(), None).await;
+    // The chat webhook fails every attempt of the first delivery; the
+    // queue's retry sends a new link that arrives.
+    let (hook, mut heard) = callback_receiver(vec![500, 500, 500, 200]).await;
+    put_launch(&t).await;
+    put_agent(
+        &t,
+        "ops",
+        &["launch"],
+        json!({"approvers": ["ops@example.com"], "chat_webhook_url": hook}),
+        json!({}),
+    )
+    .await;
+    let id = t.client.create_run("ops", "/tool launch {}").await.unwrap();
+    let paused = wait_state(&t.client, &id, "AWAITING_HITL").await;
+    let ids = approvals_of(&t.client, &id).await;
+    assert_eq!(ids.len(), 1);
+    let approval_id = &ids[0];
+    let ev = events(&t.client, &id).await;
+    assert!(kinds(&ev).contains(&"tool_call"));
+    assert!(
+        !kinds(&ev).contains(&"tool_dispatched") && !kinds(&ev).contains(&"tool_result"),
+        "no decision, no execution: {ev:?}"
+    );
+
+    // The email's link.
+    let link = eml_link(&t.outbox, approval_id).await;
+    assert!(link.starts_with(&t.stack.api_url), "{link}");
+    let token = token_of(&link);
+    assert!(token.len() >= 32, "at least 128 random bits");
+
+    // The chat message: three failed attempts, then a new link that works.
+    let mut chat = Vec::new();
+    while chat.len() < 4 {
+        let (_, _, body) = tokio::time::timeout(Duration::from_secs(60), heard.recv())
+            .await
+            .expect("the chat webhook is retried")
+            .unwrap();
+        chat.push(serde_json::from_str::<Value>(&body).unwrap());
+    }
+    let chat_link = |v: &Value| {
+        let text = v["text"].as_str().unwrap();
+        text[text.find("http").unwrap()..].to_string()
+    };
+    assert_ne!(
+        chat_link(&chat[0]),
+        chat_link(&chat[3]),
+        "a retried notice mints a new link"
+    );
+    let (status, _) = get_page(&chat_link(&chat[0])).await;
+    assert_eq!(status, 403, "the undelivered link is void");
+
+    // Opening the page (twice: mail scanners prefetch) changes nothing.
+    for _ in 0..2 {
+        let (status, html) = get_page(&link).await;
+        assert_eq!(status, 200, "{html}");
+        for part in [
+            "ops",
+            "launch",
+            id.as_str(),
+            "high",
+            "Approve",
+            "Reject",
+            "Decide before",
+        ] {
+            assert!(html.contains(part), "{part} missing from the page: {html}");
+        }
+    }
+    let view = t
+        .client
+        .get(&format!("/v1/approvals/{approval_id}"))
+        .await
+        .unwrap();
+    assert_eq!(view["state"], "pending", "{view}");
+    assert_eq!(view["tool"], "launch");
+    assert_eq!(view["risk"], "high");
+
+    // A forged token, or this token on another path: a clear 403 page.
+    let forged = link.replace(&token, &"0".repeat(64));
+    assert_eq!(get_page(&forged).await.0, 403);
+
+    // Approve through the page's form.
+    let (status, html) = submit(&t.stack.api_url, approval_id, &token, "approve").await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("Approved"), "{html}");
+    let run = t
+        .client
+        .wait_run(&id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert!(
+        tool_result(&run, "launch")["now"].is_string(),
+        "the real result: {run}"
+    );
+    assert!(
+        run["epoch"].as_u64() > paused["epoch"].as_u64(),
+        "resumed by a later claim"
+    );
+
+    // The link is used: replayed, it decides nothing and says so.
+    let (status, html) = submit(&t.stack.api_url, approval_id, &token, "reject").await;
+    assert_eq!(status, 409, "{html}");
+    assert!(html.contains("already decided: approved"), "{html}");
+    assert_eq!(get_page(&link).await.0, 409);
+
+    let view = t
+        .client
+        .get(&format!("/v1/approvals/{approval_id}"))
+        .await
+        .unwrap();
+    assert_eq!(view["state"], "approved");
+    assert_eq!(view["decided_how"], "token");
+    assert_eq!(view["decided_by"], "ops@example.com");
+    assert_eq!(view["decided_from"], "127.0.0.1");
+    let ev = events(&t.client, &id).await;
+    let k = kinds(&ev);
+    let decided = k.iter().position(|e| *e == "approval_decided").unwrap();
+    let result = k.iter().position(|e| *e == "tool_result").unwrap();
+    assert!(decided < result, "executed only after the decision: {k:?}");
+    assert_eq!(k.iter().filter(|e| **e == "tool_result").count(), 1, "once");
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_decide_as_approvers_of_their_tenant_once_each_and_never_their_own_high_risk_call() {
+    let t = TestStack::start_with(fast(), None).await;
+    put_launch(&t).await;
+    put_agent(&t, "ops", &["launch"], json!({}), json!({})).await;
+    put_agent(
+        &t,
+        "ops-self",
+        &["launch"],
+        json!({"allow_self_approval": true}),
+        json!({}),
+    )
+    .await;
+    let (approver, _) = key(&t, "local", "approver").await;
+    let (stranger, _) = key(&t, "other", "approver").await;
+
+    // Two gated calls in one turn: two approvals, decided independently.
+    let two = r#"/tools [{"name":"launch","args":{"n":1}},{"name":"launch","args":{"n":2}}]"#;
+    let id = t.client.create_run("ops", two).await.unwrap();
+    wait_state(&t.client, &id, "AWAITING_HITL").await;
+    let ids = approvals_of(&t.client, &id).await;
+    assert_eq!(ids.len(), 2);
+    let listed = t.client.get("/v1/approvals?state=pending").await.unwrap();
+    let pending: Vec<&str> = listed["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["run_id"] == id.as_str())
+        .map(|a| a["approval_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(pending.len(), 2, "{listed}");
+
+    // A member key is no approver; another tenant's key sees nothing.
+    assert_eq!(
+        decide(&t.client, &ids[0], "approve", "").await.unwrap_err(),
+        403
+    );
+    assert_eq!(
+        decide(&stranger, &ids[0], "approve", "").await.unwrap_err(),
+        404
+    );
+    let (status, _) = t
+        .raw(
+            Method::GET,
+            &format!("/v1/approvals/{}", ids[0]),
+            None,
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 401);
+    assert!(stranger
+        .get(&format!("/v1/approvals/{}", ids[0]))
+        .await
+        .is_err());
+
+    // The second first, rejected: the Run still waits for the first.
+    decide(&approver, &ids[1], "reject", "not twice")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let run = t.client.get(&format!("/v1/runs/{id}")).await.unwrap();
+    assert_eq!(run["state"], "AWAITING_HITL", "{run}");
+
+    // Approve and reject the first at once: one wins, the other hears 409.
+    let (a, r) = tokio::join!(
+        decide(&approver, &ids[0], "approve", ""),
+        decide(&approver, &ids[0], "reject", "")
+    );
+    let codes = [a.as_ref().err().copied(), r.as_ref().err().copied()];
+    assert_eq!(
+        codes.iter().filter(|c| c.is_none()).count(),
+        1,
+        "{a:?} {r:?}"
+    );
+    assert!(codes.contains(&Some(409)), "{a:?} {r:?}");
+    let approved_first = a.is_ok();
+    let run = t
+        .client
+        .wait_run(&id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    let out = run["output"].as_str().unwrap();
+    assert_eq!(
+        out.matches("APPROVAL_REJECTED").count(),
+        if approved_first { 1 } else { 2 },
+        "{out}"
+    );
+    assert!(
+        out.contains("not twice"),
+        "the comment reaches the model: {out}"
+    );
+    assert_eq!(out.contains("\"now\""), approved_first, "{out}");
+    // A decision after the fact: 409, nothing changes.
+    assert_eq!(
+        decide(&approver, &ids[1], "approve", "").await.unwrap_err(),
+        409
+    );
+
+    // The key that started a Run cannot approve its high-risk call...
+    let own = approver.create_run("ops", "/tool launch {}").await.unwrap();
+    wait_state(&approver, &own, "AWAITING_HITL").await;
+    let own_ids = approvals_of(&approver, &own).await;
+    assert_eq!(
+        decide(&approver, &own_ids[0], "approve", "")
+            .await
+            .unwrap_err(),
+        403
+    );
+    // ...but may reject it, and may approve where the agent allows it.
+    decide(&approver, &own_ids[0], "reject", "").await.unwrap();
+    let allowed = approver
+        .create_run("ops-self", "/tool launch {}")
+        .await
+        .unwrap();
+    wait_state(&approver, &allowed, "AWAITING_HITL").await;
+    let allowed_ids = approvals_of(&approver, &allowed).await;
+    decide(&approver, &allowed_ids[0], "approve", "mine")
+        .await
+        .unwrap();
+    let run = approver
+        .wait_run(&allowed, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rejection_can_fail_the_run_expiry_rejects_and_cancel_ends_the_approvals() {
+    let t = TestStack::start_with(fast(), None).await;
+    put_launch(&t).await;
+    put_agent(
+        &t,
+        "strict",
+        &["launch"],
+        json!({"on_reject": "fail", "approvers": ["ops@example.com"]}),
+        json!({}),
+    )
+    .await;
+    put_agent(
+        &t,
+        "hasty",
+        &["launch"],
+        json!({"expires_s": 10}),
+        json!({}),
+    )
+    .await;
+    put_agent(
+        &t,
+        "ops",
+        &["launch"],
+        json!({"approvers": ["ops@example.com"]}),
+        json!({}),
+    )
+    .await;
+    let (approver, _) = key(&t, "local", "approver").await;
+
+    // on_reject: fail.
+    let id = t
+        .client
+        .create_run("strict", "/tool launch {}")
+        .await
+        .unwrap();
+    wait_state(&t.client, &id, "AWAITING_HITL").await;
+    let ids = approvals_of(&t.client, &id).await;
+    decide(&approver, &ids[0], "reject", "no").await.unwrap();
+    let run = t
+        .client
+        .wait_run(&id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "APPROVAL_REJECTED");
+
+    // No decision before the deadline: APPROVAL_EXPIRED as the tool's result.
+    let id = t
+        .client
+        .create_run("hasty", "/tool launch {}")
+        .await
+        .unwrap();
+    wait_state(&t.client, &id, "AWAITING_HITL").await;
+    let ids = approvals_of(&t.client, &id).await;
+    let run = t
+        .client
+        .wait_run(&id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert!(
+        run["output"].as_str().unwrap().contains("APPROVAL_EXPIRED"),
+        "{run}"
+    );
+    assert!(kinds(&events(&t.client, &id).await).contains(&"approval_expired"));
+    let view = t
+        .client
+        .get(&format!("/v1/approvals/{}", ids[0]))
+        .await
+        .unwrap();
+    assert_eq!(view["state"], "expired");
+    assert_eq!(
+        decide(&approver, &ids[0], "approve", "").await.unwrap_err(),
+        409
+    );
+
+    // Cancelled while pending: the approval ends cancelled; its link says so.
+    let id = t.client.create_run("ops", "/tool launch {}").await.unwrap();
+    wait_state(&t.client, &id, "AWAITING_HITL").await;
+    let ids = approvals_of(&t.client, &id).await;
+    let link = eml_link(&t.outbox, &ids[0]).await;
+    t.client
+        .post(&format!("/v1/runs/{id}/cancel"), &json!({}))
+        .await
+        .unwrap();
+    t.wait_closed(&id).await;
+    let view = t
+        .client
+        .get(&format!("/v1/approvals/{}", ids[0]))
+        .await
+        .unwrap();
+    assert_eq!(view["state"], "cancelled", "{view}");
+    let (status, html) = get_page(&link).await;
+    assert_eq!(status, 409);
+    assert!(html.contains("cancelled"), "{html}");
+    let (status, _) = submit(&t.stack.api_url, &ids[0], &token_of(&link), "approve").await;
+    assert_eq!(status, 409);
+    let listed = t.client.get("/v1/approvals?state=cancelled").await.unwrap();
+    assert!(listed["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["approval_id"] == ids[0].as_str()));
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approved() {
+    let t = TestStack::start_with(fast(), None).await;
+    put_agent(
+        &t,
+        "builder",
+        &["shell_exec", "file_write"],
+        json!({"approvers": ["ops@example.com"]}),
+        json!({"profile": "workspace"}),
+    )
+    .await;
+    let (approver, _) = key(&t, "local", "approver").await;
+    let session = t.client.create_session("builder").await.unwrap();
+    let write = format!(
+        "/tool file_write {}",
+        json!({"path": "build/keep.txt", "content": "kept"})
+    );
+    let first = t.client.send_message(&session, &write).await.unwrap();
+    let run = t
+        .client
+        .wait_run(&first, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    let arn = sandbox_of(&t.client, "builder").await["task_arn"].clone();
+    assert!(arn.is_string());
+
+    let rm = format!(
+        "/tool shell_exec {}",
+        json!({"command": "cat build/keep.txt && rm -rf build && ls"})
+    );
+    let second = t.client.send_message(&session, &rm).await.unwrap();
+    wait_state(&t.client, &second, "AWAITING_HITL").await;
+    let ids = approvals_of(&t.client, &second).await;
+    let view = t
+        .client
+        .get(&format!("/v1/approvals/{}", ids[0]))
+        .await
+        .unwrap();
+    assert_eq!(view["risk"], "high", "{view}");
+    assert!(view["reasons"].to_string().contains("rm -r"), "{view}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !kinds(&events(&t.client, &second).await).contains(&"tool_dispatched"),
+        "not dispatched before approval"
+    );
+    decide(&approver, &ids[0], "approve", "clean it")
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&second, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    let r = tool_result(&run, "shell_exec");
+    assert_eq!(
+        r["stdout"], "kept",
+        "the file written before the pause: {r}"
+    );
+    assert_eq!(
+        sandbox_of(&t.client, "builder").await["task_arn"],
+        arn,
+        "the same sandbox task"
+    );
+    t.stack.stop().await;
+}
