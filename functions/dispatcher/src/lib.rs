@@ -501,6 +501,10 @@ mod children;
 mod watchdog;
 
 #[cfg(test)]
+mod approval_tests;
+#[cfg(test)]
 mod collab_tests;
+#[cfg(test)]
+mod test_stack;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,213 @@
+//! Approvals end to end on the in-memory ports: the links sent (and sent
+//! again with a fresh token when the mail provider fails), a decision
+//! applied once however often it is announced, a decision held back while
+//! a step is in flight, the watchdog expiring an overdue approval and
+//! sending links never sent, and a cancelled Run's approvals cancelled.
+
+use armada_core::memory::fixtures::sqs_event;
+use armada_domain::agent::AgentDefinition;
+use armada_domain::approval::{Approval, ApprovalState, Decider, Verdict};
+use armada_domain::skills::{builtin, Risk, CURRENT_TIME};
+use serde_json::json;
+
+use super::test_stack::{Stack, TENANT};
+use super::*;
+
+/// A stack with agent `ops`, whose skill `launch` (it tells the time) is
+/// high-risk, approved by ops@example.com within `expires_s`.
+async fn stack(expires_s: u64) -> Stack {
+    let s = Stack::new();
+    let mut def = AgentDefinition::from_json(
+        "ops",
+        &json!({
+            "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 8192},
+            "system_prompt": "You launch.",
+            "skills": ["launch"],
+            "approvals": {"approvers": ["ops@example.com"], "expires_s": expires_s}
+        }),
+    )
+    .expect("agent");
+    let mut launch = builtin(CURRENT_TIME).expect("built-in");
+    launch.name = "launch".into();
+    launch.risk = Risk::High;
+    launch.executor = Some(CURRENT_TIME.into());
+    def.manifests.insert("launch".into(), launch);
+    s.svc.registry.put_agent(&def).await.expect("stored");
+    s
+}
+
+fn approvals(s: &Stack) -> Vec<Approval> {
+    s.mem.state().approvals.values().cloned().collect()
+}
+
+fn decided(s: &Stack, a: &Approval, verdict: Verdict) -> HarnessMessage {
+    let mut next = a.clone();
+    next.decide(
+        verdict,
+        &Decider::Key {
+            key_id: "k_boss".into(),
+        },
+        None,
+        None,
+        s.svc.clock.now_ms(),
+    )
+    .expect("decidable");
+    s.mem
+        .state()
+        .approvals
+        .insert(next.approval_id.clone(), next.clone());
+    HarnessMessage::ApprovalDecided {
+        run_id: a.run_id.clone(),
+        tenant: a.tenant.clone(),
+        approval_id: a.approval_id.clone(),
+    }
+}
+
+fn check(run: &Run) -> DispatchMessage {
+    DispatchMessage::CheckRun {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+        step: run.step,
+        epoch: run.epoch,
+    }
+}
+
+#[tokio::test]
+async fn links_are_sent_again_with_a_fresh_token_and_a_decision_applies_once() {
+    let s = stack(3600).await;
+    s.mem.state().mail_failures = 1;
+    let run = s.start("ops", "/tool launch {}", None).await;
+    // Start, step, park; the link's first send fails (set aside here, as
+    // SQS would keep it for its retry).
+    s.to_harness(&s.mem.take_harness()[0]).await;
+    let notices: Vec<DispatchMessage> = s
+        .mem
+        .take_dispatch()
+        .into_iter()
+        .filter(|m| matches!(m, DispatchMessage::NotifyApproval { .. }))
+        .collect();
+    assert_eq!(notices.len(), 1);
+    assert_eq!(s.run(&run.run_id).state, RunState::AwaitingHitl);
+    assert_eq!(s.to_dispatcher(&notices[0]).await, 1, "retried");
+    let first = approvals(&s)[0].tokens.clone();
+    assert_eq!(first.len(), 1, "the failed send's token is stored, hashed");
+    assert_eq!(s.to_dispatcher(&notices[0]).await, 0);
+    let a = approvals(&s).remove(0);
+    assert_ne!(a.tokens[0].sha256, first[0].sha256, "a fresh link");
+    let mails = s.mem.state().mails.clone();
+    assert_eq!(mails.len(), 1);
+    let (to, subject, text) = &mails[0];
+    assert_eq!(to, "ops@example.com");
+    assert!(subject.contains("ops wants to run launch"), "{subject}");
+    let token = text
+        .split("token=")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .expect("a link in the mail");
+    assert_eq!(a.token_recipient(token), Some("ops@example.com"));
+
+    // Decided, announced twice: one effect.
+    let msg = decided(&s, &a, Verdict::Approve);
+    s.to_harness(&msg).await;
+    s.to_harness(&msg).await;
+    s.pump().await;
+    let done = s.run(&run.run_id);
+    assert!(done.state.is_terminal(), "{:?}", done.state);
+    let out = s.output(&run.run_id);
+    assert!(out.contains("now"), "{out}");
+    let results = s
+        .kinds(&run.run_id)
+        .iter()
+        .filter(|k| *k == "tool_result")
+        .count();
+    assert_eq!(results, 1);
+}
+
+#[tokio::test]
+async fn a_decision_waits_for_a_step_in_flight() {
+    let s = stack(3600).await;
+    let run = s.start("ops", "/tool launch {}", None).await;
+    s.to_harness(&s.mem.take_harness()[0]).await;
+    let a = approvals(&s).remove(0);
+    let msg = decided(&s, &a, Verdict::Approve);
+    // A worker holds the Run (a step in flight): the decision is retried.
+    let held = {
+        let mut st = s.mem.state();
+        let r = st.runs.get_mut(&run.run_id).expect("run");
+        r.lease_until_ms = s.svc.clock.now_ms() + 60_000;
+        r.clone()
+    };
+    let body = serde_json::to_string(&msg).expect("json");
+    let resp = s
+        .harness
+        .handle_event(sqs_event(&s.svc.cfg.harness_queue, &[body]))
+        .await
+        .expect("handled");
+    assert_eq!(resp.batch_item_failures.len(), 1, "retried after the lease");
+    assert_eq!(s.run(&run.run_id), held, "nothing changed");
+    s.mem
+        .state()
+        .runs
+        .get_mut(&run.run_id)
+        .expect("run")
+        .lease_until_ms = 0;
+    s.to_harness(&msg).await;
+    s.pump().await;
+    assert!(s.run(&run.run_id).state.is_terminal());
+}
+
+#[tokio::test]
+async fn the_watchdog_expires_what_no_one_decided_and_sends_unsent_links() {
+    let s = stack(60).await;
+    let run = s.start("ops", "/tool launch {}", None).await;
+    s.to_harness(&s.mem.take_harness()[0]).await;
+    s.mem.take_dispatch();
+    let parked = s.run(&run.run_id);
+    // Not due: a link never sent is sent, and the next check is no later
+    // than the deadline.
+    assert_eq!(s.to_dispatcher(&check(&parked)).await, 0);
+    let queued = s.mem.state().dispatch.clone();
+    assert!(queued
+        .iter()
+        .any(|(m, _)| matches!(m, DispatchMessage::NotifyApproval { recipient, .. } if recipient == "ops@example.com")));
+    let (_, delay) = queued
+        .iter()
+        .find(|(m, _)| matches!(m, DispatchMessage::CheckRun { .. }))
+        .expect("the next check");
+    assert!((1..=60).contains(delay), "{delay}");
+    s.mem.take_dispatch();
+    // Due: it expires, and the Run hears of it.
+    s.svc.clock.advance(61_000);
+    assert_eq!(s.to_dispatcher(&check(&parked)).await, 0);
+    assert_eq!(approvals(&s)[0].state, ApprovalState::Expired);
+    s.pump().await;
+    assert!(s.output(&run.run_id).contains("APPROVAL_EXPIRED"));
+    assert!(s
+        .kinds(&run.run_id)
+        .contains(&"approval_expired".to_string()));
+}
+
+#[tokio::test]
+async fn a_cancelled_runs_pending_approvals_are_cancelled() {
+    let s = stack(3600).await;
+    let run = s.start("ops", "/tool launch {}", None).await;
+    s.to_harness(&s.mem.take_harness()[0]).await;
+    s.mem.take_dispatch();
+    let now = s.svc.clock.now_ms();
+    {
+        let mut st = s.mem.state();
+        let r = st.runs.get_mut(&run.run_id).expect("run");
+        r.apply_from_outside(RunEvent::CancelRequested, now)
+            .expect("cancellable");
+    }
+    s.to_dispatcher(&DispatchMessage::RunTerminal {
+        run_id: run.run_id.clone(),
+        tenant: TENANT.into(),
+    })
+    .await;
+    assert_eq!(approvals(&s)[0].state, ApprovalState::Cancelled);
+    assert_eq!(
+        approvals(&s)[0].decision.as_ref().map(|d| d.how.as_str()),
+        Some("cancel")
+    );
+}
