@@ -105,10 +105,8 @@ fn details(a: &Approval) -> String {
     out += &format!("<dt>Arguments</dt><dd><pre>{}</pre></dd>\n", esc(&args));
     out += &row("Risk", &format!("{:?}", a.risk).to_lowercase());
     out += &row("Why it needs approval", &a.reasons.join("; "));
-    out += &row(
-        "Run started by",
-        a.requested_by.as_deref().unwrap_or("(unknown)"),
-    );
+    let by = a.requested_by.as_ref().map(|k| format!("API key {k}"));
+    out += &row("Run started by", by.as_deref().unwrap_or("(unknown)"));
     out += &row("Asked at", &rfc3339(a.created_at_ms));
     out += &row("Decide before", &rfc3339(a.expires_at_ms));
     out += "</dl>";
@@ -178,7 +176,8 @@ fn html(status: u16, title: &str, body: &str) -> Response<Body> {
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{title} - Armada</title>\n\
          <style>body{{font-family:sans-serif;max-width:44rem;margin:2rem auto;padding:0 1rem;line-height:1.5}}\
-         dt{{font-weight:bold}}dd{{margin:0 0 .6rem 0}}pre{{background:#f4f4f4;padding:.5rem;overflow-x:auto}}\
+         dl{{display:grid;grid-template-columns:max-content 1fr;gap:.4rem 1.2rem}}dt{{font-weight:bold}}dd{{margin:0}}\
+         pre{{background:#f4f4f4;padding:.5rem;margin:0;overflow-x:auto}}\
          button{{font-size:1.1rem;padding:.4rem 1.2rem;margin-right:1rem}}</style>\n\
          </head>\n<body>\n<main>\n<h1>{title}</h1>\n{body}\n</main>\n</body>\n</html>\n",
         title = esc(title),
