@@ -535,6 +535,38 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
     let arn = sandbox_of(&t.client, "builder").await["task_arn"].clone();
     assert!(arn.is_string());
 
+    // Replacing the file is destructive too: the sandbox refuses until a
+    // human decides, and a rejection leaves the file as it was.
+    let overwrite = format!(
+        "/tool file_write {}",
+        json!({"path": "build/keep.txt", "content": "changed"})
+    );
+    let over = t.client.send_message(&session, &overwrite).await.unwrap();
+    wait_state(&t.client, &over, "AWAITING_HITL").await;
+    let ids = approvals_of(&t.client, &over).await;
+    let view = t
+        .client
+        .get(&format!("/v1/approvals/{}", ids[0]))
+        .await
+        .unwrap();
+    assert_eq!(view["risk"], "high", "{view}");
+    assert!(view["reasons"].to_string().contains("overwrite"), "{view}");
+    decide(&approver, &ids[0], "reject", "keep it")
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&over, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(
+        run["output"]
+            .as_str()
+            .unwrap()
+            .contains("APPROVAL_REJECTED"),
+        "{run}"
+    );
+
     let rm = format!(
         "/tool shell_exec {}",
         json!({"command": "cat build/keep.txt && rm -rf build && ls"})

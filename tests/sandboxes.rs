@@ -521,6 +521,7 @@ async fn a_sandbox_sent_another_tenants_call_is_destroyed_and_it_is_recorded() {
         skill: "shell_exec".into(),
         args: json!({"command": "cat /etc/hostname"}),
         timeout_s: 10,
+        approved: false,
     });
     t.stack
         .svc

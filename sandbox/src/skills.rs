@@ -160,15 +160,17 @@ fn runner_failed(e: impl std::fmt::Display) -> SkillAnswer {
     ))
 }
 
-/// Runs a non-`serve` skill call.
+/// Runs a non-`serve` skill call; `approved`: a human approved it (a
+/// `file_write` may then replace a file).
 pub async fn invoke(
     runner: &Runner,
     skill: &str,
     args: &Value,
     run_id: &str,
     allowed_timeout_s: u32,
+    approved: bool,
 ) -> SkillAnswer {
-    match invoke_inner(runner, skill, args, run_id, allowed_timeout_s).await {
+    match invoke_inner(runner, skill, args, run_id, allowed_timeout_s, approved).await {
         Ok(a) => a,
         Err(e) => SkillAnswer::keep(e),
     }
@@ -180,6 +182,7 @@ async fn invoke_inner(
     args: &Value,
     run_id: &str,
     allowed_timeout_s: u32,
+    approved: bool,
 ) -> Result<SkillAnswer, Value> {
     if !args.is_object() {
         return Err(error_json(
@@ -238,6 +241,7 @@ async fn invoke_inner(
             let n = content.len();
             let action = Action::WriteFile {
                 path: path.clone().into(),
+                overwrite: approved,
             };
             let run = runner
                 .run(call(action, Some(content)))
@@ -273,6 +277,10 @@ fn file_answer(
         Some(file_exit::DENIED) => Err(error_json(
             codes::DENIED,
             format!("{path}: permission denied by the sandbox profile ({detail})"),
+        )),
+        Some(file_exit::EXISTS) => Err(error_json(
+            codes::APPROVAL_REQUIRED,
+            format!("file_write would overwrite {path}, which exists with other content"),
         )),
         Some(file_exit::TOO_LARGE) => {
             Err(error_json(codes::TOO_LARGE, format!("{path}: {detail}")))

@@ -71,7 +71,7 @@ async fn sh(f: &Fixture, command: &str) -> Value {
 }
 
 async fn call(f: &Fixture, skill: &str, args: Value, timeout_s: u32) -> Value {
-    skills::invoke(&f.runner, skill, &args, "run_1", timeout_s)
+    skills::invoke(&f.runner, skill, &args, "run_1", timeout_s, false)
         .await
         .result
 }
@@ -187,6 +187,7 @@ async fn a_memory_bomb_is_killed_and_reported_as_oom() {
         &json!({ "code": bomb }),
         "run_1",
         60,
+        false,
     )
     .await;
     assert_eq!(answer.result["error"]["code"], "OOM", "{}", answer.result);
@@ -206,6 +207,7 @@ async fn sleep_600_is_killed_at_the_timeout() {
         &json!({"command": "echo before; sleep 600", "timeout_s": 2}),
         "run_1",
         30,
+        false,
     )
     .await;
     assert_eq!(
@@ -256,6 +258,7 @@ async fn each_run_has_a_private_tmp_that_goes_with_the_run() {
         &json!({"command": "echo a > /tmp/mine && ls /tmp"}),
         "run_a",
         30,
+        false,
     )
     .await
     .result;
@@ -266,6 +269,7 @@ async fn each_run_has_a_private_tmp_that_goes_with_the_run() {
         &json!({"command": "ls /tmp | wc -l"}),
         "run_b",
         30,
+        false,
     )
     .await
     .result;
@@ -372,4 +376,28 @@ async fn only_declared_mounts_of_the_data_root_are_visible_and_ro_stays_ro() {
     assert_ne!(r["exit_code"], 0, "another user's data stays hidden: {r}");
     let r = sh(&f, &format!("ls {}", data.display())).await;
     assert_eq!(r["stdout"], "users\n", "nothing else of /data shows: {r}");
+}
+
+#[tokio::test]
+async fn file_write_never_replaces_a_file_unless_approved() {
+    let f = fixture("workspace");
+    let write = |content: &str, approved: bool| {
+        let args = json!({"path": "notes/a.txt", "content": content});
+        let runner = &f.runner;
+        async move {
+            skills::invoke(runner, "file_write", &args, "run_1", 30, approved)
+                .await
+                .result
+        }
+    };
+    assert_eq!(write("one", false).await["bytes"], 3);
+    // The same content again changes nothing: it is written.
+    assert_eq!(write("one", false).await["bytes"], 3);
+    let refused = write("two", false).await;
+    assert_eq!(refused["error"]["code"], "APPROVAL_REQUIRED", "{refused}");
+    let read = call(&f, "file_read", json!({"path": "notes/a.txt"}), 30).await;
+    assert_eq!(read["content"], "one", "nothing was lost");
+    assert_eq!(write("two", true).await["bytes"], 3);
+    let read = call(&f, "file_read", json!({"path": "notes/a.txt"}), 30).await;
+    assert_eq!(read["content"], "two");
 }

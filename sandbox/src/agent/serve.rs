@@ -313,16 +313,32 @@ impl Agent {
                 &inv.args,
                 &inv.run_id,
                 inv.timeout_s,
+                inv.approved,
             )
             .await
         };
-        self.answer(
-            &inv,
+        let needs_approval = answer
+            .result
+            .pointer("/error/code")
+            .and_then(|c| c.as_str())
+            == Some(codes::APPROVAL_REQUIRED);
+        let outcome = if needs_approval {
+            // Nothing was changed: the call did not run, and waits for a human.
+            CallOutcome::NotRun {
+                code: codes::APPROVAL_REQUIRED.into(),
+                message: answer
+                    .result
+                    .pointer("/error/message")
+                    .and_then(|m| m.as_str())
+                    .unwrap_or_default()
+                    .to_string(),
+            }
+        } else {
             CallOutcome::Finished {
                 result: answer.result.clone(),
-            },
-        )
-        .await?;
+            }
+        };
+        self.answer(&inv, outcome).await?;
         if let Err(e) = self.store.mark_finished(&call, now_ms()).await {
             tracing::warn!(error = %e, "could not mark the call finished");
         }

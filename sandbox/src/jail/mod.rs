@@ -71,8 +71,14 @@ pub enum Action {
     /// Copy a file to stdout (at most `max_bytes`); done by the confined
     /// jail itself, so the same rules decide what it may read.
     ReadFile { path: PathBuf, max_bytes: u64 },
-    /// Write stdin to a file, creating its parent directories.
-    WriteFile { path: PathBuf },
+    /// Write stdin to a file, creating its parent directories. Without
+    /// `overwrite`, an existing file with other content is left alone
+    /// (exit [`file_exit::EXISTS`]): replacing it needs an approval.
+    WriteFile {
+        path: PathBuf,
+        #[serde(default)]
+        overwrite: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,7 +195,7 @@ pub fn run(spec: &JailSpec) -> i32 {
             127
         }
         Action::ReadFile { path, max_bytes } => file_op(read_file(&spec.cwd, path, *max_bytes)),
-        Action::WriteFile { path } => file_op(write_file(&spec.cwd, path)),
+        Action::WriteFile { path, overwrite } => file_op(write_file(&spec.cwd, path, *overwrite)),
     }
 }
 
@@ -199,6 +205,7 @@ pub mod file_exit {
     pub const DENIED: i32 = 3;
     pub const TOO_LARGE: i32 = 4;
     pub const IO: i32 = 5;
+    pub const EXISTS: i32 = 6;
 }
 
 fn file_op(r: std::io::Result<()>) -> i32 {
@@ -210,6 +217,7 @@ fn file_op(r: std::io::Result<()>) -> i32 {
                 std::io::ErrorKind::NotFound => file_exit::NOT_FOUND,
                 std::io::ErrorKind::PermissionDenied => file_exit::DENIED,
                 std::io::ErrorKind::FileTooLarge => file_exit::TOO_LARGE,
+                std::io::ErrorKind::AlreadyExists => file_exit::EXISTS,
                 _ => file_exit::IO,
             }
         }
@@ -237,7 +245,7 @@ fn read_file(cwd: &Path, path: &Path, max_bytes: u64) -> std::io::Result<()> {
     std::io::stdout().flush()
 }
 
-fn write_file(cwd: &Path, path: &Path) -> std::io::Result<()> {
+fn write_file(cwd: &Path, path: &Path, overwrite: bool) -> std::io::Result<()> {
     use std::io::Read;
     let target = cwd.join(path);
     if let Some(parent) = target.parent() {
@@ -245,7 +253,28 @@ fn write_file(cwd: &Path, path: &Path) -> std::io::Result<()> {
     }
     let mut content = Vec::new();
     std::io::stdin().read_to_end(&mut content)?;
-    std::fs::write(&target, &content)?;
+    if overwrite {
+        std::fs::write(&target, &content)?;
+    } else {
+        // Created here, or already holding exactly this content (a call
+        // written again): anything else would be lost, so it is refused.
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&target)
+        {
+            Ok(mut f) => f.write_all(&content)?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if std::fs::read(&target).ok().as_deref() != Some(content.as_slice()) {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::AlreadyExists,
+                        "the file exists with other content",
+                    ));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
     println!("{}", content.len());
     Ok(())
 }

@@ -34,6 +34,9 @@ pub struct Invocation {
     pub args: Value,
     /// Already capped by the manifest and the sandbox limits.
     pub timeout_s: u32,
+    /// A human approved the call: a `file_write` may overwrite a file.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub approved: bool,
 }
 
 impl Invocation {
@@ -105,6 +108,9 @@ pub mod codes {
     pub const NOT_FOUND: &str = "NOT_FOUND";
     pub const TOO_LARGE: &str = "TOO_LARGE";
     pub const IO: &str = "IO_ERROR";
+    /// The call would be destructive (a `file_write` over an existing file
+    /// with other content) and was not approved: it did not run.
+    pub const APPROVAL_REQUIRED: &str = "APPROVAL_REQUIRED";
 }
 
 #[cfg(test)]
@@ -124,6 +130,7 @@ mod tests {
             skill: "shell_exec".into(),
             args: json!({"command": "true"}),
             timeout_s: 5,
+            approved: false,
         };
         let m = HandMessage::Invoke(inv.clone());
         let text = serde_json::to_string(&m).unwrap();

@@ -324,3 +324,61 @@ fn human_time_is_given_back_to_the_budget() {
     assert_eq!(run.budgets.deadline_ms, deadline + 60_000);
     assert_eq!(run.awaiting_human_since_ms, None);
 }
+
+#[test]
+fn a_write_the_sandbox_finds_destructive_waits_for_approval_then_may_overwrite() {
+    use crate::sandbox::hand::{codes, CallOutcome};
+    let a = agent(OnReject::TellModel);
+    let mut a = a;
+    a.skills.push("file_write".into());
+    let mut run = test_run();
+    let r = reply(&[(
+        "c1",
+        "file_write",
+        json!({"path": "a.txt", "content": "new"}),
+    )]);
+    let d = decide(&mut run, &a, StepInput::Replied(&r), 5).unwrap();
+    let Next::Dispatch(planned) = &d.next else {
+        panic!("{:?}", d.next)
+    };
+    let inv = super::invocation(&run, &a, &planned[0], 1);
+    assert!(!inv.approved);
+    super::record_dispatch(&mut run, "c1", 1, "t#a", 6).unwrap();
+    let refused = CallOutcome::NotRun {
+        code: codes::APPROVAL_REQUIRED.into(),
+        message: "file_write would overwrite a.txt".into(),
+    };
+    let d = decide(
+        &mut run,
+        &a,
+        StepInput::SandboxAnswered {
+            call_id: "c1",
+            outcome: refused,
+        },
+        7,
+    )
+    .unwrap();
+    let Next::AwaitApproval(requests) = &d.next else {
+        panic!("{:?}", d.next)
+    };
+    assert_eq!((requests.len(), requests[0].risk), (1, Risk::High));
+    assert!(requests[0].reasons[0].contains("overwrite"));
+    assert_eq!(
+        (run.ledger["c1"].state, run.ledger["c1"].attempt),
+        (ToolCallState::Planned, 2)
+    );
+    let approval = decided(
+        &run,
+        "c1",
+        Some(Verdict::Approve),
+        &ApprovalPolicy::default(),
+    );
+    let d = decide(&mut run, &a, StepInput::ApprovalsDecided(&[approval]), 30).unwrap();
+    let Next::Dispatch(planned) = &d.next else {
+        panic!("{:?}", d.next)
+    };
+    assert!(
+        super::invocation(&run, &a, &planned[0], 1).approved,
+        "it may overwrite now"
+    );
+}

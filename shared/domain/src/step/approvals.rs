@@ -35,6 +35,22 @@ pub(super) fn gated(
     }
 }
 
+/// A call the sandbox found destructive when it came to run it (a
+/// `file_write` over an existing file): it is planned again, at high risk,
+/// to wait for an approval like any gated call.
+pub(super) fn gate_after_the_fact(run: &mut Run, call_id: &str, why: String) {
+    let approval_id = crate::approval::approval_id(&run.run_id, call_id);
+    if let Some(rec) = run.ledger.get_mut(call_id) {
+        rec.approval = Some(CallApproval {
+            approval_id,
+            risk: crate::skills::Risk::High,
+            reasons: vec![why],
+            requested: false,
+            state: ApprovalState::Pending,
+        });
+    }
+}
+
 /// Calls of the step still waiting for a human: the Run waits, and the
 /// approvals not yet requested are created with the commit that parks it.
 pub(super) fn await_approvals(

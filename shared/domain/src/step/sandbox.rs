@@ -18,6 +18,13 @@ pub(super) fn sandbox_answered(
             answered(run, call_id, ok, result, &mut events, now)?;
         }
         CallOutcome::NotRun { code, message } => {
+            if code == codes::APPROVAL_REQUIRED && rec.approval.is_none() {
+                // Destructive after all (the sandbox saw the file it would
+                // overwrite): it did not run, and waits for a human.
+                retried(run, &rec, &message, &mut events, now)?;
+                super::approvals::gate_after_the_fact(run, &rec.call_id, message);
+                return Ok(after_tools(run, events, now));
+            }
             if code == SANDBOX_LOST && rec.attempt < MAX_SANDBOX_ATTEMPTS {
                 // It never ran: safe to send again, to a new sandbox.
                 retried(run, &rec, &message, &mut events, now)?;
@@ -120,6 +127,10 @@ pub fn invocation(
             .map_or_else(|| rec.skill.clone(), |m| m.executor().to_string()),
         args: rec.args.clone(),
         timeout_s: manifest.map_or(limit, |m| m.timeout_s).min(limit),
+        approved: rec
+            .approval
+            .as_ref()
+            .is_some_and(|a| a.state == crate::approval::ApprovalState::Approved),
     }
 }
 
