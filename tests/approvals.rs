@@ -100,7 +100,7 @@ async fn eml_link(outbox: &Path, approval_id: &str) -> String {
                 .lines()
                 .find(|l| l.contains(&format!("/v1/approvals/{approval_id}/review?token=")));
             if let Some(l) = link {
-                assert!(text.contains("Subject: Approval needed"), "{text}");
+                assert!(text.contains("\r\nSubject: "), "{text}");
                 return l.trim().to_string();
             }
         }
@@ -605,5 +605,91 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
         arn,
         "the same sandbox task"
     );
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_lost_with_its_sandbox_is_settled_by_a_human_when_the_agent_asks() {
+    let t = TestStack::start_with(fast(), None).await;
+    put_agent(
+        &t,
+        "deployer",
+        &["shell_exec"],
+        json!({"indeterminate": "ask", "approvers": ["ops@example.com"]}),
+        json!({}),
+    )
+    .await;
+    let (approver, _) = key(&t, "local", "approver").await;
+    let svc = &t.stack.svc;
+    for (decision, result) in [
+        ("happened", json!({"stdout": "deployed by hand"})),
+        ("retry", Value::Null),
+    ] {
+        let cmd = json!({"command": "sleep 4 && echo deployed"});
+        let id = t
+            .client
+            .create_run("deployer", &format!("/tool shell_exec {cmd}"))
+            .await
+            .unwrap();
+        armada_tests::sandbox::eventually("the call has started", || async {
+            let run = svc.runs.get(&id).await.unwrap().unwrap();
+            let Some(call) = run.ledger.values().next() else {
+                return false;
+            };
+            let call = armada_core::store::sandboxes::CallRef {
+                run_id: id.clone(),
+                call_id: call.call_id.clone(),
+                attempt: 1,
+            };
+            svc.sandboxes.mark(&call).await.unwrap().is_some()
+        })
+        .await;
+        t.admin
+            .call(
+                Method::DELETE,
+                "/v1/sandboxes/deployer?tenant=local",
+                None,
+                true,
+            )
+            .await
+            .unwrap();
+        wait_state(&t.client, &id, "AWAITING_HITL").await;
+        let ids = approvals_of(&t.client, &id).await;
+        let view = t
+            .client
+            .get(&format!("/v1/approvals/{}", ids[0]))
+            .await
+            .unwrap();
+        assert_eq!(view["kind"], "indeterminate", "{view}");
+        let link = eml_link(&t.outbox, &ids[0]).await;
+        let (_, html) = get_page(&link).await;
+        assert!(
+            html.contains("It happened") && html.contains("Run it again"),
+            "{html}"
+        );
+        // An uncertain call is not approved or rejected: it is settled.
+        assert_eq!(
+            decide(&approver, &ids[0], "approve", "").await.unwrap_err(),
+            400
+        );
+        approver
+            .post(
+                &format!("/v1/approvals/{}/decision", ids[0]),
+                &json!({"decision": decision, "result": result}),
+            )
+            .await
+            .unwrap();
+        let run = t
+            .client
+            .wait_run(&id, Duration::from_secs(90))
+            .await
+            .unwrap();
+        assert_eq!(outcome(&run), "COMPLETED", "{run}");
+        let r = tool_result(&run, "shell_exec");
+        match decision {
+            "happened" => assert_eq!(r["stdout"], "deployed by hand", "{r}"),
+            _ => assert_eq!(r["stdout"], "deployed\n", "{r}"),
+        }
+    }
     t.stack.stop().await;
 }

@@ -35,7 +35,7 @@ pub async fn decide(
         let read = load(svc, id, tenant).await?;
         let mut next = read.clone();
         next.decide(
-            verdict,
+            verdict.clone(),
             &by,
             from.clone(),
             comment.clone(),

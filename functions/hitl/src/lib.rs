@@ -135,10 +135,15 @@ async fn decision(svc: &Services, req: &Request, id: &str) -> ApiResult {
     let bytes: &[u8] = req.body().as_ref();
     let body: Value = serde_json::from_slice(bytes).map_err(ApiError::invalid_json)?;
     let f = Fields::new(&body)?;
-    f.only(&["decision", "comment", "token"])?;
-    let verdict = Verdict::parse(f.req_str("decision")?).ok_or_else(|| {
-        ApiError::new(400, "INVALID_FIELD", "decision: must be approve or reject")
-    })?;
+    f.only(&["decision", "comment", "token", "result"])?;
+    let verdict = Verdict::parse(f.req_str("decision")?, body.get("result").cloned())
+        .ok_or_else(|| {
+            ApiError::new(
+                400,
+                "INVALID_FIELD",
+                "decision: must be approve or reject (or, for an uncertain call, happened, retry or fail)",
+            )
+        })?;
     let comment = comment(f.opt_str("comment")?)?;
     let (by, tenant) = match f.opt_str("token")? {
         Some(token) => (

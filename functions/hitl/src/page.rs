@@ -4,7 +4,7 @@
 //! links); the form's POST decides. A link that is forged, another
 //! approval's, used or expired gets a page that says so, with a 4xx.
 
-use armada_domain::approval::Approval;
+use armada_domain::approval::{Approval, ApprovalKind};
 
 use crate::*;
 
@@ -23,28 +23,50 @@ pub(crate) async fn show(svc: &Services, req: &Request, id: &str) -> Response<Bo
     if a.state != ApprovalState::Pending || a.is_overdue(now) {
         return html(409, "Nothing left to decide", &settled(&a, now));
     }
+    let (title, question, buttons) = match a.kind {
+        ApprovalKind::Gate => ("Approval needed", "", GATE_BUTTONS),
+        ApprovalKind::Indeterminate => ("Did it happen?", UNCERTAIN, UNCERTAIN_BUTTONS),
+    };
     let body = format!(
-        "{details}\n<form method=\"post\" action=\"/v1/approvals/{id}/review\">\n\
+        "{question}{details}\n<form method=\"post\" action=\"/v1/approvals/{id}/review\">\n\
          <input type=\"hidden\" name=\"token\" value=\"{token}\">\n\
          <p><label for=\"comment\">Comment (optional)</label><br>\n\
          <textarea id=\"comment\" name=\"comment\" rows=\"3\" cols=\"60\" maxlength=\"{max}\"></textarea></p>\n\
-         <p><button type=\"submit\" name=\"decision\" value=\"approve\" id=\"approve\">Approve</button>\n\
-         <button type=\"submit\" name=\"decision\" value=\"reject\" id=\"reject\">Reject</button></p>\n\
-         </form>",
+         <p>{buttons}</p>\n</form>",
         details = details(&a),
         id = esc(&a.approval_id),
         token = esc(&token),
         max = MAX_COMMENT_BYTES,
     );
-    html(200, "Approval needed", &body)
+    html(200, title, &body)
 }
+
+const GATE_BUTTONS: &str =
+    "<button type=\"submit\" name=\"decision\" value=\"approve\" id=\"approve\">Approve</button>\n\
+     <button type=\"submit\" name=\"decision\" value=\"reject\" id=\"reject\">Reject</button>";
+
+/// An uncertain call's question, and where the result goes if it happened.
+const UNCERTAIN: &str = "<p>The sandbox running this call was lost after the call was sent: \
+     whether it took effect is unknown. Check, then say what happened.</p>\n\
+     <p><label for=\"result\">What it returned, if it happened (text or JSON)</label><br>\n\
+     <textarea id=\"result\" name=\"result\" rows=\"3\" cols=\"60\"></textarea></p>\n";
+
+const UNCERTAIN_BUTTONS: &str = "<button type=\"submit\" name=\"decision\" value=\"happened\" id=\"happened\">It happened</button>\n\
+     <button type=\"submit\" name=\"decision\" value=\"retry\" id=\"retry\">Run it again</button>\n\
+     <button type=\"submit\" name=\"decision\" value=\"fail\" id=\"fail\">Fail the run</button>";
 
 /// `POST /v1/approvals/{id}/review` (the page's form).
 pub(crate) async fn submit(svc: &Services, req: &Request, id: &str) -> Response<Body> {
     let text = std::str::from_utf8(req.body().as_ref()).unwrap_or_default();
     let mut f = form(text);
     let token = f.remove("token").unwrap_or_default();
-    let Some(verdict) = f.get("decision").and_then(|d| Verdict::parse(d)) else {
+    // A result given for an uncertain call: JSON if it is JSON, else text.
+    let result = f
+        .get("result")
+        .map(|r| r.trim())
+        .filter(|r| !r.is_empty())
+        .map(|r| serde_json::from_str(r).unwrap_or_else(|_| json!(r)));
+    let Some(verdict) = f.get("decision").and_then(|d| Verdict::parse(d, result)) else {
         return html(
             400,
             "Not understood",
@@ -64,10 +86,16 @@ pub(crate) async fn submit(svc: &Services, req: &Request, id: &str) -> Response<
     let by = Decider::Token { token };
     match decide(svc, id, verdict, by, source_ip(req), comment, None).await {
         Ok(a) => {
-            let (title, what) = match a.state {
-                ApprovalState::Approved => {
+            let (title, what) = match &a.verdict {
+                Some(Verdict::Approve) => {
                     ("Approved", "approved: the run goes on and the action runs")
                 }
+                Some(Verdict::Happened { .. }) => (
+                    "Settled",
+                    "said it happened: the run goes on with the result you gave",
+                ),
+                Some(Verdict::Retry) => ("Settled", "asked to run it again: it is sent again"),
+                Some(Verdict::Fail) => ("Settled", "failed the run"),
                 _ => (
                     "Rejected",
                     "rejected: the agent is told the action was refused",

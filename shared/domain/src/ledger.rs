@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::approval::ApprovalState;
+use crate::approval::{ApprovalKind, ApprovalState};
 use crate::skills::Risk;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +55,8 @@ pub struct ToolCallRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallApproval {
     pub approval_id: String,
+    #[serde(default)]
+    pub kind: ApprovalKind,
     pub risk: Risk,
     pub reasons: Vec<String>,
     /// The approval record exists (it was created with the commit that

@@ -30,6 +30,10 @@ pub mod codes {
     pub const APPROVAL_CANCELLED: &str = "APPROVAL_CANCELLED";
     /// The key that started the Run may not approve its high-risk calls.
     pub const SELF_APPROVAL: &str = "SELF_APPROVAL_FORBIDDEN";
+    /// A verdict this approval does not take (approve on an uncertain call).
+    pub const INVALID_DECISION: &str = "INVALID_DECISION";
+    /// The Run failed: a call's effect is unknown and a human said so.
+    pub const TOOL_INDETERMINATE: &str = "TOOL_INDETERMINATE";
     /// The link's token is not this approval's, was used, or expired.
     pub const TOKEN_INVALID: &str = "APPROVAL_TOKEN_INVALID";
     /// A tenant key without the `approver` role.
@@ -73,21 +77,66 @@ impl ApprovalState {
     }
 }
 
-/// A human's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What an approval asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+pub enum ApprovalKind {
+    /// May a risky call run? (approve | reject)
+    #[default]
+    Gate,
+    /// A call's sandbox was lost after it was sent: did it happen?
+    /// (happened, with its result | retry | fail)
+    Indeterminate,
+}
+
+/// A human's verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
 pub enum Verdict {
     Approve,
     Reject,
+    /// The uncertain call did take effect; `result` is what it returned.
+    Happened {
+        result: Value,
+    },
+    /// Send the uncertain call again.
+    Retry,
+    /// Fail the Run (its call's effect stays unknown).
+    Fail,
 }
 
 impl Verdict {
-    pub fn parse(s: &str) -> Option<Verdict> {
+    /// A verdict by name; `happened` takes the result the human gives.
+    pub fn parse(s: &str, result: Option<Value>) -> Option<Verdict> {
         match s {
             "approve" => Some(Verdict::Approve),
             "reject" => Some(Verdict::Reject),
+            "happened" => Some(Verdict::Happened {
+                result: result.unwrap_or(Value::Null),
+            }),
+            "retry" => Some(Verdict::Retry),
+            "fail" => Some(Verdict::Fail),
             _ => None,
         }
+    }
+
+    /// The verdicts an approval of `kind` takes.
+    pub fn fits(&self, kind: ApprovalKind) -> bool {
+        match self {
+            Verdict::Approve | Verdict::Reject => kind == ApprovalKind::Gate,
+            Verdict::Happened { .. } | Verdict::Retry | Verdict::Fail => {
+                kind == ApprovalKind::Indeterminate
+            }
+        }
+    }
+
+    /// Whether the Run may go on with the call (approved, or settled as
+    /// done or to be retried).
+    pub fn goes_on(&self) -> bool {
+        matches!(
+            self,
+            Verdict::Approve | Verdict::Happened { .. } | Verdict::Retry
+        )
     }
 }
 
@@ -127,6 +176,8 @@ pub struct DecisionRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Approval {
     pub approval_id: String,
+    #[serde(default)]
+    pub kind: ApprovalKind,
     pub tenant: String,
     pub run_id: String,
     pub agent: String,
@@ -152,6 +203,9 @@ pub struct Approval {
     pub expires_at_ms: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<DecisionRecord>,
+    /// The verdict, once decided by a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
     /// Incremented by every write; every write is conditional on it.
     pub version: u64,
 }
@@ -176,6 +230,7 @@ fn refused(status: u16, code: &'static str, message: impl Into<String>) -> Refus
 /// A call to approve, as the harness asks for it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalRequest {
+    pub kind: ApprovalKind,
     pub call_id: String,
     pub tool: String,
     pub args: Value,
@@ -211,8 +266,13 @@ impl Approval {
         req: ApprovalRequest,
         now_ms: i64,
     ) -> Approval {
+        let id = match req.kind {
+            ApprovalKind::Gate => approval_id(run_id, &req.call_id),
+            ApprovalKind::Indeterminate => approval_id(run_id, &format!("{}#lost", req.call_id)),
+        };
         Approval {
-            approval_id: approval_id(run_id, &req.call_id),
+            approval_id: id,
+            kind: req.kind,
             tenant: tenant.to_string(),
             run_id: run_id.to_string(),
             agent: agent.to_string(),
@@ -232,6 +292,7 @@ impl Approval {
             created_at_ms: now_ms,
             expires_at_ms: now_ms + policy.expires_s as i64 * 1000,
             decision: None,
+            verdict: None,
             version: 0,
         }
     }
@@ -316,6 +377,17 @@ impl Approval {
         comment: Option<String>,
         now_ms: i64,
     ) -> Result<(), Refused> {
+        if !verdict.fits(self.kind) {
+            let what = match self.kind {
+                ApprovalKind::Gate => "approve or reject",
+                ApprovalKind::Indeterminate => "happened (with its result), retry or fail",
+            };
+            return Err(refused(
+                400,
+                codes::INVALID_DECISION,
+                format!("decision: this approval takes {what}"),
+            ));
+        }
         let (who, how) = match by {
             Decider::Token { token } => {
                 let Some(r) = self.token_recipient(token) else {
@@ -343,10 +415,12 @@ impl Approval {
             }
         };
         self.pending(now_ms)?;
-        self.state = match verdict {
-            Verdict::Approve => ApprovalState::Approved,
-            Verdict::Reject => ApprovalState::Rejected,
+        self.state = if verdict.goes_on() {
+            ApprovalState::Approved
+        } else {
+            ApprovalState::Rejected
         };
+        self.verdict = Some(verdict);
         self.close(who, how, from, comment, now_ms);
         Ok(())
     }
@@ -398,6 +472,23 @@ impl Approval {
             .and_then(|d| d.comment.as_deref())
             .map(|c| format!(" (comment: {c})"))
             .unwrap_or_default();
+        if self.kind == ApprovalKind::Indeterminate {
+            return match self.state {
+                ApprovalState::Pending | ApprovalState::Approved => None,
+                other => Some((
+                    codes::TOOL_INDETERMINATE,
+                    format!(
+                        "the sandbox running {} was lost and its effect is unknown; the question was {}{comment}",
+                        self.tool,
+                        match other {
+                            ApprovalState::Expired => "not answered in time",
+                            ApprovalState::Cancelled => "dropped with the run",
+                            _ => "answered: fail",
+                        }
+                    ),
+                )),
+            };
+        }
         match self.state {
             ApprovalState::Pending | ApprovalState::Approved => None,
             ApprovalState::Rejected => Some((
@@ -423,6 +514,7 @@ impl Approval {
         let d = self.decision.as_ref();
         let mut v = json!({
             "approval_id": self.approval_id,
+            "kind": self.kind,
             "run_id": self.run_id,
             "agent": self.agent,
             "call_id": self.call_id,
@@ -445,6 +537,9 @@ impl Approval {
             }
             if let Some(c) = &d.comment {
                 obj.insert("comment".into(), json!(c));
+            }
+            if let Some(Verdict::Happened { result }) = &self.verdict {
+                obj.insert("result".into(), result.clone());
             }
         }
         v

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::Approval;
+use super::{Approval, ApprovalKind};
 
 /// The review page of `approval_id` for the holder of `token`. Without a
 /// public URL (not configured) the link is the path alone.
@@ -18,18 +18,28 @@ pub fn review_link(public_url: Option<&str>, approval_id: &str, token: &str) -> 
 /// The subject line of an approval email (no line breaks, whatever the
 /// agent and tool are called).
 pub fn subject(a: &Approval) -> String {
-    let s = format!("Approval needed: {} wants to run {}", a.agent, a.tool);
+    let s = match a.kind {
+        ApprovalKind::Gate => format!("Approval needed: {} wants to run {}", a.agent, a.tool),
+        ApprovalKind::Indeterminate => format!(
+            "Did it happen? {}'s call to {} has an unknown outcome",
+            a.agent, a.tool
+        ),
+    };
     s.chars().filter(|c| !c.is_control()).collect()
 }
 
 /// The plain-text body of an approval email.
 pub fn email_text(a: &Approval, link: &str, rfc3339: impl Fn(i64) -> String) -> String {
     let args = serde_json::to_string_pretty(&a.args).unwrap_or_default();
+    let ask = match a.kind {
+        ApprovalKind::Gate => "asks to run",
+        ApprovalKind::Indeterminate => "lost its sandbox while running (did it take effect?)",
+    };
     format!(
-        "The agent {agent} asks to run the tool {tool} in run {run}.\n\n\
+        "The agent {agent} {ask} the tool {tool} in run {run}.\n\n\
          Risk: {risk:?}\nWhy it needs approval: {why}\nArguments:\n{args}\n\n\
          Started by: {by}\nDecide before: {until}\n\n\
-         Review and decide (approve or reject):\n{link}\n\n\
+         Review and decide:\n{link}\n\n\
          The link works once and only for this approval. Opening it changes nothing until you press a button.\n",
         agent = a.agent,
         tool = a.tool,
@@ -62,6 +72,7 @@ mod tests {
     #[test]
     fn a_notice_says_who_wants_what_and_links_once() {
         let req = ApprovalRequest {
+            kind: Default::default(),
             call_id: "c1".into(),
             tool: "deploy\r\nBcc: x@y.z".into(),
             args: json!({"env": "prod"}),

@@ -10,6 +10,7 @@ fn pending(risk: Risk, allow_self: bool) -> Approval {
         ..ApprovalPolicy::default()
     };
     let req = ApprovalRequest {
+        kind: Default::default(),
         call_id: "c1".into(),
         tool: "deploy".into(),
         args: json!({"env": "prod"}),

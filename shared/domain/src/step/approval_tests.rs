@@ -59,6 +59,7 @@ fn decided(
     let rec = &run.ledger[call_id];
     let c = rec.approval.clone().unwrap();
     let req = crate::approval::ApprovalRequest {
+        kind: Default::default(),
         call_id: call_id.into(),
         tool: rec.skill.clone(),
         args: rec.args.clone(),
@@ -181,7 +182,7 @@ fn a_rejection_is_the_calls_result_or_the_runs_end() {
         assert!(matches!(d.next, Next::AwaitApproval(_)), "{:?}", d.next);
         for verdict in [Some(Verdict::Reject), None] {
             let mut run = run.clone();
-            let approval = decided(&run, "c1", verdict, &policy);
+            let approval = decided(&run, "c1", verdict.clone(), &policy);
             let d = decide(&mut run, &a, StepInput::ApprovalsDecided(&[approval]), 30).unwrap();
             let code = if verdict.is_some() {
                 "APPROVAL_REJECTED"
@@ -381,4 +382,112 @@ fn a_write_the_sandbox_finds_destructive_waits_for_approval_then_may_overwrite()
         super::invocation(&run, &a, &planned[0], 1).approved,
         "it may overwrite now"
     );
+}
+
+#[test]
+fn an_uncertain_call_is_settled_by_a_human_when_the_agent_asks() {
+    use crate::approval::{ApprovalKind, ApprovalRequest};
+    use crate::sandbox::hand::CallOutcome;
+    let mut a = agent(OnReject::TellModel);
+    let policy = ApprovalPolicy {
+        indeterminate: crate::approval::policy::OnIndeterminate::Ask,
+        ..ApprovalPolicy::default()
+    };
+    a.approvals = Some(policy.clone());
+    let mut base = test_run();
+    let r = reply(&[("c1", "shell_exec", json!({"command": "make deploy"}))]);
+    decide(&mut base, &a, StepInput::Replied(&r), 5).unwrap();
+    super::record_dispatch(&mut base, "c1", 1, "t#a", 6).unwrap();
+    let lost = CallOutcome::Lost {
+        reason: "the sandbox stopped answering".into(),
+    };
+    let d = decide(
+        &mut base,
+        &a,
+        StepInput::SandboxAnswered {
+            call_id: "c1",
+            outcome: lost,
+        },
+        7,
+    )
+    .unwrap();
+    let Next::AwaitApproval(requests) = &d.next else {
+        panic!("{:?}", d.next)
+    };
+    assert_eq!(requests[0].kind, ApprovalKind::Indeterminate);
+    assert_eq!(
+        base.ledger["c1"].state,
+        ToolCallState::Dispatched,
+        "its effect is still unknown"
+    );
+    let settle = |run: &Run, verdict: Verdict| {
+        let req = ApprovalRequest {
+            kind: ApprovalKind::Indeterminate,
+            call_id: "c1".into(),
+            tool: "shell_exec".into(),
+            args: json!({}),
+            risk: Risk::High,
+            reasons: vec![],
+        };
+        let mut ap = Approval::new(
+            &run.tenant,
+            &run.run_id,
+            &run.agent,
+            run.step,
+            None,
+            &policy,
+            req,
+            10,
+        );
+        assert_eq!(
+            Some(&ap.approval_id),
+            run.ledger["c1"].approval.as_ref().map(|c| &c.approval_id)
+        );
+        assert!(ap
+            .clone()
+            .decide(
+                Verdict::Approve,
+                &Decider::Key { key_id: "k".into() },
+                None,
+                None,
+                20
+            )
+            .is_err());
+        ap.decide(
+            verdict,
+            &Decider::Key { key_id: "k".into() },
+            None,
+            None,
+            20,
+        )
+        .unwrap();
+        ap
+    };
+    // It happened: the human's result is the call's.
+    let mut run = base.clone();
+    let ap = settle(
+        &run,
+        Verdict::Happened {
+            result: json!({"stdout": "deployed"}),
+        },
+    );
+    let d = decide(&mut run, &a, StepInput::ApprovalsDecided(&[ap]), 30).unwrap();
+    assert_eq!(d.next, Next::Continue);
+    assert_eq!(run.ledger["c1"].state, ToolCallState::Done);
+    assert_eq!(run.ledger["c1"].result, Some(json!({"stdout": "deployed"})));
+    // Run it again: a new attempt, dispatched.
+    let mut run = base.clone();
+    let ap = settle(&run, Verdict::Retry);
+    let d = decide(&mut run, &a, StepInput::ApprovalsDecided(&[ap]), 30).unwrap();
+    assert!(matches!(d.next, Next::Dispatch(_)), "{:?}", d.next);
+    assert_eq!(run.ledger["c1"].attempt, 2);
+    // Fail: the Run ends with its call indeterminate.
+    let mut run = base.clone();
+    let ap = settle(&run, Verdict::Fail);
+    let d = decide(&mut run, &a, StepInput::ApprovalsDecided(&[ap]), 30).unwrap();
+    let Next::End(RunEvent::Failed { error }) = &d.next else {
+        panic!("{:?}", d.next)
+    };
+    assert_eq!(error.code, "TOOL_INDETERMINATE");
+    assert_eq!(run.ledger["c1"].state, ToolCallState::Indeterminate);
 }

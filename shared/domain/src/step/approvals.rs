@@ -5,7 +5,7 @@
 //! never dispatched, inline or to a sandbox — until it is approved.
 
 use crate::approval::policy::{gate, CallFacts, Gate};
-use crate::approval::{Approval, ApprovalRequest, ApprovalState, OnReject};
+use crate::approval::{Approval, ApprovalKind, ApprovalRequest, ApprovalState, OnReject, Verdict};
 use crate::ledger::CallApproval;
 
 use super::*;
@@ -27,6 +27,7 @@ pub(super) fn gated(
         Gate::Execute => None,
         Gate::Approve { risk, reasons } => Some(CallApproval {
             approval_id: crate::approval::approval_id(&run.run_id, call_id),
+            kind: ApprovalKind::Gate,
             risk,
             reasons,
             requested: false,
@@ -39,10 +40,28 @@ pub(super) fn gated(
 /// `file_write` over an existing file): it is planned again, at high risk,
 /// to wait for an approval like any gated call.
 pub(super) fn gate_after_the_fact(run: &mut Run, call_id: &str, why: String) {
-    let approval_id = crate::approval::approval_id(&run.run_id, call_id);
+    ask(run, call_id, ApprovalKind::Gate, why);
+}
+
+/// A call whose sandbox was lost after it was sent, of an agent that asks
+/// a human rather than fail (`approvals.indeterminate: ask`): it stays
+/// dispatched while a human says whether it happened.
+pub(super) fn ask_indeterminate(run: &mut Run, call_id: &str, why: String) {
+    ask(run, call_id, ApprovalKind::Indeterminate, why);
+}
+
+fn ask(run: &mut Run, call_id: &str, kind: ApprovalKind, why: String) {
+    // An approved call whose sandbox is then lost asks a second question.
+    let approval_id = match kind {
+        ApprovalKind::Gate => crate::approval::approval_id(&run.run_id, call_id),
+        ApprovalKind::Indeterminate => {
+            crate::approval::approval_id(&run.run_id, &format!("{call_id}#lost"))
+        }
+    };
     if let Some(rec) = run.ledger.get_mut(call_id) {
         rec.approval = Some(CallApproval {
             approval_id,
+            kind,
             risk: crate::skills::Risk::High,
             reasons: vec![why],
             requested: false,
@@ -72,6 +91,7 @@ pub(super) fn await_approvals(
         };
         a.requested = true;
         new.push(ApprovalRequest {
+            kind: a.kind,
             call_id: rec.call_id.clone(),
             tool: rec.skill.clone(),
             args: rec.args.clone(),
@@ -83,10 +103,15 @@ pub(super) fn await_approvals(
         return None;
     }
     for r in &new {
-        let approval_id = crate::approval::approval_id(&run.run_id, &r.call_id);
+        let approval_id = run
+            .ledger
+            .get(&r.call_id)
+            .and_then(|c| c.approval.as_ref())
+            .map(|a| a.approval_id.clone())
+            .unwrap_or_default();
         events.push(run.push_event(
             "approval_requested",
-            json!({"approval_id": approval_id, "call_id": r.call_id, "name": r.tool,
+            json!({"approval_id": approval_id, "kind": r.kind, "call_id": r.call_id, "name": r.tool,
                    "args": r.args, "risk": r.risk, "reasons": r.reasons}),
             now,
         ));
@@ -145,6 +170,28 @@ pub(super) fn approvals_decided(
             }),
             now,
         ));
+        if a.kind == ApprovalKind::Indeterminate {
+            match (&a.verdict, a.refusal()) {
+                (_, Some((code, message))) => {
+                    apply_to(run, &a.call_id, ToolCallEvent::Lost)?;
+                    fail = fail.or(Some(RunError::new(code, message)));
+                }
+                (Some(Verdict::Happened { result }), None) => {
+                    answered(run, &a.call_id, true, result.clone(), &mut events, now)?;
+                }
+                (Some(Verdict::Retry), None) => {
+                    super::sandbox::retried(
+                        run,
+                        &rec,
+                        "a human asked to send it again",
+                        &mut events,
+                        now,
+                    )?;
+                }
+                (_, None) => {}
+            }
+            continue;
+        }
         if let Some((code, message)) = a.refusal() {
             let result = error_json(code, message.clone());
             apply_to(

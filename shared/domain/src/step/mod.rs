@@ -156,7 +156,7 @@ pub fn decide(
             Ok(after_tools(run, events, now_ms))
         }
         StepInput::SandboxAnswered { call_id, outcome } => {
-            sandbox_answered(run, call_id, outcome, now_ms)
+            sandbox_answered(run, agent, call_id, outcome, now_ms)
         }
         StepInput::Delegations {
             known,

@@ -3,9 +3,12 @@
 //! recorded, and the message a dispatched call travels as.
 
 use super::*;
+use crate::approval::policy::OnIndeterminate;
+use crate::approval::ApprovalKind;
 
 pub(super) fn sandbox_answered(
     run: &mut Run,
+    agent: &AgentDefinition,
     call_id: &str,
     outcome: CallOutcome,
     now: i64,
@@ -61,6 +64,28 @@ pub(super) fn sandbox_answered(
         CallOutcome::Lost { reason } => {
             if ledger::recover(&rec) == Some(Recovery::Redo) {
                 retried(run, &rec, &reason, &mut events, now)?;
+                return Ok(after_tools(run, events, now));
+            }
+            let ask = agent
+                .approvals
+                .as_ref()
+                .is_some_and(|p| p.indeterminate == OnIndeterminate::Ask);
+            if ask
+                && rec
+                    .approval
+                    .as_ref()
+                    .is_none_or(|a| a.kind == ApprovalKind::Gate)
+            {
+                // A human settles it: it happened, send it again, or fail.
+                events.push(run.push_event(
+                    "tool_indeterminate",
+                    json!({"call_id": call_id, "name": rec.skill, "reason": reason, "asking": true}),
+                    now,
+                ));
+                let why = format!(
+                    "its sandbox was lost after it was sent ({reason}): did it take effect?"
+                );
+                super::approvals::ask_indeterminate(run, call_id, why);
                 return Ok(after_tools(run, events, now));
             }
             apply_to(run, call_id, ToolCallEvent::Lost)?;
