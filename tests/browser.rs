@@ -13,6 +13,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use armada_tests::approvals::{approvals_of, eml_link, put_agent, put_launch, wait_state};
 use armada_tests::sandbox::{fast, tool_result};
 use armada_tests::{free_port, outcome, root, TestStack};
 
@@ -161,21 +162,9 @@ fn which(program: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_person_approves_in_a_real_browser_from_the_emails_link() {
     let t = TestStack::start_with(fast(), None).await;
-    let launch = json!({"executor": "current_time", "risk": "high", "description": "Launches."});
-    t.admin
-        .call(Method::PUT, "/v1/skills/launch", Some(&launch), true)
-        .await
-        .unwrap();
-    let def = json!({
-        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 8192},
-        "system_prompt": "You launch.",
-        "skills": ["launch"],
-        "approvals": {"approvers": ["ops@example.com"]}
-    });
-    t.admin
-        .call(Method::PUT, "/v1/agents/launcher", Some(&def), true)
-        .await
-        .unwrap();
+    put_launch(&t).await;
+    let approvals = json!({"approvers": ["ops@example.com"]});
+    put_agent(&t, "launcher", &["launch"], approvals, json!({})).await;
     let id = t
         .client
         .create_run("launcher", r#"/tool launch {"target": "production"}"#)
@@ -183,24 +172,9 @@ async fn a_person_approves_in_a_real_browser_from_the_emails_link() {
         .unwrap();
 
     // The link, as the approver's mail client shows it.
-    let mut link = None;
-    for _ in 0..300 {
-        link = std::fs::read_dir(&t.outbox)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-            .find_map(|text| {
-                text.lines()
-                    .find(|l| l.contains("/review?token="))
-                    .map(|l| l.trim().to_string())
-            });
-        if link.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let link = link.expect("the approval email arrives in the outbox");
+    wait_state(&t.client, &id, "AWAITING_HITL").await;
+    let approval_id = approvals_of(&t.client, &id).await.remove(0);
+    let link = eml_link(&t.outbox, &approval_id).await;
 
     let artifacts = root().join("target/test-artifacts");
     let browser = Browser::start().await;

@@ -11,6 +11,7 @@ use armada_cli::client::Client;
 use armada_cli::local::{emulator, LocalOptions, LocalStack};
 use armada_harness::StepHooks;
 
+pub mod approvals;
 pub mod sandbox;
 
 pub fn root() -> PathBuf {

@@ -1,0 +1,150 @@
+//! Helpers of the approval tests: a high-risk skill, agents with an
+//! approval policy, approver keys, the links in the outbox's `.eml` files,
+//! the review page as a browser would use it, and decisions by key.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use armada_cli::client::Client;
+
+use crate::TestStack;
+
+/// `launch`: a high-risk skill (it tells the time, so its result is real).
+pub async fn put_launch(t: &TestStack) {
+    let body = json!({"executor": "current_time", "risk": "high", "description": "Launches."});
+    t.admin
+        .call(Method::PUT, "/v1/skills/launch", Some(&body), true)
+        .await
+        .unwrap();
+}
+
+pub async fn put_agent(
+    t: &TestStack,
+    name: &str,
+    skills: &[&str],
+    approvals: Value,
+    sandbox: Value,
+) {
+    let def = json!({
+        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 8192},
+        "system_prompt": format!("You are {name}."),
+        "skills": skills,
+        "approvals": approvals,
+        "sandbox": sandbox,
+        "limits": {"timeout_s": 60}
+    });
+    t.admin
+        .call(Method::PUT, &format!("/v1/agents/{name}"), Some(&def), true)
+        .await
+        .unwrap();
+}
+
+/// A key of `tenant` with `role`, as a client.
+pub async fn key(t: &TestStack, tenant: &str, role: &str) -> (Client, String) {
+    let v = t
+        .admin
+        .call(
+            Method::POST,
+            &format!("/v1/tenants/{tenant}/keys"),
+            Some(&json!({ "role": role })),
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(v["role"], role);
+    let k = v["key"].as_str().unwrap().to_string();
+    (Client::new(&t.stack.api_url, &k, None), k)
+}
+
+pub async fn wait_state(c: &Client, run_id: &str, state: &str) -> Value {
+    for _ in 0..600 {
+        let v = c.get(&format!("/v1/runs/{run_id}")).await.unwrap();
+        if v["state"] == state {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("run {run_id} never reached {state}");
+}
+
+pub async fn events(c: &Client, run_id: &str) -> Vec<Value> {
+    let v = c
+        .get(&format!("/v1/runs/{run_id}/events?after=0"))
+        .await
+        .unwrap();
+    v["events"].as_array().unwrap().clone()
+}
+
+pub fn kinds(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+}
+
+/// The approvals a Run asked for, in the order it asked.
+pub async fn approvals_of(c: &Client, run_id: &str) -> Vec<String> {
+    events(c, run_id)
+        .await
+        .iter()
+        .filter(|e| e["type"] == "approval_requested")
+        .map(|e| e["approval_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The review link of `approval_id` in the outbox's `.eml` files.
+pub async fn eml_link(outbox: &Path, approval_id: &str) -> String {
+    for _ in 0..300 {
+        for entry in std::fs::read_dir(outbox).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let link = text
+                .lines()
+                .find(|l| l.contains(&format!("/v1/approvals/{approval_id}/review?token=")));
+            if let Some(l) = link {
+                assert!(text.contains("\r\nSubject: "), "{text}");
+                return l.trim().to_string();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no email for {approval_id} in {}", outbox.display());
+}
+
+pub async fn get_page(url: &str) -> (u16, String) {
+    let r = reqwest::get(url).await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Submits the review page's form, as a browser would.
+pub async fn submit(api: &str, approval_id: &str, token: &str, decision: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .post(format!("{api}/v1/approvals/{approval_id}/review"))
+        .form(&[("token", token), ("decision", decision), ("comment", "")])
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+pub fn token_of(link: &str) -> String {
+    link.split("token=").nth(1).unwrap().to_string()
+}
+
+pub async fn decide(
+    c: &Client,
+    approval_id: &str,
+    decision: &str,
+    comment: &str,
+) -> Result<Value, u16> {
+    c.post(
+        &format!("/v1/approvals/{approval_id}/decision"),
+        &json!({"decision": decision, "comment": comment}),
+    )
+    .await
+    .map_err(|e| {
+        e.downcast_ref::<armada_cli::client::ApiFailure>()
+            .map_or(0, |f| f.status)
+    })
+}
