@@ -49,13 +49,8 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
         json!({"path": "build/keep.txt", "content": "changed"})
     );
     let over = t.client.send_message(&session, &overwrite).await.unwrap();
-    wait_state(&t.client, &over, "AWAITING_HITL").await;
-    let ids = approvals_of(&t.client, &over).await;
-    let view = t
-        .client
-        .get(&format!("/v1/approvals/{}", ids[0]))
-        .await
-        .unwrap();
+    let view = first_approval(&t.client, &over).await;
+    let ids = [view["approval_id"].as_str().unwrap().to_string()];
     assert_eq!(view["risk"], "high", "{view}");
     assert!(view["reasons"].to_string().contains("overwrite"), "{view}");
     decide(&approver, &ids[0], "reject", "keep it")
@@ -79,13 +74,8 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
         json!({"command": "cat build/keep.txt && rm -rf build && ls"})
     );
     let second = t.client.send_message(&session, &rm).await.unwrap();
-    wait_state(&t.client, &second, "AWAITING_HITL").await;
-    let ids = approvals_of(&t.client, &second).await;
-    let view = t
-        .client
-        .get(&format!("/v1/approvals/{}", ids[0]))
-        .await
-        .unwrap();
+    let view = first_approval(&t.client, &second).await;
+    let ids = [view["approval_id"].as_str().unwrap().to_string()];
     assert_eq!(view["risk"], "high", "{view}");
     assert!(view["reasons"].to_string().contains("rm -r"), "{view}");
     tokio::time::sleep(Duration::from_millis(500)).await;

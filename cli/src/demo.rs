@@ -1,12 +1,14 @@
 //! `armada up --demo`: every scenario the local stack carries, through
 //! the HTTP API, as a user would drive it: a single answer (A), a session
-//! (F), code in a sandbox, delegation (C), a fan-out team with round 2
-//! (D), a relay chain (E) and a lead-driven team (G), each collaboration
+//! (F), code in a sandbox, a destructive command approved by a person
+//! through the emailed link (B), delegation (C), a fan-out team with round
+//! 2 (D), a relay chain (E) and a lead-driven team (G), each collaboration
 //! drawn as its tree.
 
+use std::path::Path;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
 
 use crate::client::Client;
@@ -33,7 +35,61 @@ async fn collaborate(c: &Client, body: Value, who: &str) -> Result<Value> {
     Ok(run)
 }
 
-pub async fn run(c: &Client) -> Result<()> {
+/// Scenario B: the operator's `rm -rf` waits for a person, who opens the
+/// link from the email in the outbox and approves.
+async fn approval(c: &Client, outbox: &Path) -> Result<()> {
+    println!("\n== Scenario B: a destructive command waits for a person's approval");
+    let q = r#"/tool shell_exec {"command": "mkdir -p build && touch build/app && rm -rf build && echo cleaned"}"#;
+    let run_id = c.create_run("operator", q).await?;
+    println!("  you       {q}");
+    let mut link = None;
+    for _ in 0..600 {
+        let run = c.get(&format!("/v1/runs/{run_id}")).await?;
+        if run["state"] == "AWAITING_HITL" {
+            link = std::fs::read_dir(outbox)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                .filter(|t| t.contains(&run_id))
+                .find_map(|t| {
+                    t.lines()
+                        .find(|l| l.contains("/review?token="))
+                        .map(|l| l.trim().to_string())
+                });
+            if link.is_some() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let Some(link) = link else {
+        bail!("run {run_id} did not ask for an approval by email");
+    };
+    println!(
+        "  operator  AWAITING_HITL; an email to ops@example.com in {}",
+        outbox.display()
+    );
+    println!("  link      {link}");
+    let (page, token) = link
+        .split_once("/review?token=")
+        .ok_or_else(|| anyhow!("not a review link: {link}"))?;
+    // What the page's Approve button sends.
+    let resp = reqwest::Client::new()
+        .post(format!("{page}/review"))
+        .form(&[("token", token), ("decision", "approve"), ("comment", "")])
+        .send()
+        .await?;
+    println!(
+        "  you       (open the link, press Approve: HTTP {})",
+        resp.status().as_u16()
+    );
+    let run = c.wait_run(&run_id, Duration::from_secs(120)).await?;
+    println!("  operator  {}", out(&run));
+    Ok(())
+}
+
+pub async fn run(c: &Client, outbox: Option<&Path>) -> Result<()> {
     println!("\n== Scenario A: a single-agent answer");
     let q = "What is Armada?";
     let run_id = c.create_run("assistant", q).await?;
@@ -83,6 +139,9 @@ pub async fn run(c: &Client) -> Result<()> {
                 c["reason"].as_str().unwrap_or_default()
             );
         }
+    }
+    if let Some(dir) = outbox {
+        approval(c, dir).await?;
     }
     println!("\n== Scenario C: the orchestrator delegates two parts in parallel");
     let calls = json!([

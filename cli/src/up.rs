@@ -65,7 +65,7 @@ async fn run_demo(stack: &LocalStack) -> Result<()> {
         &stack.tenant_key,
         Some(stack.admin_key.clone()),
     );
-    crate::demo::run(&c).await
+    crate::demo::run(&c, stack.mail_outbox.as_deref()).await
 }
 
 pub async fn detached(root: &Path, demo: bool, port: u16) -> Result<()> {

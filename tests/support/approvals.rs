@@ -148,3 +148,11 @@ pub async fn decide(
             .map_or(0, |f| f.status)
     })
 }
+
+/// Waits for the Run to pause, then the view of the first approval it
+/// asked for.
+pub async fn first_approval(c: &Client, run_id: &str) -> Value {
+    wait_state(c, run_id, "AWAITING_HITL").await;
+    let ids = approvals_of(c, run_id).await;
+    c.get(&format!("/v1/approvals/{}", ids[0])).await.unwrap()
+}

@@ -118,6 +118,8 @@ pub struct LocalStack {
     pub tenant_key: String,
     /// A key of the same tenant with the `approver` role.
     pub approver_key: String,
+    /// Where approval emails are also written (`.eml`).
+    pub mail_outbox: Option<PathBuf>,
     pub tenant: String,
     pub model_url: String,
     pub model_stats: ModelStats,
@@ -399,6 +401,7 @@ impl LocalStack {
             admin_key,
             tenant_key: key.token(),
             approver_key: approver.token(),
+            mail_outbox: opts.mail_outbox.clone(),
             tenant,
             model_url,
             model_stats,

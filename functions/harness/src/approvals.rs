@@ -103,20 +103,7 @@ impl Harness {
             return Ok(());
         }
         let step = current.step;
-        let Some((mut run, now)) = self.claim(current, tenant, step).await? else {
-            return Ok(());
-        };
-        let epoch = run.epoch;
-        let result = async {
-            let prev = run.stamp();
-            let Some(agent) = self.agent_or_end(&mut run, prev).await? else {
-                return Ok(());
-            };
-            let d = decide(&mut run, &agent, StepInput::ApprovalsDecided(&decided), now)?;
-            self.drive(run, prev, &agent, d).await
-        }
-        .await;
-        self.give_back(run_id, epoch, &result).await;
-        result
+        let input = StepInput::ApprovalsDecided(&decided);
+        self.claim_and_decide(current, tenant, step, input).await
     }
 }

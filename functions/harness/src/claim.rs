@@ -69,6 +69,34 @@ impl Harness {
         }
     }
 
+    /// Claims `step` of the Run as read and hands `input` (what arrived
+    /// for it: a sandbox's answer, decided approvals) to the domain, then
+    /// carries out the decision; a claimed step that fails is given back.
+    pub(crate) async fn claim_and_decide(
+        &self,
+        current: Run,
+        tenant: &str,
+        step: u32,
+        input: StepInput<'_>,
+    ) -> Result<(), StepError> {
+        let run_id = current.run_id.clone();
+        let Some((mut run, now)) = self.claim(current, tenant, step).await? else {
+            return Ok(());
+        };
+        let epoch = run.epoch;
+        let result = async {
+            let prev = run.stamp();
+            let Some(agent) = self.agent_or_end(&mut run, prev).await? else {
+                return Ok(());
+            };
+            let d = decide(&mut run, &agent, input, now)?;
+            self.drive(run, prev, &agent, d).await
+        }
+        .await;
+        self.give_back(&run_id, epoch, &result).await;
+        result
+    }
+
     /// Gives a claimed step back early when it failed for a retryable reason
     /// (so the redelivery can claim it) or was refused (so the next message
     /// need not wait for the lease); fenced: only if still ours.

@@ -41,21 +41,7 @@ impl Harness {
             return Ok(());
         }
         // The answer belongs to the Run as just read: claim that version.
-        let Some((mut run, now)) = self.claim(current, tenant, step).await? else {
-            return Ok(());
-        };
-        let epoch = run.epoch;
-        let result = async {
-            let prev = run.stamp();
-            let Some(agent) = self.agent_or_end(&mut run, prev).await? else {
-                return Ok(());
-            };
-            let input = StepInput::SandboxAnswered { call_id, outcome };
-            let d = decide(&mut run, &agent, input, now)?;
-            self.drive(run, prev, &agent, d).await
-        }
-        .await;
-        self.give_back(run_id, epoch, &result).await;
-        result
+        let input = StepInput::SandboxAnswered { call_id, outcome };
+        self.claim_and_decide(current, tenant, step, input).await
     }
 }

@@ -19,7 +19,7 @@ use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{json, Value};
 use tracing::Instrument;
 
-use armada_core::auth::{authenticate, store_err, Principal};
+use armada_core::auth::{authenticate, error_reply, store_err, Principal};
 use armada_core::clock::rfc3339;
 use armada_core::Services;
 use armada_domain::api::{ApiError, KeyRole};
@@ -57,14 +57,7 @@ pub async fn handle(svc: Arc<Services>, req: Request) -> Response<Body> {
             _ => {
                 let (status, body) = match api(&svc, &req, &segs, &method).await {
                     Ok(ok) => ok,
-                    Err(e) => {
-                        if e.status >= 500 {
-                            tracing::error!(code = e.code, message = %e.message, "request failed");
-                        } else {
-                            tracing::info!(status = e.status, code = e.code, "request refused");
-                        }
-                        (e.status, e.body())
-                    }
+                    Err(e) => error_reply(&e),
                 };
                 json_response(status, &body)
             }

@@ -63,14 +63,7 @@ pub async fn handle(svc: Arc<Services>, req: Request) -> Response<Body> {
         let result = route(&svc, &req, &method, &path).await;
         let (status, body) = match result {
             Ok(ok) => ok,
-            Err(e) => {
-                if e.status >= 500 {
-                    tracing::error!(code = e.code, message = %e.message, "request failed");
-                } else {
-                    tracing::info!(status = e.status, code = e.code, "request refused");
-                }
-                (e.status, e.body())
-            }
+            Err(e) => armada_core::auth::error_reply(&e),
         };
         json_response(status, &body)
     };

@@ -90,3 +90,14 @@ pub fn store_err(e: StoreError) -> ApiError {
         }
     }
 }
+
+/// An API error as its answer (status and body), logged: a 5xx as an
+/// error (its detail stays in the log), a 4xx as a refusal.
+pub fn error_reply(e: &ApiError) -> (u16, serde_json::Value) {
+    if e.status >= 500 {
+        tracing::error!(code = e.code, message = %e.message, "request failed");
+    } else {
+        tracing::info!(status = e.status, code = e.code, "request refused");
+    }
+    (e.status, e.body())
+}
