@@ -435,7 +435,10 @@ fn confine(spec: &JailSpec, report: &mut JailReport) -> Result<(), String> {
                 Step::Syscalls,
                 Enforcement::Enforced,
                 format!(
-                    "seccomp denies {} system calls and namespace creation",
+                    "seccomp holds the call to the native ABI (no x32, no other \
+                     architecture) and denies {} system calls, namespace creation, \
+                     sockets other than unix, inet, inet6 and route netlink, and \
+                     personality changes",
                     DENIED_SYSCALLS.len()
                 ),
             ),

@@ -13,7 +13,7 @@ use landlock::{
 use super::{FsRules, TcpRules};
 
 /// System calls no skill needs and every escape wants.
-pub(super) const DENIED_SYSCALLS: [i64; 29] = [
+pub(super) const DENIED_SYSCALLS: [i64; 42] = [
     libc::SYS_mount,
     libc::SYS_umount2,
     libc::SYS_pivot_root,
@@ -43,7 +43,28 @@ pub(super) const DENIED_SYSCALLS: [i64; 29] = [
     libc::SYS_settimeofday,
     libc::SYS_clock_settime,
     libc::SYS_syslog,
+    // io_uring runs system calls on the call's behalf from kernel workers
+    // that no seccomp filter sees.
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    // The mount API of file descriptors (mount(2) by other names).
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    SYS_OPEN_TREE_ATTR,
+    libc::SYS_mount_setattr,
+    libc::SYS_fspick,
+    // Another process's descriptors and memory.
+    libc::SYS_pidfd_getfd,
+    libc::SYS_process_madvise,
 ];
+
+/// open_tree_attr(2) (Linux 6.15), not yet in `libc`: one number on every
+/// architecture since the tables were unified at 424.
+const SYS_OPEN_TREE_ATTR: i64 = 467;
 
 pub(super) const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWUSER
     | libc::CLONE_NEWNS
@@ -53,12 +74,32 @@ pub(super) const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWUSER
     | libc::CLONE_NEWUTS
     | libc::CLONE_NEWCGROUP) as u64;
 
+/// Socket families a call may open: local sockets, IPv4 and IPv6, and
+/// netlink for the routing protocol alone (glibc lists interfaces through
+/// it). Everything else (AF_ALG, AF_VSOCK, AF_PACKET, Bluetooth, the other
+/// netlink protocols...) is kernel surface no skill needs.
+pub(super) const SOCKET_FAMILIES: [i32; 4] = [
+    libc::AF_UNIX,
+    libc::AF_INET,
+    libc::AF_INET6,
+    libc::AF_NETLINK,
+];
+
+/// personality(2) arguments allowed: the query (0xffffffff) and plain
+/// PER_LINUX, which only clears flags. Setting ADDR_NO_RANDOMIZE (ASLR off
+/// for what the call executes next) or READ_IMPLIES_EXEC is denied.
+const PERSONALITY_ALLOWED: [u64; 2] = [0xffff_ffff, 0];
+
 pub(super) fn seccomp_filters() -> Result<Vec<seccompiler::BpfProgram>, String> {
     use seccompiler::{
-        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-        SeccompRule, TargetArch,
+        SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition,
+        SeccompFilter, SeccompRule, TargetArch,
     };
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+    let cond = |arg: u8, len: Len, op: Op, value: u64| {
+        SeccompCondition::new(arg, len, op, value).map_err(|e| e.to_string())
+    };
+    let rule = |conds: Vec<SeccompCondition>| SeccompRule::new(conds).map_err(|e| e.to_string());
     let mut deny: BTreeMap<i64, Vec<SeccompRule>> =
         DENIED_SYSCALLS.iter().map(|s| (*s, vec![])).collect();
     // clone(2) may not make namespaces (a user namespace would hand the
@@ -66,18 +107,43 @@ pub(super) fn seccomp_filters() -> Result<Vec<seccompiler::BpfProgram>, String> 
     for bit in 0..64 {
         let flag = 1u64 << bit;
         if NAMESPACE_FLAGS & flag != 0 {
-            let cond = SeccompCondition::new(
-                0,
-                SeccompCmpArgLen::Qword,
-                SeccompCmpOp::MaskedEq(flag),
-                flag,
-            )
-            .map_err(|e| e.to_string())?;
+            let c = cond(0, Len::Qword, Op::MaskedEq(flag), flag)?;
             deny.entry(libc::SYS_clone)
                 .or_default()
-                .push(SeccompRule::new(vec![cond]).map_err(|e| e.to_string())?);
+                .push(rule(vec![c])?);
         }
     }
+    // The kernel reads these arguments as `int`: only their low 32 bits
+    // count, so only those are compared (high bits change nothing).
+    // socket(2): a family outside the list, or netlink other than route.
+    let other_family = SOCKET_FAMILIES
+        .iter()
+        .map(|f| cond(0, Len::Dword, Op::Ne, *f as u64))
+        .collect::<Result<Vec<_>, _>>()?;
+    let other_netlink = vec![
+        cond(0, Len::Dword, Op::Eq, libc::AF_NETLINK as u64)?,
+        cond(2, Len::Dword, Op::Ne, libc::NETLINK_ROUTE as u64)?,
+    ];
+    deny.insert(
+        libc::SYS_socket,
+        vec![rule(other_family)?, rule(other_netlink)?],
+    );
+    // socketpair(2) works for local sockets only anyway.
+    deny.insert(
+        libc::SYS_socketpair,
+        vec![rule(vec![cond(
+            0,
+            Len::Dword,
+            Op::Ne,
+            libc::AF_UNIX as u64,
+        )?])?],
+    );
+    // personality(2) takes an `unsigned int` as well.
+    let other_persona = PERSONALITY_ALLOWED
+        .iter()
+        .map(|p| cond(0, Len::Dword, Op::Ne, *p))
+        .collect::<Result<Vec<_>, _>>()?;
+    deny.insert(libc::SYS_personality, vec![rule(other_persona)?]);
     let eperm = SeccompFilter::new(
         deny,
         SeccompAction::Allow,
@@ -94,15 +160,67 @@ pub(super) fn seccomp_filters() -> Result<Vec<seccompiler::BpfProgram>, String> 
         arch,
     )
     .map_err(|e| e.to_string())?;
-    Ok(vec![
-        eperm
-            .try_into()
-            .map_err(|e: seccompiler::BackendError| e.to_string())?,
-        enosys
-            .try_into()
-            .map_err(|e: seccompiler::BackendError| e.to_string())?,
-    ])
+    let compile = |f: SeccompFilter| {
+        f.try_into()
+            .map_err(|e: seccompiler::BackendError| e.to_string())
+    };
+    Ok(vec![native_abi_only(), compile(eperm)?, compile(enosys)?])
 }
+
+/// The filters above compare system call numbers, and a number means
+/// something only in its own ABI. This one, written by hand, holds the
+/// call to the native ABI before any number is looked at:
+///
+/// - another architecture (`seccomp_data.arch`: i386 through `int $0x80`
+///   on x86_64, arm32 on aarch64) kills the process. seccompiler's filters
+///   already answer KILL_PROCESS there, and the kernel takes the most
+///   restrictive answer of all filters, so ERRNO here would never be the
+///   answer seen; KILL keeps this filter complete on its own;
+/// - on x86_64, the x32 ABI shares the native `arch` value and marks its
+///   numbers with bit 30 (`__X32_SYSCALL_BIT`), so `0x40000000 | 165` is
+///   x32 `mount` and matched no rule: every such number answers EPERM,
+///   like the deny-list (not ENOSYS: a kernel built without x32 already
+///   answers ENOSYS, and the filter's answer should be told apart).
+pub(super) fn native_abi_only() -> seccompiler::BpfProgram {
+    use seccompiler::sock_filter;
+    const LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS
+    const JEQ_K: u16 = 0x05 | 0x10; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+                             // offsetof(struct seccomp_data, nr / arch)
+    const NR: u32 = 0;
+    const ARCH: u32 = 4;
+    let stmt = |code, k| sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jump = |code, k, jt, jf| sock_filter { code, jt, jf, k };
+    let mut prog = vec![
+        stmt(LD_W_ABS, ARCH),
+        jump(JEQ_K, NATIVE_AUDIT_ARCH, 1, 0),
+        stmt(RET_K, libc::SECCOMP_RET_KILL_PROCESS),
+    ];
+    if cfg!(target_arch = "x86_64") {
+        const JSET_K: u16 = 0x05 | 0x40; // BPF_JMP | BPF_JSET | BPF_K
+        const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+        prog.extend([
+            stmt(LD_W_ABS, NR),
+            jump(JSET_K, X32_SYSCALL_BIT, 0, 1),
+            stmt(RET_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        ]);
+    }
+    prog.push(stmt(RET_K, libc::SECCOMP_RET_ALLOW));
+    prog
+}
+
+/// AUDIT_ARCH_* of the architecture this jail was built for.
+#[cfg(target_arch = "x86_64")]
+const NATIVE_AUDIT_ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
+#[cfg(target_arch = "aarch64")]
+const NATIVE_AUDIT_ARCH: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
+#[cfg(target_arch = "riscv64")]
+const NATIVE_AUDIT_ARCH: u32 = 0xC000_00F3; // AUDIT_ARCH_RISCV64
 
 pub(super) const ABI_USED: ABI = ABI::V6;
 
@@ -155,4 +273,62 @@ pub(super) fn landlock_ruleset(
         }
     }
     Ok(created)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs a classic-BPF program (the few instructions `native_abi_only`
+    /// uses) over a `seccomp_data` of `nr` and `arch`.
+    fn run(prog: &[seccompiler::sock_filter], nr: u32, arch: u32) -> u32 {
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let i = &prog[pc];
+            pc += 1;
+            match i.code {
+                0x20 => acc = if i.k == 0 { nr } else { arch },
+                0x15 => pc += usize::from(if acc == i.k { i.jt } else { i.jf }),
+                0x45 => pc += usize::from(if acc & i.k != 0 { i.jt } else { i.jf }),
+                0x06 => return i.k,
+                c => panic!("unexpected instruction {c:#x}"),
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_native_abi_passes_the_hand_written_filter() {
+        let prog = native_abi_only();
+        let errno = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let getpid = libc::SYS_getpid as u32;
+        assert_eq!(
+            run(&prog, getpid, NATIVE_AUDIT_ARCH),
+            libc::SECCOMP_RET_ALLOW
+        );
+        // i386 (int $0x80), arm32, and the other 64-bit one: killed
+        // before any number is read.
+        let foreign = [0x4000_0003, 0x4000_0028, 0xC000_003E, 0xC000_00B7];
+        for arch in foreign.into_iter().filter(|a| *a != NATIVE_AUDIT_ARCH) {
+            assert_eq!(
+                run(&prog, getpid, arch),
+                libc::SECCOMP_RET_KILL_PROCESS,
+                "{arch:#x}"
+            );
+        }
+        let x32 = 0x4000_0000 | libc::SYS_mount as u32;
+        let expected = if cfg!(target_arch = "x86_64") {
+            errno
+        } else {
+            libc::SECCOMP_RET_ALLOW
+        };
+        assert_eq!(run(&prog, x32, NATIVE_AUDIT_ARCH), expected);
+    }
+
+    #[test]
+    fn the_filters_compile_and_deny_what_they_list() {
+        let progs = seccomp_filters().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(progs.len(), 3);
+        let unique: std::collections::BTreeSet<_> = DENIED_SYSCALLS.iter().collect();
+        assert_eq!(unique.len(), DENIED_SYSCALLS.len(), "no duplicates");
+    }
 }
