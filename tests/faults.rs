@@ -392,11 +392,13 @@ async fn counting_server() -> (String, Arc<std::sync::atomic::AtomicU32>) {
 async fn a_lost_result_is_repeated_only_for_idempotent_calls() {
     let t = TestStack::start_with(fast_redelivery("5"), Some(Arc::new(CrashAfterTools))).await;
     let (url, hits) = counting_server().await;
+    let host = url.trim_start_matches("http://").to_string();
+    armada_tests::put_fetcher(&t, "fetcher", &[host]).await;
     // POST is not idempotent: after the crash it is not sent again, and the
     // Run surfaces the uncertainty.
     let input =
         format!(r#"/tool http_request {{"url": "{url}/charge", "method": "POST", "body": "42"}}"#);
-    let (run_id, run) = t.ask("researcher", &input).await;
+    let (run_id, run) = t.ask("fetcher", &input).await;
     assert_eq!(outcome(&run), "FAILED", "{run}");
     assert_eq!(run["error"]["code"], "TOOL_INDETERMINATE");
     assert_eq!(
@@ -411,7 +413,7 @@ async fn a_lost_result_is_repeated_only_for_idempotent_calls() {
 
     // GET is idempotent: it is repeated and the Run completes.
     let input = format!(r#"/tool http_request {{"url": "{url}/status"}}"#);
-    let (_, run) = t.ask("researcher", &input).await;
+    let (_, run) = t.ask("fetcher", &input).await;
     assert_eq!(outcome(&run), "COMPLETED", "{run}");
     assert!(
         run["output"]

@@ -35,6 +35,11 @@ enum Cmd {
         /// Port of the HTTP API.
         #[arg(long, default_value_t = 8787)]
         port: u16,
+        /// A private target (HOST:PORT, or HOST:* for any port) that
+        /// callbacks, http_request and chat webhooks may reach; loopback
+        /// and private addresses are refused otherwise. Repeatable.
+        #[arg(long = "allow-egress", value_name = "HOST:PORT")]
+        allow_egress: Vec<String>,
     },
     /// Stop everything `up` started.
     Down,
@@ -281,12 +286,22 @@ fn main() {
 
 async fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Up { detach, demo, port } => {
+        Cmd::Up {
+            detach,
+            demo,
+            port,
+            allow_egress,
+        } => {
             let root = local::find_root()?;
+            let args = armada_cli::up::UpArgs {
+                demo,
+                port,
+                allow_egress,
+            };
             if detach {
-                armada_cli::up::detached(&root, demo, port).await
+                armada_cli::up::detached(&root, &args).await
             } else {
-                armada_cli::up::foreground(&root, demo, port).await
+                armada_cli::up::foreground(&root, &args).await
             }
         }
         Cmd::Down => armada_cli::up::down(&local::find_root()?),

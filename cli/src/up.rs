@@ -11,11 +11,35 @@ use anyhow::{bail, Context, Result};
 use crate::client::Client;
 use crate::local::{emulator, process, LocalOptions, LocalStack};
 
-pub async fn foreground(root: &Path, demo: bool, port: u16) -> Result<()> {
+/// What `armada up` was asked for.
+#[derive(Debug, Clone, Default)]
+pub struct UpArgs {
+    pub demo: bool,
+    pub port: u16,
+    /// Private targets tenants' outbound requests may reach
+    /// (`--allow-egress HOST:PORT`, repeatable).
+    pub allow_egress: Vec<String>,
+}
+
+/// The template parameter `EgressAllow` for the listed targets, each one
+/// checked (`host:port` or `host:*`).
+fn egress_parameter(allow: &[String]) -> Result<String> {
+    for a in allow {
+        if armada_domain::egress::HostPort::parse(a, true).is_none() {
+            bail!("--allow-egress {a}: expected HOST:PORT (or HOST:*)");
+        }
+    }
+    Ok(allow.join(","))
+}
+
+pub async fn foreground(root: &Path, args: &UpArgs) -> Result<()> {
+    let (demo, port) = (args.demo, args.port);
     let state = emulator::state_dir(root);
     std::fs::create_dir_all(&state)?;
     let mut opts = LocalOptions::new(root);
     opts.api_port = port;
+    opts.parameters
+        .insert("EgressAllow".into(), egress_parameter(&args.allow_egress)?);
     opts.emulator_pid_file = Some(state.join("moto.pid"));
     eprintln!("armada: starting the emulator, the stack's resources and its functions ...");
     let stack = LocalStack::start(opts).await?;
@@ -68,7 +92,9 @@ async fn run_demo(stack: &LocalStack) -> Result<()> {
     crate::demo::run(&c, stack.mail_outbox.as_deref()).await
 }
 
-pub async fn detached(root: &Path, demo: bool, port: u16) -> Result<()> {
+pub async fn detached(root: &Path, args: &UpArgs) -> Result<()> {
+    let (demo, port) = (args.demo, args.port);
+    egress_parameter(&args.allow_egress)?;
     let state = emulator::state_dir(root);
     std::fs::create_dir_all(&state)?;
     let env_path = state.join("local.env");
@@ -82,6 +108,9 @@ pub async fn detached(root: &Path, demo: bool, port: u16) -> Result<()> {
     cmd.arg("up").arg("--port").arg(port.to_string());
     if demo {
         cmd.arg("--demo");
+    }
+    for a in &args.allow_egress {
+        cmd.arg("--allow-egress").arg(a);
     }
     cmd.current_dir(root)
         .stdin(Stdio::null())

@@ -148,6 +148,11 @@ impl TestStack {
         opts.harness_concurrency = harness_pollers;
         opts.dispatcher_concurrency = 1;
         opts.parameters = parameters;
+        // The tests' receivers listen on loopback ports of their own (the
+        // platform's own ports stay refused); a test may list fewer.
+        opts.parameters
+            .entry("EgressAllow".into())
+            .or_insert_with(|| "127.0.0.1:*".into());
         opts.sandbox_env = sandbox_env;
         let outbox = std::env::temp_dir().join(format!("armada-outbox-{}", opts.stack));
         opts.mail_outbox = Some(outbox.clone());
@@ -262,6 +267,26 @@ pub fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 }
 
 /// A Run's outcome, whether or not it is closed yet.
+/// Registers an agent whose only skill is `http_request`, allowed `hosts`.
+pub async fn put_fetcher(t: &TestStack, name: &str, hosts: &[String]) {
+    let def = serde_json::json!({
+        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 8192},
+        "system_prompt": "You fetch.",
+        "skills": ["http_request"],
+        "http_allow_hosts": hosts,
+        "limits": {"timeout_s": 60}
+    });
+    t.admin
+        .call(
+            reqwest::Method::PUT,
+            &format!("/v1/agents/{name}"),
+            Some(&def),
+            true,
+        )
+        .await
+        .expect("the fetcher agent is registered");
+}
+
 pub fn outcome(run: &serde_json::Value) -> String {
     let s = run["state"].as_str().unwrap_or_default();
     s.strip_prefix("CLOSED_").unwrap_or(s).to_string()

@@ -232,8 +232,11 @@ impl LocalStack {
             let aws = aws.clone();
             let template = template.clone();
             let outbox = outbox.clone();
+            let endpoint = endpoint.clone();
             async move {
                 let mut env = template.environment(binary)?;
+                // The emulator is the platform's: never a tenant's target.
+                env.insert("AWS_ENDPOINT_URL".into(), endpoint);
                 if let Some(dir) = outbox {
                     env.insert("ARMADA_MAIL_OUTBOX".into(), dir.display().to_string());
                 }

@@ -1,17 +1,19 @@
 //! Result callbacks: a signed POST of a terminal Run's outcome to the
 //! `callback_url` its creator gave, retried a bounded number of times.
 //! Delivery is at least once: receivers deduplicate on `X-Armada-Delivery`.
+//! Every delivery goes through the egress guard.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use serde_json::Value;
 
 use armada_domain::api::callback_signature;
 
+use crate::egress::{Egress, EgressError};
+
 #[derive(Debug, Clone)]
 pub struct Callbacks {
-    http: reqwest::Client,
+    egress: Egress,
     secret: String,
     attempts: u32,
 }
@@ -23,29 +25,15 @@ pub struct DeliveryReport {
     pub attempts: u32,
     /// The last HTTP status seen, if any.
     pub status: Option<u16>,
+    /// A coarse reason (`EGRESS_REFUSED`, `CONNECT_FAILED`, `HTTP_<status>`,
+    /// `INVALID_URL`): never the remote's own text.
     pub error: Option<String>,
 }
 
-/// Cloud metadata endpoints are never a callback target.
-fn forbidden_host(url: &reqwest::Url) -> bool {
-    match url
-        .host_str()
-        .and_then(|h| h.trim_matches(['[', ']']).parse::<IpAddr>().ok())
-    {
-        Some(IpAddr::V4(v4)) => v4.is_link_local(),
-        Some(IpAddr::V6(v6)) => (v6.segments()[0] & 0xffc0) == 0xfe80 || v6.segments()[0] == 0xfd00,
-        None => false,
-    }
-}
-
 impl Callbacks {
-    pub fn new(secret: &str, attempts: u32) -> Self {
+    pub fn new(secret: &str, attempts: u32, egress: Egress) -> Self {
         Callbacks {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(5))
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap_or_default(),
+            egress,
             secret: secret.to_string(),
             attempts: attempts.max(1),
         }
@@ -64,30 +52,23 @@ impl Callbacks {
             status,
             error: Some(error),
         };
-        let parsed = match reqwest::Url::parse(url) {
-            Ok(u) => u,
-            Err(e) => return fail(0, None, format!("invalid callback_url: {e}")),
-        };
-        if forbidden_host(&parsed) {
-            return fail(
-                0,
-                None,
-                "callback_url points at a link-local address".into(),
-            );
-        }
         let text = body.to_string();
         let mut last = fail(0, None, "not attempted".into());
         for attempt in 1..=self.attempts {
             let sig = callback_signature(&self.secret, now_s, &text);
-            let resp = self
-                .http
-                .post(parsed.clone())
-                .header("content-type", "application/json")
-                .header("x-armada-signature", sig)
-                .header("x-armada-delivery", delivery_id)
-                .body(text.clone())
-                .send()
-                .await;
+            // A target the guard refuses is refused for good: no retry.
+            let req = match self.egress.request(reqwest::Method::POST, url) {
+                Ok(r) => r,
+                Err(e) => return fail(attempt - 1, None, e.code().into()),
+            };
+            let resp = Egress::send(
+                req.timeout(Duration::from_secs(5))
+                    .header("content-type", "application/json")
+                    .header("x-armada-signature", sig)
+                    .header("x-armada-delivery", delivery_id)
+                    .body(text.clone()),
+            )
+            .await;
             match resp {
                 Ok(r) if r.status().is_success() => {
                     return DeliveryReport {
@@ -99,14 +80,19 @@ impl Callbacks {
                 }
                 Ok(r) => {
                     let status = r.status();
-                    last = fail(attempt, Some(status.as_u16()), format!("HTTP {status}"));
+                    last = fail(
+                        attempt,
+                        Some(status.as_u16()),
+                        format!("HTTP_{}", status.as_u16()),
+                    );
                     // A 4xx other than 408/429 will not get better.
                     if status.is_client_error() && status.as_u16() != 408 && status.as_u16() != 429
                     {
                         return last;
                     }
                 }
-                Err(e) => last = fail(attempt, None, e.to_string()),
+                Err(EgressError::Refused) => return fail(attempt, None, "EGRESS_REFUSED".into()),
+                Err(e) => last = fail(attempt, None, e.code().into()),
             }
             if attempt < self.attempts {
                 tokio::time::sleep(Duration::from_millis(250 << attempt)).await;

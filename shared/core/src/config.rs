@@ -71,6 +71,13 @@ pub struct Config {
     /// A directory where every approval email is also written as an `.eml`
     /// file (`ARMADA_MAIL_OUTBOX`; the local stack sets it).
     pub mail_outbox: Option<std::path::PathBuf>,
+    /// Private targets the operator lets tenants' outbound requests reach
+    /// (`ARMADA_EGRESS_ALLOW`, comma-separated `host:port` or `host:*`).
+    pub egress_allow: Vec<String>,
+    /// The platform's own endpoints, never a tenant's target: the AWS
+    /// endpoint (`AWS_ENDPOINT_URL`), the scripted model, the public API
+    /// and any in `ARMADA_PLATFORM_ENDPOINTS`.
+    pub platform_urls: Vec<String>,
     /// Where sandbox tasks run.
     pub sandbox: SandboxConfig,
 }
@@ -104,6 +111,15 @@ pub struct SandboxConfig {
 }
 
 impl Config {
+    /// The egress guard this configuration describes (its entries were
+    /// checked when it was read).
+    pub fn egress(&self) -> crate::egress::Egress {
+        let urls: Vec<&str> = self.platform_urls.iter().map(String::as_str).collect();
+        let policy =
+            crate::egress::EgressPolicy::new(&self.egress_allow, &urls).unwrap_or_default();
+        crate::egress::Egress::new(policy)
+    }
+
     pub fn from_env() -> Result<Self, ConfigError> {
         let vars: HashMap<String, String> = std::env::vars().collect();
         Self::from_map(&vars)
@@ -146,7 +162,27 @@ impl Config {
                 reason: "must be 64 hex characters".into(),
             });
         }
+        let egress_allow = list("ARMADA_EGRESS_ALLOW");
+        if let Some(bad) = egress_allow
+            .iter()
+            .find(|e| armada_domain::egress::HostPort::parse(e, true).is_none())
+        {
+            return Err(ConfigError::Invalid {
+                name: "ARMADA_EGRESS_ALLOW",
+                reason: format!("'{bad}' is not host:port or host:*"),
+            });
+        }
+        let mut platform_urls = list("ARMADA_PLATFORM_ENDPOINTS");
+        for name in [
+            "AWS_ENDPOINT_URL",
+            "ARMADA_SCRIPTED_MODEL_URL",
+            "ARMADA_PUBLIC_URL",
+        ] {
+            platform_urls.extend(vars.get(name).filter(|v| !v.is_empty()).cloned());
+        }
         Ok(Config {
+            egress_allow,
+            platform_urls,
             runs_table: req("ARMADA_RUNS_TABLE")?,
             run_events_table: req("ARMADA_RUN_EVENTS_TABLE")?,
             sessions_table: req("ARMADA_SESSIONS_TABLE")?,

@@ -9,6 +9,7 @@ pub mod callbacks;
 pub mod calls;
 pub mod clock;
 pub mod config;
+pub mod egress;
 pub mod error;
 pub mod hands;
 pub mod mail;
@@ -97,6 +98,7 @@ impl Services {
             &cfg.idempotency_table,
             &cfg.approvals_table,
         ));
+        let egress = cfg.egress();
         Ok(Arc::new(Services {
             counters: Arc::default(),
             runs: runs.clone(),
@@ -123,8 +125,8 @@ impl Services {
             )),
             payloads: Arc::new(payloads),
             models: Arc::new(Models::new(&aws.sdk_config, cfg.scripted_model_url.clone())),
-            tools: InlineTools::new(),
-            callbacks: Callbacks::new(&cfg.callback_signing_secret, 3),
+            tools: InlineTools::new(egress.clone()),
+            callbacks: Callbacks::new(&cfg.callback_signing_secret, 3, egress),
             mail: Arc::new(crate::mail::SesMail::new(
                 aws.ses.clone(),
                 &cfg.approval_sender,

@@ -1,5 +1,7 @@
 //! Inline skills: run inside the harness, no sandbox. `current_time` and
-//! `http_request` to hosts on the agent's allow-list.
+//! `http_request` to hosts on the agent's allow-list, through the egress
+//! guard (so an allow-listed name that resolves to a private address, or
+//! the platform's own endpoints, are still refused).
 
 use std::time::Duration;
 
@@ -9,7 +11,10 @@ use armada_domain::agent::AgentDefinition;
 use armada_domain::chat::ToolCall;
 use armada_domain::skills::{CURRENT_TIME, HTTP_REQUEST};
 
+use armada_domain::egress::HostPort;
+
 use crate::clock::rfc3339;
+use crate::egress::{Egress, EgressError};
 
 /// A skill's failure, returned to the model as its result.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,24 +39,18 @@ const MAX_BODY: usize = 16 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct InlineTools {
-    http: reqwest::Client,
-}
-
-impl Default for InlineTools {
-    fn default() -> Self {
-        Self::new()
-    }
+    egress: Egress,
 }
 
 impl InlineTools {
-    pub fn new() -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            // A redirect could leave the allow-list.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
-        InlineTools { http }
+    /// Inline skills whose outbound requests go through `egress`.
+    pub fn new(egress: Egress) -> Self {
+        InlineTools { egress }
+    }
+
+    /// The guard its requests go through (shared with callbacks).
+    pub fn egress(&self) -> &Egress {
+        &self.egress
     }
 
     pub async fn execute(
@@ -93,37 +92,47 @@ impl InlineTools {
                 "url must be http or https",
             ));
         }
-        let host = url.host_str().unwrap_or_default();
-        let host_port = url
-            .port()
-            .map(|p| format!("{host}:{p}"))
-            .unwrap_or_else(|| host.to_string());
-        if !agent
+        let host = url.host_str().unwrap_or_default().to_string();
+        let port = url.port_or_known_default().unwrap_or(0);
+        let default = if url.scheme() == "https" { 443 } else { 80 };
+        let target = format!("{host}:{port}");
+        // Entries are `host[:port]`; a port left out is the scheme's.
+        let allowed = agent
             .http_allow_hosts
             .iter()
-            .any(|h| h == host || h == &host_port)
-        {
+            .filter_map(|e| HostPort::parse(e, false))
+            .any(|e| e.allows(&host, port, default));
+        if !allowed {
             return Err(ToolFailure::new(
                 "EGRESS_DENIED",
-                format!("host '{host_port}' is not on the agent's allow-list"),
+                format!("{target} is not on the agent's allow-list"),
             ));
         }
         let method = args.get("method").and_then(Value::as_str).unwrap_or("GET");
         let method = reqwest::Method::from_bytes(method.as_bytes())
             .map_err(|_| ToolFailure::new("INVALID_ARGS", "method is not valid"))?;
-        let mut req = self.http.request(method, url);
+        let refused = |e: EgressError| {
+            let why = match e {
+                EgressError::Refused => "is not reachable from skills",
+                EgressError::InvalidUrl => "is not a valid target",
+                EgressError::ConnectFailed => "did not answer",
+            };
+            ToolFailure::new(e.code(), format!("{target} {why}"))
+        };
+        let mut req = self
+            .egress
+            .request(method, url.as_str())
+            .map_err(refused)?
+            .timeout(Duration::from_secs(30));
         if let Some(body) = args.get("body").and_then(Value::as_str) {
             req = req.body(body.to_string());
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| ToolFailure::new("NETWORK", e.to_string()))?;
+        let resp = Egress::send(req).await.map_err(refused)?;
         let status = resp.status().as_u16();
         let text = resp
             .text()
             .await
-            .map_err(|e| ToolFailure::new("NETWORK", e.to_string()))?;
+            .map_err(|_| refused(EgressError::ConnectFailed))?;
         let truncated = text.len() > MAX_BODY;
         let mut cut = text.len().min(MAX_BODY);
         while !text.is_char_boundary(cut) {

@@ -245,9 +245,7 @@ impl SandboxSpec {
         }
         if let Some(ps) = f.opt_obj("profiles")? {
             for (name, def) in ps {
-                let def: ProfileDef = serde_json::from_value(def.clone()).map_err(|e| {
-                    FieldError::new(&format!("sandbox.profiles.{name}"), &e.to_string())
-                })?;
+                let def = ProfileDef::parse(def, &format!("sandbox.profiles.{name}"))?;
                 spec.profiles.insert(name.clone(), def);
             }
         }
@@ -290,8 +288,28 @@ impl AgentDefinition {
             ));
         }
         let f = Fields::new(body)?;
+        // A typo in any section (say `sandboxx`) must never fall back to
+        // defaults: every level refuses what it does not define.
+        f.only(&[
+            "name",
+            "description",
+            "model",
+            "system_prompt",
+            "skills",
+            "limits",
+            "http_allow_hosts",
+            "sandbox",
+            "approvals",
+        ])?;
         let model = f.req_obj("model")?;
         let m = Fields::nested(model, "model")?;
+        m.only(&[
+            "provider",
+            "model_id",
+            "context_window",
+            "base_url",
+            "api_key_env",
+        ])?;
         let provider_s = m.req_str("provider")?;
         let provider = ModelProvider::parse(provider_s).ok_or_else(|| {
             FieldError::new("model.provider", "must be one of scripted, openai, bedrock")
@@ -329,6 +347,7 @@ impl AgentDefinition {
         let mut limits = AgentLimits::default();
         if let Some(l) = f.opt_obj("limits")? {
             let l = Fields::nested(l, "limits")?;
+            l.only(&["max_model_turns", "max_tool_calls", "timeout_s"])?;
             if let Some(v) = l.opt_u64("max_model_turns")? {
                 limits.max_model_turns = capped(v, MAX_MODEL_TURNS, "limits.max_model_turns")?;
             }
@@ -340,6 +359,7 @@ impl AgentDefinition {
             }
         }
         let http_allow_hosts = f.opt_str_list("http_allow_hosts")?.unwrap_or_default();
+        crate::egress::parse_allow_hosts(&http_allow_hosts)?;
         let sandbox = match f.opt_obj("sandbox")? {
             Some(o) => SandboxSpec::from_fields(&Fields::nested(o, "sandbox")?)?,
             None => SandboxSpec::default(),
@@ -453,68 +473,5 @@ fn capped(v: u64, cap: u32, field: &str) -> Result<u32, FieldError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn body() -> serde_json::Value {
-        json!({
-            "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 4096},
-            "system_prompt": "You help.",
-            "skills": ["current_time"]
-        })
-    }
-
-    #[test]
-    fn parses_a_minimal_definition_with_defaults() {
-        let a = AgentDefinition::from_json("assistant", &body()).unwrap();
-        assert_eq!(a.limits, AgentLimits::default());
-        assert_eq!(a.model.provider, ModelProvider::Scripted);
-    }
-
-    #[test]
-    fn names_the_bad_field() {
-        let mut b = body();
-        b["model"]["context_window"] = json!("big");
-        assert_eq!(
-            AgentDefinition::from_json("a", &b).unwrap_err().field,
-            "model.context_window"
-        );
-        let mut b = body();
-        b["skills"] = json!(["rm_rf"]);
-        let mut def = AgentDefinition::from_json("a", &b).unwrap();
-        assert_eq!(
-            def.resolve_manifests(|_| None).unwrap_err().field,
-            "skills[0]"
-        );
-        assert_eq!(
-            AgentDefinition::from_json("Bad Name", &body())
-                .unwrap_err()
-                .field,
-            "name"
-        );
-        let mut b = body();
-        b["sandbox"] = json!({"mounts": [{"path": "/etc", "mode": "ro"}], "user": "u1"});
-        let e = AgentDefinition::from_json("a", &b).unwrap_err();
-        assert_eq!(e.field, "sandbox.mounts[0]");
-        assert!(e.message.contains("refused"), "{}", e.message);
-        let mut b = body();
-        b["sandbox"] = json!({"limits": {"call_timeout_s": 3600}});
-        assert_eq!(
-            AgentDefinition::from_json("a", &b).unwrap_err().field,
-            "sandbox.limits.call_timeout_s"
-        );
-        let mut b = body();
-        b["sandbox"] = json!({"profile": "mine", "profiles": {"mine": {"extends": "off"}}});
-        assert_eq!(
-            AgentDefinition::from_json("a", &b).unwrap_err().field,
-            "sandbox.profile"
-        );
-        let mut b = body();
-        b["limits"] = json!({"max_model_turns": 100000});
-        assert_eq!(
-            AgentDefinition::from_json("a", &b).unwrap_err().field,
-            "limits.max_model_turns"
-        );
-    }
-}
+#[path = "agent_tests.rs"]
+mod tests;

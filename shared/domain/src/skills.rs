@@ -32,9 +32,28 @@ impl MountDecl {
     /// A mount as written in a request, checked against the mount policy
     /// for `user`; errors name `field`.
     pub fn parse(v: &Value, field: &str, user: &str) -> Result<Self, FieldError> {
-        let decl: MountDecl = serde_json::from_value(v.clone()).map_err(|_| {
-            FieldError::new(field, "must be {\"path\": str, \"mode\": \"ro\" | \"rw\"}")
-        })?;
+        let Value::Object(o) = v else {
+            return Err(FieldError::new(
+                field,
+                "must be {\"path\": str, \"mode\": \"ro\" | \"rw\"}",
+            ));
+        };
+        let f = crate::fields::Fields::nested(o, field)?;
+        f.only(&["path", "mode"])?;
+        let mode = match f.req_str("mode")? {
+            "ro" => MountMode::Ro,
+            "rw" => MountMode::Rw,
+            _ => {
+                return Err(FieldError::new(
+                    &format!("{field}.mode"),
+                    "must be ro or rw",
+                ))
+            }
+        };
+        let decl = MountDecl {
+            path: f.req_str("path")?.to_string(),
+            mode,
+        };
         sandbox::check_mount(&decl.path, decl.mode, user)
             .map_err(|e| FieldError::new(field, &e.to_string()))?;
         Ok(decl)
@@ -454,5 +473,12 @@ mod tests {
             &json!({"executor": "shell_exec", "mounts": [{"path": "/etc", "mode": "ro"}]}),
         );
         assert_eq!(mount.unwrap_err().field, "mounts[0]");
+        let typo = SkillManifest::from_json(
+            "z",
+            &json!({"executor": "shell_exec", "mounts": [{"path": "/data/users/u/workspace", "mode": "ro", "mod": "rw"}]}),
+        );
+        assert_eq!(typo.unwrap_err().field, "mounts[0].mod");
+        let top = SkillManifest::from_json("w", &json!({"executor": "shell_exec", "risks": "low"}));
+        assert_eq!(top.unwrap_err().field, "risks");
     }
 }

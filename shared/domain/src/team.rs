@@ -165,8 +165,10 @@ fn parse_policy(v: Option<&Value>, members: usize) -> Result<FailurePolicy, Fiel
         None | Some(Value::Null) => Ok(FailurePolicy::All),
         Some(Value::String(s)) if s == "all" => Ok(FailurePolicy::All),
         Some(Value::String(s)) if s == "best_effort" => Ok(FailurePolicy::BestEffort),
-        Some(Value::Object(o)) if o.len() == 1 => {
-            let n = o.get("quorum").and_then(Value::as_u64).ok_or_else(bad)?;
+        Some(Value::Object(o)) => {
+            let q = Fields::nested(o, "failure_policy")?;
+            q.only(&["quorum"])?;
+            let n = q.req_u64("quorum")?;
             if n == 0 || n > members as u64 {
                 return Err(FieldError::new(
                     "failure_policy.quorum",
@@ -220,6 +222,14 @@ mod tests {
             (
                 json!({"members": ["a"], "strategy": "fan_out", "failure_policy": "most"}),
                 "failure_policy",
+            ),
+            (
+                json!({"members": ["a"], "strategy": "fan_out", "failure_policy": {"quorom": 1}}),
+                "failure_policy.quorom",
+            ),
+            (
+                json!({"members": ["a"], "strategy": "fan_out", "leader": "a"}),
+                "leader",
             ),
             (
                 json!({"members": ["a"], "strategy": "fan_out", "max_parallel": 0}),

@@ -33,6 +33,13 @@ pub(crate) async fn get_agent(svc: &Services, name: &str) -> ApiResult {
 pub(crate) async fn put_agent(svc: &Services, req: &Request, name: &str) -> ApiResult {
     let body = body_json(req)?;
     let mut def = AgentDefinition::from_json(name, &body)?;
+    if let Some(url) = def
+        .approvals
+        .as_ref()
+        .and_then(|a| a.chat_webhook_url.as_deref())
+    {
+        crate::routes::runs::egress_checked(svc, "approvals.chat_webhook_url", url)?;
+    }
     svc.registry
         .resolve_manifests(&mut def)
         .await

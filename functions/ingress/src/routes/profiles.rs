@@ -18,8 +18,7 @@ pub(crate) async fn put_profile(svc: &Services, req: &Request, name: &str) -> Ap
         ));
     }
     let body = body_json(req)?;
-    let def: ProfileDef = serde_json::from_value(body)
-        .map_err(|e| ApiError::new(400, "INVALID_FIELD", format!("profile: {e}")))?;
+    let def = ProfileDef::parse(&body, "profile").map_err(ApiError::from)?;
     let mut all = svc.registry.profiles().await.map_err(store_err)?;
     all.insert(name.to_string(), def.clone());
     let check = Profiles::load(all, Default::default())

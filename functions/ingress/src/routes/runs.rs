@@ -292,10 +292,28 @@ pub(crate) fn idempotency(
     Ok(Some((key.to_string(), fp)))
 }
 
+/// A URL the stack will call on the tenant's behalf, refused now if the
+/// egress guard would refuse it anyway (a name is judged again when sent).
+pub(crate) fn egress_checked(svc: &Services, field: &str, url: &str) -> Result<(), ApiError> {
+    svc.tools.egress().check(url).map_err(|e| {
+        ApiError::new(
+            400,
+            "INVALID_FIELD",
+            format!(
+                "{field}: {} (the stack does not call this target)",
+                e.code()
+            ),
+        )
+    })
+}
+
 pub(crate) async fn create_run(svc: &Services, req: &Request, key: &TenantKey) -> ApiResult {
     let tenant = key.tenant.as_str();
     let body = body_json(req)?;
     let cr = CreateRun::parse(&body)?;
+    if let Some(url) = &cr.callback_url {
+        egress_checked(svc, "callback_url", url)?;
+    }
     let idem = idempotency(req, "POST /v1/runs", &body)?;
     let name = match cr.target.clone() {
         RunTarget::Agent(name) => name,

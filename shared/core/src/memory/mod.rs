@@ -131,6 +131,8 @@ pub fn test_config() -> Config {
         ("ARMADA_PAYLOAD_BUCKET", "payloads"),
         ("ARMADA_ADMIN_KEY_SHA256", &"0".repeat(64)),
         ("ARMADA_CALLBACK_SIGNING_SECRET", "a test signing secret"),
+        // Unit tests call loopback receivers of their own.
+        ("ARMADA_EGRESS_ALLOW", "127.0.0.1:*"),
         ("ARMADA_SANDBOX_CLUSTER", "cluster"),
         ("ARMADA_SANDBOX_TASK_STANDARD", "standard"),
         ("ARMADA_SANDBOX_TASK_LARGE", "large"),
@@ -148,6 +150,7 @@ impl Services {
     /// returned beside them for the test to inspect.
     pub fn in_memory(cfg: Config) -> (Arc<Services>, Arc<Memory>) {
         let mem = Memory::new(cfg.clone());
+        let egress = cfg.egress();
         let svc = Services {
             counters: Arc::<Counters>::default(),
             runs: mem.clone(),
@@ -161,8 +164,8 @@ impl Services {
             queues: mem.clone(),
             payloads: mem.clone(),
             models: mem.clone(),
-            tools: InlineTools::new(),
-            callbacks: Callbacks::new(&cfg.callback_signing_secret, 1),
+            tools: InlineTools::new(egress.clone()),
+            callbacks: Callbacks::new(&cfg.callback_signing_secret, 1, egress),
             mail: mem.clone(),
             clock: Clock::default(),
             cfg,

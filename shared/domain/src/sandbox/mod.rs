@@ -153,9 +153,36 @@ pub struct ProfileDef {
     pub read_write: Vec<String>,
     #[serde(default)]
     pub deny: Vec<String>,
-    /// Only an explicit setting restricts the network; it is not inherited.
+    /// Unset, the base's network rule holds (`extends: strict` stays
+    /// offline); only an explicit `false` lifts it.
     #[serde(default)]
     pub restrict_network: Option<bool>,
+}
+
+impl ProfileDef {
+    /// A profile as written in a request; errors name the field under
+    /// `field`, and an unknown field is refused, never ignored.
+    pub fn parse(v: &serde_json::Value, field: &str) -> Result<Self, crate::fields::FieldError> {
+        use crate::fields::{FieldError, Fields};
+        let serde_json::Value::Object(o) = v else {
+            return Err(FieldError::new(field, "must be an object"));
+        };
+        let f = Fields::nested(o, field)?;
+        f.only(&[
+            "extends",
+            "read_only",
+            "read_write",
+            "deny",
+            "restrict_network",
+        ])?;
+        Ok(ProfileDef {
+            extends: f.opt_str("extends")?.map(str::to_string),
+            read_only: f.opt_str_list("read_only")?.unwrap_or_default(),
+            read_write: f.opt_str_list("read_write")?.unwrap_or_default(),
+            deny: f.opt_str_list("deny")?.unwrap_or_default(),
+            restrict_network: f.opt_bool("restrict_network")?,
+        })
+    }
 }
 
 /// What a sandbox may do, resolved from a profile: this, not the profile's
@@ -308,8 +335,9 @@ impl Profiles {
         set.readable.extend(def.read_only.iter().cloned());
         set.writable.extend(def.read_write.iter().cloned());
         set.deny.extend(def.deny.iter().cloned());
-        // Not inherited: only an explicit setting counts.
-        set.restrict_network = def.restrict_network.unwrap_or(false);
+        // Inherited from the base unless the profile says otherwise: a
+        // custom `strict` must not quietly go online.
+        set.restrict_network = def.restrict_network.unwrap_or(set.restrict_network);
         Ok(set)
     }
 }
@@ -435,7 +463,7 @@ mod tests {
     }
 
     #[test]
-    fn custom_profiles_extend_builtins_only_and_do_not_inherit_network_restriction() {
+    fn custom_profiles_extend_builtins_only_and_inherit_the_network_rule() {
         let mut global = BTreeMap::new();
         global.insert(
             "ci".to_string(),
@@ -450,7 +478,17 @@ mod tests {
         let p = Profiles::load(global, BTreeMap::new()).unwrap();
         let ci = p.resolve("ci").unwrap();
         assert!(!ci.read_all && ci.writable.contains(&"/cache".to_string()));
-        assert!(!ci.restrict_network, "restrict_network is never inherited");
+        assert!(ci.restrict_network, "extends strict stays offline");
+        let online = ProfileDef {
+            extends: Some("strict".into()),
+            restrict_network: Some(false),
+            ..ProfileDef::default()
+        };
+        let p2 = Profiles::load(BTreeMap::from([("o".into(), online)]), BTreeMap::new()).unwrap();
+        assert!(
+            !p2.resolve("o").unwrap().restrict_network,
+            "only an explicit false lifts it"
+        );
         assert!(matches!(
             p.resolve("bad-off"),
             Err(ProfileError::ExtendsOff(_))

@@ -1,0 +1,232 @@
+//! What an outbound request made on a tenant's behalf may reach: the rules
+//! behind the one egress guard (`armada_core::egress`) that callbacks,
+//! `http_request` and chat webhooks all go through.
+//!
+//! Two lists decide. An agent's `http_allow_hosts` (entries `host[:port]`,
+//! the port defaulting to the URL scheme's) says which hosts its skill may
+//! call at all. Then every address a target resolves to must be public:
+//! loopback, private, link-local, unique-local, shared (CGNAT), multicast,
+//! unspecified, IPv4-mapped and NAT64/6to4 forms of those are refused, unless the operator listed the target
+//! (`ARMADA_EGRESS_ALLOW`); the platform's own endpoints are refused even
+//! then.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::fields::FieldError;
+
+/// A `host[:port]` entry; `port: None` is the URL scheme's default port,
+/// `Some(0)` (written `host:*`) any port (operator lists only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    pub host: String,
+    pub port: Option<u16>,
+}
+
+impl HostPort {
+    /// Parses `host`, `host:port`, `[v6]:port` or (with `wildcard`) `host:*`.
+    pub fn parse(entry: &str, wildcard: bool) -> Option<HostPort> {
+        let entry = entry.trim();
+        if entry.is_empty() || entry.contains(['/', '@', '?', '#', ' ']) {
+            return None;
+        }
+        let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
+            let (h, tail) = rest.split_once(']')?;
+            h.parse::<Ipv6Addr>().ok()?;
+            (h, tail.strip_prefix(':'))
+        } else {
+            match entry.rsplit_once(':') {
+                Some((h, p)) if !h.contains(':') => (h, Some(p)),
+                Some(_) => return None,
+                None => (entry, None),
+            }
+        };
+        if host.is_empty() {
+            return None;
+        }
+        let port = match port {
+            None => None,
+            Some("*") if wildcard => Some(0),
+            Some(p) => Some(p.parse::<u16>().ok().filter(|p| *p != 0)?),
+        };
+        Some(HostPort {
+            host: host.to_ascii_lowercase(),
+            port,
+        })
+    }
+
+    /// Whether this entry allows `host` on `port`, the URL's effective port
+    /// (`default` is its scheme's).
+    pub fn allows(&self, host: &str, port: u16, default: u16) -> bool {
+        let host = host.trim_matches(['[', ']']);
+        self.host.eq_ignore_ascii_case(host)
+            && match self.port {
+                Some(0) => true,
+                Some(p) => p == port,
+                None => port == default,
+            }
+    }
+}
+
+/// Checks an agent's `http_allow_hosts` as written.
+pub fn parse_allow_hosts(entries: &[String]) -> Result<Vec<HostPort>, FieldError> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            HostPort::parse(e, false).ok_or_else(|| {
+                FieldError::new(
+                    &format!("http_allow_hosts[{i}]"),
+                    "must be host or host:port (no scheme, path or wildcard)",
+                )
+            })
+        })
+        .collect()
+}
+
+/// Why an address is never a tenant's target, or `None` if it is public.
+pub fn forbidden_ip(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => forbidden_v4(v4),
+        IpAddr::V6(v6) => forbidden_v6(v6),
+    }
+}
+
+fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
+    let o = ip.octets();
+    let why = if o[0] == 0 {
+        "unspecified"
+    } else if ip.is_loopback() {
+        "loopback"
+    } else if ip.is_private() {
+        "private"
+    } else if ip.is_link_local() {
+        "link-local"
+    } else if o[0] == 100 && (o[1] & 0xc0) == 64 {
+        "shared address space"
+    } else if o[0] == 192 && o[1] == 0 && o[2] == 0 {
+        "protocol assignments"
+    } else if o[0] == 198 && (o[1] & 0xfe) == 18 {
+        "benchmarking"
+    } else if ip.is_multicast() || o[0] >= 240 {
+        "multicast or reserved"
+    } else {
+        return None;
+    };
+    Some(why)
+}
+
+fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    let s = ip.segments();
+    // IPv4-mapped and -compatible forms are refused outright (a public
+    // IPv4 target is reached as IPv4); NAT64 and 6to4 are judged by the
+    // IPv4 address they carry.
+    let embedded =
+        |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return forbidden_v4(v4).or(Some("IPv4-mapped"));
+    }
+    let why = if ip.is_unspecified() {
+        "unspecified"
+    } else if ip.is_loopback() {
+        "loopback"
+    } else if s[0..6] == [0; 6] {
+        // ::a.b.c.d, deprecated IPv4-compatible.
+        return forbidden_v4(embedded(s[6], s[7])).or(Some("IPv4-compatible"));
+    } else if s[0] == 0x64 && s[1] == 0xff9b {
+        return forbidden_v4(embedded(s[6], s[7]));
+    } else if s[0] == 0x2002 {
+        return forbidden_v4(embedded(s[1], s[2]));
+    } else if (s[0] & 0xfe00) == 0xfc00 {
+        "unique-local"
+    } else if (s[0] & 0xffc0) == 0xfe80 || (s[0] & 0xffc0) == 0xfec0 {
+        "link-local"
+    } else if (s[0] & 0xff00) == 0xff00 {
+        "multicast"
+    } else {
+        return None;
+    };
+    Some(why)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(ip: &str) -> bool {
+        forbidden_ip(ip.parse().unwrap()).is_some()
+    }
+
+    #[test]
+    fn every_non_public_address_is_refused() {
+        for ip in [
+            "127.0.0.1",
+            "127.8.9.10",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "100.127.255.254",
+            "0.0.0.0",
+            "0.1.2.3",
+            "224.0.0.1",
+            "255.255.255.255",
+            "192.0.0.170",
+            "198.18.0.1",
+            "::",
+            "::1",
+            "::ffff:169.254.169.254",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "::ffff:93.184.216.34",
+            "::127.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "2002:7f00:1::",
+            "fd00::1",
+            "fd12:3456::1",
+            "fc00::1",
+            "fe80::1",
+            "fec0::1",
+            "ff02::1",
+        ] {
+            assert!(refused(ip), "{ip} must be refused");
+        }
+    }
+
+    #[test]
+    fn public_addresses_pass() {
+        for ip in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "100.128.0.1",
+            "172.32.0.1",
+            "2606:2800:220:1:248:1893:25c8:1946",
+            "2001:4860:4860::8888",
+            "64:ff9b::808:808",
+        ] {
+            assert!(!refused(ip), "{ip} is public");
+        }
+    }
+
+    #[test]
+    fn allow_entries_match_host_and_port_defaulting_to_the_schemes() {
+        let e = HostPort::parse("Example.com", false).unwrap();
+        assert!(e.allows("example.com", 443, 443));
+        assert!(e.allows("example.com", 80, 80));
+        assert!(!e.allows("example.com", 4566, 80), "not every port");
+        let p = HostPort::parse("127.0.0.1:8080", false).unwrap();
+        assert!(p.allows("127.0.0.1", 8080, 80));
+        assert!(!p.allows("127.0.0.1", 4566, 80));
+        let v6 = HostPort::parse("[::1]:9000", false).unwrap();
+        assert!(v6.allows("[::1]", 9000, 80));
+        let any = HostPort::parse("127.0.0.1:*", true).unwrap();
+        assert!(any.allows("127.0.0.1", 4566, 80));
+        assert!(HostPort::parse("127.0.0.1:*", false).is_none());
+        for bad in ["", "http://x", "x/y", "x:0", "x:99999", "::1", "u@x", ":80"] {
+            assert!(HostPort::parse(bad, false).is_none(), "{bad}");
+        }
+        let err = parse_allow_hosts(&["ok.com".into(), "https://x".into()]).unwrap_err();
+        assert_eq!(err.field, "http_allow_hosts[1]");
+    }
+}
