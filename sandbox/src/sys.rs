@@ -5,6 +5,7 @@
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 fn check(rc: libc::c_int) -> io::Result<()> {
@@ -78,6 +79,101 @@ pub fn mount(
                 .map_or(std::ptr::null(), |s| s.as_ptr() as *const libc::c_void),
         )
     })
+}
+
+/// openat2(2): opens `path` relative to `dir` with `flags` (and `mode`
+/// when creating), resolved under `resolve` (`RESOLVE_*`). Retried on
+/// EAGAIN, which RESOLVE_BENEATH answers when a rename raced the lookup.
+pub fn openat2(
+    dir: BorrowedFd<'_>,
+    path: &Path,
+    flags: libc::c_int,
+    mode: u32,
+    resolve: u64,
+) -> io::Result<OwnedFd> {
+    let p = cpath(path)?;
+    // struct open_how of <linux/openat2.h> (libc's cannot be built).
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: u64::from(mode),
+        resolve,
+    };
+    let mut tries = 0;
+    loop {
+        // SAFETY: `dir` is an open descriptor, `p` a NUL-terminated string
+        // and `how` an open_how whose size is passed with it; all outlive
+        // the call.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir.as_raw_fd(),
+                p.as_ptr(),
+                &how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: the kernel just returned this descriptor, owned by no one else.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        }
+        let e = io::Error::last_os_error();
+        tries += 1;
+        if !matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) || tries > 16 {
+            return Err(e);
+        }
+    }
+}
+
+/// openat(2) of `path` relative to `dir` (`mode` when creating).
+pub fn openat(
+    dir: BorrowedFd<'_>,
+    path: &Path,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> io::Result<OwnedFd> {
+    let p = cpath(path)?;
+    // SAFETY: `dir` is an open descriptor and `p` a NUL-terminated string
+    // that outlives the call; the mode is passed as the unsigned int the
+    // variadic argument is read as.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            p.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor, owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// An O_PATH descriptor of `path`, followed as named (links included).
+pub fn open_path(path: &Path) -> io::Result<OwnedFd> {
+    let p = cpath(path)?;
+    // SAFETY: `p` is a NUL-terminated string that outlives the call.
+    let fd = unsafe { libc::open(p.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor, owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// mkdirat(2): directory `name` in `dir`.
+pub fn mkdirat(dir: BorrowedFd<'_>, name: &Path, mode: libc::mode_t) -> io::Result<()> {
+    let p = cpath(name)?;
+    // SAFETY: `dir` is an open descriptor and `p` a NUL-terminated string
+    // that outlives the call.
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), p.as_ptr(), mode) })
 }
 
 /// Drops to `uid`/`gid` with exactly `groups` as supplementary groups.

@@ -16,7 +16,10 @@
 //!
 //! What each step achieved is written to the report file before exec; a
 //! step the spec requires that fails aborts the call (exit 126) instead of
-//! running it weaker.
+//! running it weaker. Paths the spec names inside trees the calls write
+//! (declared mounts, Landlock rules beneath the workspace or the data
+//! root) are opened without following links: one that became a link
+//! aborts the call whatever the spec requires ([`beneath`]).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -28,9 +31,11 @@ use landlock::RulesetStatus;
 
 use armada_domain::sandbox::controls::Enforcement;
 
+mod beneath;
 mod mounts;
 mod rules;
 
+use beneath::StepError;
 use mounts::mount_namespace;
 use rules::{landlock_ruleset, seccomp_filters, DENIED_SYSCALLS};
 
@@ -302,6 +307,12 @@ fn confine(spec: &JailSpec, report: &mut JailReport) -> Result<(), String> {
             Ok(())
         }
     };
+    // A path of the spec tampered with (a link in a declared mount) is
+    // refused whatever the spec requires.
+    let refuse = |report: &mut JailReport, step: Step, why: String| -> Result<(), String> {
+        report.note(step, Enforcement::NotEnforced, why.clone());
+        Err(format!("{step:?}: {why}"))
+    };
     let root = crate::sys::geteuid() == 0;
 
     // 1. cgroups
@@ -328,7 +339,8 @@ fn confine(spec: &JailSpec, report: &mut JailReport) -> Result<(), String> {
     if want_mounts {
         match mount_namespace(spec) {
             Ok(detail) => report.note(Step::Mounts, Enforcement::Enforced, detail),
-            Err(e) => fail(report, Step::Mounts, e)?,
+            Err(StepError::Failed(e)) => fail(report, Step::Mounts, e)?,
+            Err(StepError::Unsafe(why)) => refuse(report, Step::Mounts, why)?,
         }
     } else {
         report.note(
@@ -360,10 +372,14 @@ fn confine(spec: &JailSpec, report: &mut JailReport) -> Result<(), String> {
 
     // 5. the Landlock ruleset, built while every path is still reachable
     let ruleset = match &spec.fs {
-        Some(fs) => match landlock_ruleset(fs, spec.tcp.as_ref()) {
+        Some(fs) => match landlock_ruleset(fs, spec.tcp.as_ref(), &beneath::roots(spec)) {
             Ok(r) => Some(r),
-            Err(e) => {
+            Err(StepError::Failed(e)) => {
                 fail(report, Step::Filesystem, format!("landlock: {e}"))?;
+                None
+            }
+            Err(StepError::Unsafe(why)) => {
+                refuse(report, Step::Filesystem, why)?;
                 None
             }
         },

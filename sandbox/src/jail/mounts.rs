@@ -1,16 +1,31 @@
 //! The call's mount namespace: a private /tmp, the denied paths covered,
 //! and the declared mounts bound into their covers.
+//!
+//! A declared mount lies in the user's data, which calls write: its
+//! source is opened beneath the data root and its mount point made beneath
+//! the cover, neither following a symbolic link ([`super::beneath`]), and
+//! both are handed to mount(2) as descriptors, never as names.
 
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::Path;
 
+use super::beneath::{self, fd_path, open_beneath, OpenError, StepError};
 use super::{Bind, JailSpec};
+
+/// A declared mount's source, opened before anything is covered.
+pub(super) struct Source<'a> {
+    bind: &'a Bind,
+    file: File,
+    is_dir: bool,
+}
 
 /// Covers `path` with an empty filesystem in which only the declared
 /// mounts appear, each bound from its descriptor; read-only ones are made
 /// read-only, and so is the cover.
-pub(super) fn cover_keeping(path: &Path, inner: &[&(&Bind, std::fs::File)]) -> std::io::Result<()> {
+fn cover_keeping(path: &Path, inner: &[&Source<'_>]) -> Result<(), StepError> {
     use crate::sys::mount;
-    use std::os::unix::io::AsRawFd;
+    let at = |what: &str, e: std::io::Error| format!("{what}: {e}");
     let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     mount(
         Some(Path::new("none")),
@@ -18,19 +33,47 @@ pub(super) fn cover_keeping(path: &Path, inner: &[&(&Bind, std::fs::File)]) -> s
         Some("tmpfs"),
         flags,
         Some("size=64k,mode=755"),
-    )?;
-    for (b, f) in inner {
-        std::fs::create_dir_all(&b.path)?;
-        let src = PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
-        mount(Some(&src), &b.path, None, libc::MS_BIND, None)?;
+    )
+    .map_err(|e| at("tmpfs", e))?;
+    // The cover just mounted: a host path, and nothing in it but what is
+    // made here.
+    let cover = File::from(crate::sys::open_path(path).map_err(|e| at("cover", e))?);
+    for s in inner {
+        let b = s.bind;
+        let what = b.path.display().to_string();
+        let rest = b
+            .path
+            .strip_prefix(path)
+            .map_err(|e| format!("{what}: {e}"))?;
+        // Beneath an earlier declared mount, the way runs through the
+        // user's data again: held to the same rule as the sources.
+        let mp =
+            beneath::mount_point(&cover, rest, s.is_dir).map_err(|e| {
+                match beneath::judge(&b.path, path, e) {
+                    OpenError::Unsafe(why) => StepError::Unsafe(why),
+                    OpenError::Io(e) => StepError::Failed(at(&what, e)),
+                }
+            })?;
+        mount(
+            Some(&fd_path(&s.file)),
+            &fd_path(&mp.point),
+            None,
+            libc::MS_BIND,
+            None,
+        )
+        .map_err(|e| at(&what, e))?;
         if !b.writable {
+            // The point's descriptor is the directory beneath the new
+            // mount: looked up again, the name is the mount's root.
+            let top = open_beneath(mp.parent.as_fd(), &mp.name).map_err(|e| at(&what, e))?;
             mount(
                 None,
-                &b.path,
+                &fd_path(&top),
                 None,
                 libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | flags,
                 None,
-            )?;
+            )
+            .map_err(|e| at(&what, e))?;
         }
     }
     mount(
@@ -40,9 +83,11 @@ pub(super) fn cover_keeping(path: &Path, inner: &[&(&Bind, std::fs::File)]) -> s
         libc::MS_REMOUNT | libc::MS_RDONLY | flags,
         Some("size=64k,mode=755"),
     )
+    .map_err(|e| at("read-only cover", e))?;
+    Ok(())
 }
 
-pub(super) fn mount_namespace(spec: &JailSpec) -> Result<String, String> {
+pub(super) fn mount_namespace(spec: &JailSpec) -> Result<String, StepError> {
     use crate::sys::mount;
     crate::sys::unshare(libc::CLONE_NEWNS).map_err(|e| format!("mount namespace: {e}"))?;
     // Nothing done here may show outside the call.
@@ -68,19 +113,31 @@ pub(super) fn mount_namespace(spec: &JailSpec) -> Result<String, String> {
     }
     // Declared mounts are reached through descriptors opened before
     // anything is covered, then bound back at their own paths.
+    let roots = beneath::roots(spec);
     let mut sources = Vec::new();
     for b in &spec.binds {
-        let f =
-            std::fs::File::open(&b.path).map_err(|e| format!("mount {}: {e}", b.path.display()))?;
-        sources.push((b, f));
+        let file = match beneath::open(&b.path, &roots) {
+            Ok(f) => f,
+            Err(OpenError::Unsafe(why)) => return Err(StepError::Unsafe(why)),
+            Err(OpenError::Io(e)) => return Err(format!("mount {}: {e}", b.path.display()).into()),
+        };
+        let is_dir = file
+            .metadata()
+            .map_err(|e| format!("mount {}: {e}", b.path.display()))?
+            .is_dir();
+        sources.push(Source {
+            bind: b,
+            file,
+            is_dir,
+        });
     }
     for path in &spec.hide {
         let Ok(meta) = std::fs::symlink_metadata(path) else {
             continue;
         };
-        let inner: Vec<&(&Bind, std::fs::File)> = sources
+        let inner: Vec<&Source<'_>> = sources
             .iter()
-            .filter(|(b, _)| b.path.starts_with(path) && b.path != *path)
+            .filter(|s| s.bind.path.starts_with(path) && s.bind.path != *path)
             .collect();
         let covered = if !meta.is_dir() {
             mount(
@@ -90,6 +147,7 @@ pub(super) fn mount_namespace(spec: &JailSpec) -> Result<String, String> {
                 libc::MS_BIND,
                 None,
             )
+            .map_err(|e| StepError::Failed(e.to_string()))
         } else if inner.is_empty() {
             mount(
                 Some(Path::new("none")),
@@ -98,16 +156,20 @@ pub(super) fn mount_namespace(spec: &JailSpec) -> Result<String, String> {
                 libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 Some("size=4k,mode=000"),
             )
+            .map_err(|e| StepError::Failed(e.to_string()))
         } else {
             cover_keeping(path, &inner)
         };
-        covered.map_err(|e| format!("covering {}: {e}", path.display()))?;
+        covered.map_err(|e| match e {
+            StepError::Failed(e) => StepError::Failed(format!("covering {}: {e}", path.display())),
+            unsafe_path => unsafe_path,
+        })?;
         done.push(format!("hid {}", path.display()));
-        for (b, _) in inner {
+        for s in inner {
             done.push(format!(
                 "mounted {} {}",
-                b.path.display(),
-                if b.writable { "rw" } else { "ro" }
+                s.bind.path.display(),
+                if s.bind.writable { "rw" } else { "ro" }
             ));
         }
     }

@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use landlock::{
-    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, Ruleset,
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 
+use super::beneath::{self, OpenError, StepError};
 use super::{FsRules, TcpRules};
 
 /// System calls no skill needs and every escape wants.
@@ -224,10 +225,14 @@ const NATIVE_AUDIT_ARCH: u32 = 0xC000_00F3; // AUDIT_ARCH_RISCV64
 
 pub(super) const ABI_USED: ABI = ABI::V6;
 
+/// The ruleset over `fs` (and `tcp`). A rule's path beneath one of
+/// `roots` is opened without following links ([`super::beneath`]): a link
+/// there refuses the call rather than hang the rule on its target.
 pub(super) fn landlock_ruleset(
     fs: &FsRules,
     tcp: Option<&TcpRules>,
-) -> Result<RulesetCreated, String> {
+    roots: &[PathBuf],
+) -> Result<RulesetCreated, StepError> {
     let err = |e: landlock::RulesetError| e.to_string();
     let mut rs = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -249,15 +254,19 @@ pub(super) fn landlock_ruleset(
     rules.extend(fs.read.iter().map(|p| (p.clone(), false)));
     rules.extend(fs.write.iter().map(|p| (p.clone(), true)));
     for (path, write) in rules {
-        // A path that does not exist grants nothing; skipping it is exact.
-        let Ok(fd) = PathFd::new(&path) else { continue };
-        let is_dir = path.is_dir();
+        let file = match beneath::open(&path, roots) {
+            Ok(f) => f,
+            Err(OpenError::Unsafe(why)) => return Err(StepError::Unsafe(why)),
+            // A path that does not exist grants nothing; skipping it is exact.
+            Err(OpenError::Io(_)) => continue,
+        };
+        let is_dir = file.metadata().is_ok_and(|m| m.is_dir());
         let mut access = if write { all } else { read };
         if !is_dir {
             access &= AccessFs::from_file(ABI_USED);
         }
         created = created
-            .add_rule(PathBeneath::new(fd, access))
+            .add_rule(PathBeneath::new(file, access))
             .map_err(err)?;
     }
     if let Some(t) = tcp {
