@@ -212,3 +212,69 @@ async fn a_typo_in_any_definition_is_refused_naming_the_field() {
     assert_eq!(status, 404, "nothing was stored");
     t.stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_tenant_signs_with_its_own_secret_and_only_it_can_rotate_it() {
+    use armada_tests::approvals::key;
+    let t = TestStack::start().await;
+    let (acme, _) = key(&t, "acme", "member").await;
+    let (acme_approver, _) = key(&t, "acme", "approver").await;
+    let rotate = |c: &armada_cli::client::Client, tenant: &str| {
+        let c = c.clone();
+        let path = format!("/v1/tenants/{tenant}/callback-secret");
+        async move { c.call(Method::POST, &path, Some(&json!({})), false).await }
+    };
+    let err = rotate(&t.client, "acme").await.unwrap_err().to_string();
+    assert!(
+        err.contains("404"),
+        "another tenant's secret is not there: {err}"
+    );
+    let err = rotate(&acme_approver, "acme")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("403"), "{err}");
+    let local = rotate(&t.client, &t.stack.tenant).await.unwrap()["secret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let first = rotate(&acme, "acme").await.unwrap()["secret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let second = rotate(&acme, "acme").await.unwrap()["secret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(first, second, "rotation gives a new secret");
+    assert_ne!(second, local);
+
+    let (url, mut rx) = callback_receiver(vec![200]).await;
+    let v = acme
+        .post(
+            "/v1/runs",
+            &json!({"agent": "assistant", "input": "hi", "callback_url": url}),
+        )
+        .await
+        .unwrap();
+    let run_id = v["run_id"].as_str().unwrap().to_string();
+    let (sig, _, body) = rx.recv().await.unwrap();
+    let payload: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (payload["run_id"].as_str(), payload["tenant"].as_str()),
+        (Some(run_id.as_str()), Some("acme"))
+    );
+    let (ts, mac) = sig.strip_prefix("t=").unwrap().split_once(",v1=").unwrap();
+    let mac_with = |secret: &str| {
+        armada_domain::api::hmac_sha256_hex(secret.as_bytes(), format!("{ts}.{body}").as_bytes())
+    };
+    assert_eq!(mac, mac_with(&second), "signed with acme's current secret");
+    assert_ne!(mac, mac_with(&first), "not with the one it replaced");
+    assert_ne!(mac, mac_with(&local), "not with another tenant's");
+    assert_ne!(
+        mac,
+        mac_with(&t.stack.svc.cfg.callback_signing_secret),
+        "not with the deployment's"
+    );
+    t.stack.stop().await;
+}

@@ -181,6 +181,15 @@ async fn wall_clock_budget_times_the_run_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn results_are_posted_signed_to_the_callback_url() {
     let t = TestStack::start().await;
+    // The tenant's own secret, shown once on rotation.
+    let tenant = t.stack.tenant.clone();
+    let rotated = t
+        .client
+        .post(&format!("/v1/tenants/{tenant}/callback-secret"), &json!({}))
+        .await
+        .unwrap();
+    let secret = rotated["secret"].as_str().unwrap().to_string();
+    assert!(secret.starts_with("whsec_"), "{rotated}");
     let (url, mut rx) = callback_receiver(vec![503, 200]).await;
     let v = t
         .client
@@ -199,11 +208,14 @@ async fn results_are_posted_signed_to_the_callback_url() {
     assert_eq!(payload["output"], "echo: call me");
     assert_eq!(payload["metadata"]["ticket"], 7);
     let (ts, mac) = sig.strip_prefix("t=").unwrap().split_once(",v1=").unwrap();
-    let want = armada_domain::api::hmac_sha256_hex(
-        t.stack.svc.cfg.callback_signing_secret.as_bytes(),
-        format!("{ts}.{body}").as_bytes(),
+    let mac_with = |secret: &str| {
+        armada_domain::api::hmac_sha256_hex(secret.as_bytes(), format!("{ts}.{body}").as_bytes())
+    };
+    assert_eq!(mac, mac_with(&secret));
+    assert_eq!(
+        payload["tenant"], tenant,
+        "the signed body names its tenant"
     );
-    assert_eq!(mac, want);
     let evs = t
         .client
         .get(&format!("/v1/runs/{run_id}/events"))

@@ -72,13 +72,17 @@ impl Dispatcher {
         let Some(url) = a.chat_webhook_url.as_deref() else {
             return Ok(());
         };
-        let body = notice::chat_message(a, link, rfc3339);
+        let mut body = notice::chat_message(a, link, rfc3339);
+        body["tenant"] = json!(a.tenant);
         let delivery = format!("{}-chat", a.approval_id);
+        let callbacks = &self.svc.callbacks;
+        let secret = callbacks
+            .tenant_secret(self.svc.registry.as_ref(), &a.tenant)
+            .await
+            .map_err(|e| e.to_string())?;
         let now = self.svc.clock.now_ms();
-        let report = self
-            .svc
-            .callbacks
-            .deliver(url, &delivery, &body, now / 1000)
+        let report = callbacks
+            .deliver(url, &delivery, &secret, &body, now / 1000)
             .await;
         if report.delivered {
             Ok(())

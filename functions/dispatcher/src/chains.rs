@@ -44,7 +44,7 @@ impl Dispatcher {
                     return Outcome::Done;
                 };
                 let body = tryo!(self.chain_result(run, &link, state).await);
-                events.push(self.callback(run, &url, &link.chain_id, &body).await);
+                events.push(tryo!(self.callback(run, &url, &link.chain_id, body).await));
                 Outcome::Done
             }
         }

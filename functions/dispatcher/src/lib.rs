@@ -310,25 +310,32 @@ impl Dispatcher {
                 "metadata": next.metadata,
             });
             let delivery = next.run_id.clone();
-            events.push(self.callback(&mut next, &url, &delivery, &body).await);
+            events.push(tryo!(self.callback(&mut next, &url, &delivery, body).await));
         }
         self.close(next, events).await
     }
 
-    /// Delivers a callback (signed, retried) and records how it went on
-    /// `run`: `callback_delivered` or `callback_failed`, with the delivery id.
+    /// Delivers a callback (signed with the tenant's secret, naming the
+    /// tenant, retried) and records how it went on `run`:
+    /// `callback_delivered` or `callback_failed`, with the delivery id.
     async fn callback(
         &self,
         run: &mut Run,
         url: &str,
         delivery: &str,
-        body: &serde_json::Value,
-    ) -> RunEventRecord {
+        mut body: serde_json::Value,
+    ) -> Result<RunEventRecord, StoreError> {
+        let secret = self
+            .svc
+            .callbacks
+            .tenant_secret(self.svc.registry.as_ref(), &run.tenant)
+            .await?;
+        body["tenant"] = json!(run.tenant);
         let now = self.svc.clock.now_ms();
         let report = self
             .svc
             .callbacks
-            .deliver(url, delivery, body, now / 1000)
+            .deliver(url, delivery, &secret, &body, now / 1000)
             .await;
         let kind = if report.delivered {
             "callback_delivered"
@@ -336,11 +343,11 @@ impl Dispatcher {
             "callback_failed"
         };
         tracing::info!(run_id = %run.run_id, delivery, delivered = report.delivered, attempts = report.attempts, "callback");
-        run.push_event(
+        Ok(run.push_event(
             kind,
             json!({"delivery": delivery, "attempts": report.attempts, "status": report.status, "error": report.error}),
             now,
-        )
+        ))
     }
 
     async fn close(&self, run: Run, mut events: Vec<RunEventRecord>) -> Outcome {

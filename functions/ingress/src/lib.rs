@@ -158,6 +158,9 @@ async fn route(svc: &Arc<Services>, req: &Request, method: &str, path: &str) -> 
             admin(&who)?;
             mint_key(svc, req, t).await
         }
+        (["v1", "tenants", t, "callback-secret"], "POST") => {
+            rotate_callback_secret(svc, &who, t).await
+        }
         (["v1", "keys", key_id], "DELETE") => {
             admin(&who)?;
             revoke_key(svc, key_id).await

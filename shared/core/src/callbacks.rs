@@ -1,19 +1,24 @@
 //! Result callbacks: a signed POST of a terminal Run's outcome to the
 //! `callback_url` its creator gave, retried a bounded number of times.
 //! Delivery is at least once: receivers deduplicate on `X-Armada-Delivery`.
-//! Every delivery goes through the egress guard.
+//! Every delivery goes through the egress guard and is signed with the
+//! tenant's own secret (`POST /v1/tenants/{t}/callback-secret` rotates it),
+//! so one tenant cannot sign as another.
 
 use std::time::Duration;
 
 use serde_json::Value;
 
-use armada_domain::api::callback_signature;
+use armada_domain::api::{callback_signature, tenant_callback_secret};
 
 use crate::egress::{Egress, EgressError};
+use crate::error::StoreError;
+use crate::ports::Registry;
 
 #[derive(Debug, Clone)]
 pub struct Callbacks {
     egress: Egress,
+    /// The deployment's secret, from which each tenant's is derived.
     secret: String,
     attempts: u32,
 }
@@ -39,10 +44,23 @@ impl Callbacks {
         }
     }
 
+    /// The signing secret of `tenant` (derived from the deployment's and
+    /// the salt of the tenant's last rotation).
+    pub async fn tenant_secret(
+        &self,
+        registry: &dyn Registry,
+        tenant: &str,
+    ) -> Result<String, StoreError> {
+        let salt = registry.callback_salt(tenant).await?.unwrap_or_default();
+        Ok(tenant_callback_secret(&self.secret, tenant, &salt))
+    }
+
+    /// Posts `body` signed with `secret` (the tenant's own).
     pub async fn deliver(
         &self,
         url: &str,
         delivery_id: &str,
+        secret: &str,
         body: &Value,
         now_s: i64,
     ) -> DeliveryReport {
@@ -55,7 +73,7 @@ impl Callbacks {
         let text = body.to_string();
         let mut last = fail(0, None, "not attempted".into());
         for attempt in 1..=self.attempts {
-            let sig = callback_signature(&self.secret, now_s, &text);
+            let sig = callback_signature(secret, now_s, &text);
             // A target the guard refuses is refused for good: no retry.
             let req = match self.egress.request(reqwest::Method::POST, url) {
                 Ok(r) => r,

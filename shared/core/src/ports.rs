@@ -217,6 +217,15 @@ pub trait Registry: Send + Sync + Debug {
     async fn put_key(&self, key: &StoredKey, now_ms: i64) -> Result<(), StoreError>;
     async fn key(&self, key_id: &str) -> Result<Option<StoredKey>, StoreError>;
     async fn revoke_key(&self, key_id: &str, now_ms: i64) -> Result<(), StoreError>;
+    /// The salt of a tenant's callback signing secret (`None` until it was
+    /// first rotated).
+    async fn callback_salt(&self, tenant: &str) -> Result<Option<String>, StoreError>;
+    async fn put_callback_salt(
+        &self,
+        tenant: &str,
+        salt: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
 
     /// Freezes the manifests of a definition's skills: the registry's own
     /// manifest where there is one, else the built-in.

@@ -359,6 +359,19 @@ pub fn callback_signature(secret: &str, timestamp_s: i64, body: &str) -> String 
     format!("t={timestamp_s},v1={mac}")
 }
 
+/// A tenant's callback signing secret: derived from the deployment's
+/// secret, the tenant and the salt of its last rotation (`""` before the
+/// first), so the secret itself is stored nowhere; only the salt is, and it
+/// is worthless without the deployment secret. Tenant A's secret says
+/// nothing about tenant B's.
+pub fn tenant_callback_secret(deployment_secret: &str, tenant: &str, salt: &str) -> String {
+    let mac = hmac_sha256_hex(
+        deployment_secret.as_bytes(),
+        format!("armada-callback-secret\n{tenant}\n{salt}").as_bytes(),
+    );
+    format!("whsec_{mac}")
+}
+
 /// Compares two hex digests without an early exit.
 pub fn digest_eq(a: &str, b: &str) -> bool {
     a.len() == b.len()
@@ -445,6 +458,16 @@ mod tests {
         assert_eq!(parse_mention("mail @coder"), None);
         let cr = CreateRun::parse(&json!({"chain": ["r", "w"], "input": "x"})).unwrap();
         assert_eq!(cr.target, RunTarget::Chain(vec!["r".into(), "w".into()]));
+    }
+
+    #[test]
+    fn tenants_have_secrets_of_their_own_that_rotation_changes() {
+        let a = tenant_callback_secret("deployment secret", "a", "");
+        assert_eq!(a, tenant_callback_secret("deployment secret", "a", ""));
+        assert_ne!(a, tenant_callback_secret("deployment secret", "b", ""));
+        assert_ne!(a, tenant_callback_secret("deployment secret", "a", "s1"));
+        assert_ne!(a, tenant_callback_secret("another deployment", "a", ""));
+        assert!(a.starts_with("whsec_") && a.len() == 6 + 64);
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! `/v1/tenants/{t}/keys` and `/v1/keys/{id}` (admin): API keys, shown once.
+//! `/v1/tenants/{t}/keys` and `/v1/keys/{id}` (admin): API keys, shown
+//! once; `/v1/tenants/{t}/callback-secret`: the tenant's callback signing
+//! secret, rotated and shown once.
 
 use armada_domain::api::KeyRole;
 use armada_domain::fields::Fields;
@@ -55,4 +57,48 @@ pub(crate) async fn revoke_key(svc: &Services, key_id: &str) -> ApiResult {
         Err(StoreError::Conflict { .. }) => Err(ApiError::not_found(&format!("key '{key_id}'"))),
         Err(e) => Err(store_err(e)),
     }
+}
+
+/// `POST /v1/tenants/{t}/callback-secret`: a new salt, so a new secret,
+/// shown in this answer only (it is derived, never stored). The admin, or
+/// a member key of the tenant itself; another tenant's is 404.
+pub(crate) async fn rotate_callback_secret(
+    svc: &Services,
+    who: &Principal,
+    tenant: &str,
+) -> ApiResult {
+    match who {
+        Principal::Admin => {}
+        Principal::Tenant(k) if k.tenant == tenant && k.role == KeyRole::Member => {}
+        Principal::Tenant(k) if k.tenant == tenant => {
+            return Err(ApiError::new(
+                403,
+                "FORBIDDEN",
+                "an approver key cannot rotate secrets",
+            ))
+        }
+        Principal::Tenant(_) => return Err(ApiError::not_found(&format!("tenant '{tenant}'"))),
+    }
+    if !valid_tenant(tenant) {
+        return Err(ApiError::new(
+            400,
+            "INVALID_FIELD",
+            "tenant: must be 1-64 characters of a-z, 0-9 or '-'",
+        ));
+    }
+    let salt = armada_domain::approval::new_token();
+    let now = svc.clock.now_ms();
+    svc.registry
+        .put_callback_salt(tenant, &salt, now)
+        .await
+        .map_err(store_err)?;
+    let secret = svc
+        .callbacks
+        .tenant_secret(svc.registry.as_ref(), tenant)
+        .await
+        .map_err(store_err)?;
+    Ok((
+        201,
+        json!({"tenant": tenant, "secret": secret, "rotated_at": armada_core::clock::rfc3339(now)}),
+    ))
 }

@@ -59,6 +59,8 @@ pub struct State {
     pub profiles: BTreeMap<String, ProfileDef>,
     pub teams: BTreeMap<String, TeamDefinition>,
     pub keys: HashMap<String, StoredKey>,
+    /// tenant → the salt of its callback signing secret.
+    pub callback_salts: HashMap<String, String>,
     pub approvals: BTreeMap<String, Approval>,
     /// Emails sent: (to, subject, text).
     pub mails: Vec<(String, String, String)>,

@@ -115,6 +115,22 @@ impl Registry for Memory {
         Ok(self.state().keys.get(key_id).cloned())
     }
 
+    async fn callback_salt(&self, tenant: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.state().callback_salts.get(tenant).cloned())
+    }
+
+    async fn put_callback_salt(
+        &self,
+        tenant: &str,
+        salt: &str,
+        _now_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.state()
+            .callback_salts
+            .insert(tenant.to_string(), salt.to_string());
+        Ok(())
+    }
+
     async fn revoke_key(&self, key_id: &str, _now_ms: i64) -> Result<(), StoreError> {
         match self.state().keys.get_mut(key_id) {
             Some(k) => {

@@ -1,6 +1,7 @@
 //! The registry table: agent definitions (`agent#<name>`), teams
 //! (`team#<name>`), skills, profiles and API keys (`apikey#<key_id>`, the
-//! secret's hash only). A `kind` attribute and the
+//! secret's hash only), the salt of each tenant's callback signing secret
+//! (`tenant#<t>#callback`; the secret is derived, never stored). A `kind` attribute and the
 //! `by_kind` index list them.
 
 use aws_sdk_dynamodb::Client;
@@ -248,6 +249,35 @@ impl ports::Registry for Registry {
                 .and_then(|r| KeyRole::parse(&r))
                 .unwrap_or_default(),
         }))
+    }
+
+    async fn callback_salt(&self, tenant: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .get(&format!("tenant#{tenant}#callback"))
+            .await?
+            .and_then(|i| opt_s(&i, "salt")))
+    }
+
+    async fn put_callback_salt(
+        &self,
+        tenant: &str,
+        salt: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut item = Item::new();
+        item.insert("pk".into(), s(format!("tenant#{tenant}#callback")));
+        item.insert("kind".into(), s("callback_secret"));
+        item.insert("name".into(), s(tenant));
+        item.insert("salt".into(), s(salt));
+        item.insert("rotated_at".into(), n(now_ms));
+        self.dynamo
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
     }
 
     /// Marks a key revoked; `Conflict` when there is no such key.
