@@ -351,6 +351,7 @@ impl LocalStack {
                 &harness_svc.queues.harness_url(),
                 &cfg.sandboxes_table,
                 &cfg.payload_bucket,
+                &cfg.callback_signing_secret,
             );
             let store = armada_core::store::sandboxes::SandboxStore::new(
                 dp_aws.dynamo.clone(),

@@ -4,6 +4,7 @@
 //! (never started → not run, started → lost).
 
 use armada_domain::collab::SlotState;
+use armada_domain::sandbox::seal::{answer_key, Answer};
 
 use super::*;
 
@@ -112,6 +113,25 @@ impl Dispatcher {
                     tryo!(sandboxing::destroy(&self.svc, &r.tenant, &r.agent, why_destroy).await);
                 }
                 tracing::warn!(run_id, call_id = %c.call_id, ?outcome, "watchdog answers for a sandbox call");
+                // The platform speaks for the generation the call went to,
+                // sealing with that generation's key as its agent would.
+                let body = ResultBody::Inline { outcome };
+                let generation = c.generation.unwrap_or_default();
+                let key = answer_key(
+                    &self.svc.cfg.callback_signing_secret,
+                    &run.tenant,
+                    &run.agent,
+                    generation,
+                );
+                let answer = Answer {
+                    run_id: &run.run_id,
+                    tenant: &run.tenant,
+                    step,
+                    call_id: &c.call_id,
+                    attempt: c.attempt,
+                    body: &body,
+                };
+                let seal = Some(answer.seal(&key, generation));
                 tryo!(
                     self.svc
                         .queues
@@ -121,7 +141,8 @@ impl Dispatcher {
                             step,
                             call_id: c.call_id.clone(),
                             attempt: c.attempt,
-                            body: ResultBody::Inline { outcome },
+                            body,
+                            seal,
                         })
                         .await
                 );

@@ -232,10 +232,11 @@ impl Harness {
                 call_id,
                 attempt,
                 body,
+                seal,
             } => {
                 let span = tracing::info_span!("tool_result", %run_id, %tenant, step, %call_id);
                 let work = self
-                    .tool_result(&run_id, &tenant, step, &call_id, attempt, body)
+                    .tool_result(&run_id, &tenant, step, &call_id, attempt, body, seal)
                     .instrument(span);
                 on_behalf(Some(&run_id), work).await
             }

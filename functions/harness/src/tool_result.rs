@@ -1,12 +1,18 @@
 //! A sandbox's answer to a dispatched call: judged against the ledger,
 //! the Run claimed for it, and the answer handed to [`decide`]
 //! (done, failed, lost and redone or indeterminate, never started and
-//! re-sent), whose decision the step then carries out.
+//! re-sent), whose decision the step then carries out. An answer must be
+//! sealed by the generation the call was sent to
+//! (`armada_domain::sandbox::seal`): one sandbox cannot answer for another.
+
+use armada_domain::api::{digest_eq, sha256_hex};
+use armada_domain::sandbox::seal::{answer_key, Answer, Seal};
 
 use super::*;
 
 impl Harness {
     /// A sandbox call's outcome arrived.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn tool_result(
         &self,
         run_id: &str,
@@ -15,31 +21,70 @@ impl Harness {
         call_id: &str,
         attempt: u32,
         body: ResultBody,
+        seal: Option<Seal>,
     ) -> Result<(), StepError> {
         let svc = &self.svc;
-        let outcome = match body {
-            ResultBody::Inline { outcome } => outcome,
-            ResultBody::Stored { key } => {
-                let text = svc.payloads.get_text(&key).await?;
-                serde_json::from_str(&text)
-                    .map_err(|e| StepError::Retry(format!("stored outcome {key}: {e}")))?
-            }
-        };
         // Judge the answer against the ledger before claiming anything.
         let Some(current) = self.read(run_id).await? else {
             return Ok(());
         };
-        let fresh = current.ledger.get(call_id).is_some_and(|r| {
+        let record = current.ledger.get(call_id).filter(|r| {
             r.sandbox && !r.state.is_settled() && r.attempt == attempt && r.step == step
         });
-        if !fresh || current.state.is_terminal() {
+        let Some(record) = record.filter(|_| !current.state.is_terminal()) else {
             self.svc
                 .counters
                 .stale_drops
                 .fetch_add(1, Ordering::Relaxed);
             tracing::info!(run_id, call_id, attempt, state = %current.state, "outcome for a settled call, an old attempt or an ended run dropped");
             return Ok(());
+        };
+        // Only the generation the call went to (or the platform speaking
+        // for it) can seal its answer; the key comes from the Run's own
+        // tenant and agent, never from the message.
+        let generation = record.generation.unwrap_or_default();
+        let key = answer_key(
+            &svc.cfg.callback_signing_secret,
+            &current.tenant,
+            &current.agent,
+            generation,
+        );
+        let answer = Answer {
+            run_id,
+            tenant,
+            step,
+            call_id,
+            attempt,
+            body: &body,
+        };
+        let sealed = seal
+            .as_ref()
+            .is_some_and(|s| s.generation == generation && answer.sealed_by(s, &key));
+        if !sealed || tenant != current.tenant {
+            svc.counters.forged_drops.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                security = true,
+                run_id,
+                call_id,
+                attempt,
+                generation,
+                "an answer not sealed by the call's own sandbox was refused"
+            );
+            return Ok(());
         }
+        let outcome = match body {
+            ResultBody::Inline { outcome } => outcome,
+            ResultBody::Stored { key, sha256 } => {
+                let text = svc.payloads.get_text(&key).await?;
+                if !digest_eq(&sha256_hex(text.as_bytes()), &sha256) {
+                    svc.counters.forged_drops.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(security = true, run_id, call_id, %key, "a stored answer changed after it was sealed was refused");
+                    return Ok(());
+                }
+                serde_json::from_str(&text)
+                    .map_err(|e| StepError::Retry(format!("stored outcome {key}: {e}")))?
+            }
+        };
         // The answer belongs to the Run as just read: claim that version.
         let input = StepInput::SandboxAnswered { call_id, outcome };
         self.claim_and_decide(current, tenant, step, input).await

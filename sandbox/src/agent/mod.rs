@@ -98,6 +98,11 @@ pub struct AgentConfig {
     pub hibernate: Hibernation,
     /// A saved workspace to restore before starting (a wake by snapshot).
     pub restore: Option<String>,
+    /// This generation's key: it seals every answer, so the harness knows
+    /// the answer came from here. The calls never see it (their
+    /// environment is built from scratch; the agent's own is readable by
+    /// root only).
+    pub answer_key: String,
 }
 
 /// How an idle sandbox sleeps (`ARMADA_HIBERNATE_MODE`).
@@ -186,6 +191,7 @@ impl AgentConfig {
                 _ => Hibernation::Never,
             },
             restore: opt(task_env::RESTORE),
+            answer_key: get(task_env::ANSWER_KEY)?,
         })
     }
 

@@ -2,6 +2,7 @@
 //! conditional write, run in the jail, answered to the harness queue and
 //! marked FINISHED; a call an earlier incarnation died in is answered `Lost`.
 
+use armada_domain::sandbox::seal::Answer;
 use tracing::Instrument;
 
 use super::*;
@@ -201,6 +202,7 @@ impl Agent {
     pub(super) async fn answer(&self, inv: &Invocation, outcome: CallOutcome) -> Result<()> {
         let inline = serde_json::to_string(&outcome)?;
         let body = if inline.len() > INLINE_OUTCOME_BYTES {
+            let sha256 = armada_domain::api::sha256_hex(inline.as_bytes());
             let key = format!(
                 "sandboxes/{}/{}/{}-{}.json",
                 inv.tenant, inv.run_id, inv.call_id, inv.attempt
@@ -215,10 +217,19 @@ impl Agent {
                 .send()
                 .await
                 .context("storing a large outcome")?;
-            ResultBody::Stored { key }
+            ResultBody::Stored { key, sha256 }
         } else {
             ResultBody::Inline { outcome }
         };
+        let seal = Answer {
+            run_id: &inv.run_id,
+            tenant: &inv.tenant,
+            step: inv.step,
+            call_id: &inv.call_id,
+            attempt: inv.attempt,
+            body: &body,
+        }
+        .seal(&self.cfg.answer_key, self.cfg.generation);
         let msg = HarnessMessage::ToolResult {
             run_id: inv.run_id.clone(),
             tenant: inv.tenant.clone(),
@@ -226,6 +237,7 @@ impl Agent {
             call_id: inv.call_id.clone(),
             attempt: inv.attempt,
             body,
+            seal: Some(seal),
         };
         self.aws
             .sqs

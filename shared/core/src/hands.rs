@@ -51,6 +51,10 @@ pub mod task_env {
     pub const HEARTBEAT_SECONDS: &str = "ARMADA_SANDBOX_HEARTBEAT_SECONDS";
     /// A saved workspace to restore before starting (a wake by snapshot).
     pub const RESTORE: &str = "ARMADA_SANDBOX_RESTORE";
+    /// The generation's own key, sealing its answers
+    /// (`armada_domain::sandbox::seal`); the agent removes it from its
+    /// environment as it starts.
+    pub const ANSWER_KEY: &str = "ARMADA_SANDBOX_ANSWER_KEY";
 }
 
 #[derive(Debug, Clone)]
@@ -61,6 +65,9 @@ pub struct SandboxProvider {
     harness_queue_url: String,
     sandboxes_table: String,
     payload_bucket: String,
+    /// The deployment's secret, from which each generation's answer key
+    /// is derived.
+    answer_secret: String,
 }
 
 /// What the provider needs to start a generation's task.
@@ -112,6 +119,7 @@ impl SandboxProvider {
         harness_queue_url: &str,
         sandboxes_table: &str,
         payload_bucket: &str,
+        answer_secret: &str,
     ) -> Self {
         SandboxProvider {
             ecs,
@@ -120,6 +128,7 @@ impl SandboxProvider {
             harness_queue_url: harness_queue_url.to_string(),
             sandboxes_table: sandboxes_table.to_string(),
             payload_bucket: payload_bucket.to_string(),
+            answer_secret: answer_secret.to_string(),
         }
     }
 
@@ -227,6 +236,15 @@ impl Provider for SandboxProvider {
             (RESIDENT, req.spec.resident.to_string()),
             (HEARTBEAT_SECONDS, self.cfg.heartbeat_seconds.to_string()),
             (RESTORE, req.restore.unwrap_or_default().to_string()),
+            (
+                ANSWER_KEY,
+                armada_domain::sandbox::seal::answer_key(
+                    &self.answer_secret,
+                    req.tenant,
+                    req.agent,
+                    req.generation,
+                ),
+            ),
         ];
         let overrides = TaskOverride::builder()
             .container_overrides(

@@ -79,6 +79,9 @@ pub struct Services {
 pub struct Counters {
     /// Messages dropped as duplicates or overtaken.
     pub stale_drops: std::sync::atomic::AtomicU64,
+    /// Sandbox answers refused because their seal did not hold (one
+    /// sandbox answering for another's call, or a changed stored answer).
+    pub forged_drops: std::sync::atomic::AtomicU64,
     /// Commits refused because a newer epoch had claimed the Run.
     pub fenced_commits: std::sync::atomic::AtomicU64,
     /// Moves the domain refused (a Run or tool-call transition that is not
@@ -118,6 +121,7 @@ impl Services {
                 &queues.harness_url,
                 &cfg.sandboxes_table,
                 &cfg.payload_bucket,
+                &cfg.callback_signing_secret,
             )),
             idempotency: Arc::new(IdempotencyStore::new(
                 aws.dynamo.clone(),

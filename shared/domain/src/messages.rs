@@ -91,6 +91,11 @@ pub enum HarnessMessage {
         call_id: String,
         attempt: u32,
         body: ResultBody,
+        /// Proof that the answer comes from the sandbox generation the call
+        /// was sent to (or the platform's watchdog speaking for it); the
+        /// harness refuses an answer without a valid one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seal: Option<crate::sandbox::seal::Seal>,
     },
 }
 
@@ -99,8 +104,16 @@ pub enum HarnessMessage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "where", rename_all = "snake_case")]
 pub enum ResultBody {
-    Inline { outcome: CallOutcome },
-    Stored { key: String },
+    Inline {
+        outcome: CallOutcome,
+    },
+    /// `sha256` (hex) of the stored text, so a stored answer changed
+    /// after it was sealed is refused.
+    Stored {
+        key: String,
+        #[serde(default)]
+        sha256: String,
+    },
 }
 
 impl HarnessMessage {

@@ -11,6 +11,7 @@
 pub mod controls;
 pub mod hand;
 pub mod lifecycle;
+pub mod seal;
 
 use std::collections::BTreeMap;
 
