@@ -222,6 +222,10 @@ impl LocalStack {
                 .entry("SandboxSecurityGroups".into())
                 .or_insert(group);
         }
+        if !params.contains_key("SandboxIsolatedSecurityGroups") {
+            let group = provision::isolated_security_group(&endpoint, &opts.region).await?;
+            params.insert("SandboxIsolatedSecurityGroups".into(), group);
+        }
         let text = std::fs::read_to_string(opts.root.join("infra/template.yaml"))?;
         let template = Template::parse(&text, &opts.stack, &opts.region, &params)?;
         let provisioned = provision::provision(&aws, &template).await?;

@@ -287,6 +287,49 @@ pub async fn default_network(endpoint: &str, region: &str) -> Result<(String, St
     Ok((subnets[0].clone(), groups[0].clone()))
 }
 
+/// The security group of sandboxes whose profile restricts the network
+/// (`SandboxIsolatedSecurityGroups`): made once in the emulator's default
+/// VPC, found again by name after.
+pub async fn isolated_security_group(endpoint: &str, region: &str) -> Result<String> {
+    const NAME: &str = "armada-sandbox-isolated";
+    let call = |params: String| {
+        let client = reqwest::Client::new();
+        let url = format!("{}/", endpoint.trim_end_matches('/'));
+        async move {
+            client
+                .post(url)
+                .header(
+                    "authorization",
+                    format!("AWS4-HMAC-SHA256 Credential=test/20260101/{region}/ec2/aws4_request, SignedHeaders=host, Signature=0"),
+                )
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("{params}&Version=2016-11-15"))
+                .send()
+                .await?
+                .text()
+                .await
+        }
+    };
+    let group_id = |xml: &str| {
+        xml.split("<groupId>")
+            .nth(1)
+            .and_then(|rest| rest.split("</groupId>").next())
+            .map(str::to_string)
+    };
+    let found = call(format!(
+        "Action=DescribeSecurityGroups&Filter.1.Name=group-name&Filter.1.Value.1={NAME}"
+    ))
+    .await?;
+    if let Some(id) = group_id(&found) {
+        return Ok(id);
+    }
+    let made = call(format!(
+        "Action=CreateSecurityGroup&GroupName={NAME}&GroupDescription=armada+sandboxes+without+egress"
+    ))
+    .await?;
+    group_id(&made).ok_or_else(|| anyhow::anyhow!("the emulator made no security group: {made}"))
+}
+
 /// The `*.json` files of a `config/` folder, by name, each parsed.
 fn config_files(root: &Path, folder: &str) -> Result<Vec<(String, PathBuf, serde_json::Value)>> {
     let dir = root.join("config").join(folder);

@@ -96,6 +96,11 @@ pub struct SandboxConfig {
     pub subnets: Vec<String>,
     /// Security groups of the tasks (`ARMADA_SANDBOX_SECURITY_GROUPS`, comma-separated).
     pub security_groups: Vec<String>,
+    /// Security groups of the tasks whose profile restricts the network
+    /// (`ARMADA_SANDBOX_ISOLATED_SECURITY_GROUPS`): no egress but the VPC
+    /// endpoints the agent itself needs, so the rule holds per task where
+    /// per-call network namespaces are not available (Fargate).
+    pub isolated_security_groups: Vec<String>,
     /// Name prefix of the per-sandbox hand queues (`ARMADA_HAND_QUEUE_PREFIX`).
     pub hand_queue_prefix: String,
     /// How often a Run waiting on a sandbox is checked on (`ARMADA_SANDBOX_CHECK_SECONDS`, default 30).
@@ -244,6 +249,7 @@ impl Config {
                     .unwrap_or_else(|| "hand".into()),
                 subnets: list("ARMADA_SANDBOX_SUBNETS"),
                 security_groups: list("ARMADA_SANDBOX_SECURITY_GROUPS"),
+                isolated_security_groups: list("ARMADA_SANDBOX_ISOLATED_SECURITY_GROUPS"),
                 hand_queue_prefix: req("ARMADA_HAND_QUEUE_PREFIX")?,
                 check_seconds: num("ARMADA_SANDBOX_CHECK_SECONDS", 30)?.max(1) as u32,
                 stale_seconds: num("ARMADA_SANDBOX_STALE_SECONDS", 60)?.max(1) as u32,

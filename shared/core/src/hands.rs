@@ -55,6 +55,9 @@ pub mod task_env {
     /// (`armada_domain::sandbox::seal`); the agent removes it from its
     /// environment as it starts.
     pub const ANSWER_KEY: &str = "ARMADA_SANDBOX_ANSWER_KEY";
+    /// `isolated` when the task's security groups allow no egress (the
+    /// profile restricts the network), else `open`.
+    pub const TASK_NETWORK: &str = "ARMADA_SANDBOX_TASK_NETWORK";
 }
 
 #[derive(Debug, Clone)]
@@ -129,6 +132,26 @@ impl SandboxProvider {
             sandboxes_table: sandboxes_table.to_string(),
             payload_bucket: payload_bucket.to_string(),
             answer_secret: answer_secret.to_string(),
+        }
+    }
+
+    /// The task's security groups: a profile that restricts the network
+    /// gets the isolated groups (no egress), when the deployment has them.
+    fn security_groups(&self, caps: &CapabilitySet) -> &[String] {
+        if caps.restrict_network && !self.cfg.isolated_security_groups.is_empty() {
+            &self.cfg.isolated_security_groups
+        } else {
+            &self.cfg.security_groups
+        }
+    }
+
+    /// Whether the task's network is isolated as a whole (its agent reports
+    /// the network control from this where it cannot make namespaces).
+    fn task_network(&self, caps: &CapabilitySet) -> &'static str {
+        if caps.restrict_network && !self.cfg.isolated_security_groups.is_empty() {
+            "isolated"
+        } else {
+            "open"
         }
     }
 
@@ -236,6 +259,7 @@ impl Provider for SandboxProvider {
             (RESIDENT, req.spec.resident.to_string()),
             (HEARTBEAT_SECONDS, self.cfg.heartbeat_seconds.to_string()),
             (RESTORE, req.restore.unwrap_or_default().to_string()),
+            (TASK_NETWORK, self.task_network(req.caps).to_string()),
             (
                 ANSWER_KEY,
                 armada_domain::sandbox::seal::answer_key(
@@ -263,7 +287,7 @@ impl Provider for SandboxProvider {
             .awsvpc_configuration(
                 AwsVpcConfiguration::builder()
                     .set_subnets(Some(self.cfg.subnets.clone()))
-                    .set_security_groups(Some(self.cfg.security_groups.clone()))
+                    .set_security_groups(Some(self.security_groups(req.caps).to_vec()))
                     .assign_public_ip(AssignPublicIp::Disabled)
                     .build()
                     .map_err(|e| StoreError::Terminal(e.to_string()))?,
