@@ -122,18 +122,10 @@ async fn without_an_operator_listing_loopback_is_refused_and_failures_are_coarse
         .unwrap();
     let run_id = v["run_id"].as_str().unwrap().to_string();
     t.wait_closed(&run_id).await;
-    let evs = t
-        .client
-        .get(&format!("/v1/runs/{run_id}/events"))
+    let failed = t
+        .event(&run_id, "callback_failed")
         .await
-        .unwrap();
-    let failed = evs["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["type"] == "callback_failed")
-        .cloned()
-        .unwrap_or_else(|| panic!("no callback_failed: {evs}"));
+        .expect("callback_failed");
     assert_eq!(failed["error"], "EGRESS_REFUSED", "{failed}");
     assert!(rx.try_recv().is_err(), "nothing reached the receiver");
 

@@ -21,17 +21,7 @@ use armada_tests::sandbox::*;
 async fn dispatched(t: &armada_tests::TestStack, run_id: &str) -> (u32, String, u32, u64) {
     for _ in 0..300 {
         let run = t.client.get(&format!("/v1/runs/{run_id}")).await.unwrap();
-        let evs = t
-            .client
-            .get(&format!("/v1/runs/{run_id}/events"))
-            .await
-            .unwrap();
-        let sent = evs["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["type"] == "tool_dispatched")
-            .cloned();
+        let sent = t.event(run_id, "tool_dispatched").await;
         if let (Some(e), "AWAITING_TOOL") = (sent, run["state"].as_str().unwrap_or_default()) {
             return (
                 run["step"].as_u64().unwrap() as u32,

@@ -43,22 +43,13 @@ async fn task_of(t: &TestStack, agent: &str) -> (Vec<String>, String) {
         .and_then(|kv| kv.value())
         .unwrap_or_default()
         .to_string();
-    let xml = reqwest::Client::new()
-        .post(format!("{}/", t.stack.endpoint.trim_end_matches('/')))
-        .header(
-            "authorization",
-            "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/ec2/aws4_request, SignedHeaders=host, Signature=0",
-        )
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!(
-            "Action=DescribeNetworkInterfaces&NetworkInterfaceId.1={eni}&Version=2016-11-15"
-        ))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let xml = armada_cli::local::provision::ec2_query(
+        &t.stack.endpoint,
+        "us-east-1",
+        &format!("Action=DescribeNetworkInterfaces&NetworkInterfaceId.1={eni}"),
+    )
+    .await
+    .unwrap();
     let groups = xml
         .split("<groupId>")
         .skip(1)

@@ -224,6 +224,21 @@ impl TestStack {
         )
     }
 
+    /// The first event of a Run of type `kind`, if any.
+    pub async fn event(&self, run_id: &str, kind: &str) -> Option<serde_json::Value> {
+        let v = self
+            .client
+            .get(&format!("/v1/runs/{run_id}/events"))
+            .await
+            .expect("events");
+        v["events"]
+            .as_array()
+            .expect("events array")
+            .iter()
+            .find(|e| e["type"] == kind)
+            .cloned()
+    }
+
     /// The events of a Run, by type.
     pub async fn event_types(&self, run_id: &str) -> Vec<String> {
         let v = self

@@ -245,28 +245,27 @@ async fn register_task_definition(aws: &AwsClients, td: &TaskDefSpec) -> Result<
     Ok(())
 }
 
-/// The emulator's default subnets and security groups (EC2's query API,
-/// unsigned: the emulator does not check signatures), to stand for the
+/// One call of the emulator's EC2 query API (unsigned: the emulator does
+/// not check signatures), answering its XML.
+pub async fn ec2_query(endpoint: &str, region: &str, params: &str) -> Result<String> {
+    Ok(reqwest::Client::new()
+        .post(format!("{}/", endpoint.trim_end_matches('/')))
+        .header(
+            "authorization",
+            format!("AWS4-HMAC-SHA256 Credential=test/20260101/{region}/ec2/aws4_request, SignedHeaders=host, Signature=0"),
+        )
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("{params}&Version=2016-11-15"))
+        .send()
+        .await?
+        .text()
+        .await?)
+}
+
+/// The emulator's default subnets and security groups, to stand for the
 /// VPC a deployment passes as `SandboxSubnets` and `SandboxSecurityGroups`.
 pub async fn default_network(endpoint: &str, region: &str) -> Result<(String, String)> {
-    let client = reqwest::Client::new();
-    let query = |action: &'static str| {
-        let client = client.clone();
-        async move {
-            client
-                .post(format!("{}/", endpoint.trim_end_matches('/')))
-                .header(
-                    "authorization",
-                    format!("AWS4-HMAC-SHA256 Credential=test/20260101/{region}/ec2/aws4_request, SignedHeaders=host, Signature=0"),
-                )
-                .header("content-type", "application/x-www-form-urlencoded")
-                .body(format!("Action={action}&Version=2016-11-15"))
-                .send()
-                .await?
-                .text()
-                .await
-        }
-    };
+    let query = |action: &'static str| ec2_query(endpoint, region, action);
     let ids = |xml: &str, tag: &str| -> Vec<String> {
         let open = format!("<{tag}>");
         let close = format!("</{tag}>");
@@ -278,8 +277,8 @@ pub async fn default_network(endpoint: &str, region: &str) -> Result<(String, St
             .into_iter()
             .collect()
     };
-    let subnets = ids(&query("DescribeSubnets").await?, "subnetId");
-    let groups = ids(&query("DescribeSecurityGroups").await?, "groupId");
+    let subnets = ids(&query("Action=DescribeSubnets").await?, "subnetId");
+    let groups = ids(&query("Action=DescribeSecurityGroups").await?, "groupId");
     anyhow::ensure!(
         !subnets.is_empty() && !groups.is_empty(),
         "the emulator reports no default subnet or security group"
@@ -292,24 +291,7 @@ pub async fn default_network(endpoint: &str, region: &str) -> Result<(String, St
 /// VPC, found again by name after.
 pub async fn isolated_security_group(endpoint: &str, region: &str) -> Result<String> {
     const NAME: &str = "armada-sandbox-isolated";
-    let call = |params: String| {
-        let client = reqwest::Client::new();
-        let url = format!("{}/", endpoint.trim_end_matches('/'));
-        async move {
-            client
-                .post(url)
-                .header(
-                    "authorization",
-                    format!("AWS4-HMAC-SHA256 Credential=test/20260101/{region}/ec2/aws4_request, SignedHeaders=host, Signature=0"),
-                )
-                .header("content-type", "application/x-www-form-urlencoded")
-                .body(format!("{params}&Version=2016-11-15"))
-                .send()
-                .await?
-                .text()
-                .await
-        }
-    };
+    let call = |params: String| async move { ec2_query(endpoint, region, &params).await };
     let group_id = |xml: &str| {
         xml.split("<groupId>")
             .nth(1)
@@ -327,7 +309,15 @@ pub async fn isolated_security_group(endpoint: &str, region: &str) -> Result<Str
         "Action=CreateSecurityGroup&GroupName={NAME}&GroupDescription=armada+sandboxes+without+egress"
     ))
     .await?;
-    group_id(&made).ok_or_else(|| anyhow::anyhow!("the emulator made no security group: {made}"))
+    if let Some(id) = group_id(&made) {
+        return Ok(id);
+    }
+    // Another stack made it at the same moment: take that one.
+    let again = call(format!(
+        "Action=DescribeSecurityGroups&Filter.1.Name=group-name&Filter.1.Value.1={NAME}"
+    ))
+    .await?;
+    group_id(&again).ok_or_else(|| anyhow::anyhow!("the emulator made no security group: {made}"))
 }
 
 /// The `*.json` files of a `config/` folder, by name, each parsed.

@@ -60,6 +60,11 @@ impl Registry {
         item.insert("kind".into(), s(kind));
         item.insert("name".into(), s(name));
         item.insert("doc".into(), json(doc));
+        self.put_item(item).await
+    }
+
+    /// Creates or replaces an item.
+    async fn put_item(&self, item: Item) -> Result<(), StoreError> {
         self.dynamo
             .put_item()
             .table_name(&self.table)
@@ -270,14 +275,7 @@ impl ports::Registry for Registry {
         item.insert("name".into(), s(tenant));
         item.insert("salt".into(), s(salt));
         item.insert("rotated_at".into(), n(now_ms));
-        self.dynamo
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(classify)?;
-        Ok(())
+        self.put_item(item).await
     }
 
     /// Marks a key revoked; `Conflict` when there is no such key.
