@@ -8,6 +8,7 @@
 //! - [`hand`]: the messages between the harness and a sandbox's agent
 //! - [`lifecycle`]: one sandbox per agent identity: its record and transitions
 
+pub mod access;
 pub mod controls;
 pub mod hand;
 pub mod lifecycle;

@@ -1,0 +1,78 @@
+//! What one sandbox identity may touch in AWS: the session policy its
+//! task's credentials are scoped by (AssumeRole with a `Policy`, which can
+//! only narrow the role's own). A task of tenant A, agent a, generation g
+//! may receive from its own hand queue only, post to the platform's queues
+//! (what it posts is judged there: answers are sealed), read and write its
+//! own sandbox record and call marks only (`dynamodb:LeadingKeys`), and its
+//! own objects only (`sandboxes/<tenant>/<agent>/`).
+
+use serde_json::{json, Value};
+
+use super::lifecycle::sandbox_key;
+
+/// The ARNs a policy names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlatformArns {
+    /// `arn:<partition>:sqs:<region>:<account>:` — queue ARNs start so.
+    pub sqs_prefix: String,
+    pub harness_queue: String,
+    pub dispatch_queue: String,
+    pub sandboxes_table: String,
+    /// `arn:<partition>:s3:::<bucket>`.
+    pub payload_bucket: String,
+}
+
+/// Where an identity's objects live in the payload bucket.
+pub fn object_prefix(tenant: &str, agent: &str) -> String {
+    format!("sandboxes/{tenant}/{agent}/")
+}
+
+/// The key prefix of an identity's call marks in the sandboxes table.
+pub fn mark_prefix(tenant: &str, agent: &str) -> String {
+    format!("call#{}#", sandbox_key(tenant, agent))
+}
+
+/// The session policy of one generation's task.
+pub fn session_policy(tenant: &str, agent: &str, hand_queue: &str, arns: &PlatformArns) -> Value {
+    json!({
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "OwnHandQueue",
+                "Effect": "Allow",
+                "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"],
+                "Resource": format!("{}{hand_queue}", arns.sqs_prefix),
+            },
+            {
+                "Sid": "PlatformQueues",
+                "Effect": "Allow",
+                "Action": ["sqs:SendMessage"],
+                "Resource": [arns.harness_queue, arns.dispatch_queue],
+            },
+            {
+                "Sid": "OwnRecordAndMarks",
+                "Effect": "Allow",
+                "Action": ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+                "Resource": arns.sandboxes_table,
+                "Condition": {
+                    "ForAllValues:StringLike": {
+                        "dynamodb:LeadingKeys": [
+                            sandbox_key(tenant, agent),
+                            format!("{}*", mark_prefix(tenant, agent)),
+                        ]
+                    }
+                }
+            },
+            {
+                "Sid": "OwnObjects",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject", "s3:PutObject"],
+                "Resource": format!("{}/{}*", arns.payload_bucket, object_prefix(tenant, agent)),
+            },
+        ]
+    })
+}
+
+#[cfg(test)]
+#[path = "access_tests.rs"]
+mod tests;

@@ -1,0 +1,168 @@
+//! The session policy judged by a small evaluator of the IAM rules it
+//! uses (Allow statements, `*`/`?` globs on actions and resources,
+//! `ForAllValues:StringLike` on `dynamodb:LeadingKeys`): identity A's task
+//! may do its own work and nothing of identity B's.
+
+use super::*;
+
+fn glob(pattern: &str, text: &str) -> bool {
+    fn go(p: &[u8], t: &[u8]) -> bool {
+        match (p.first(), t.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => go(&p[1..], t) || (!t.is_empty() && go(p, &t[1..])),
+            (Some(b'?'), Some(_)) => go(&p[1..], &t[1..]),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &t[1..]),
+            _ => false,
+        }
+    }
+    go(pattern.as_bytes(), text.as_bytes())
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|x| x.as_str().map(str::to_string))
+            .collect(),
+        _ => vec![],
+    }
+}
+
+/// Whether `policy` allows `action` on `resource` with these leading keys.
+fn allows(policy: &Value, action: &str, resource: &str, leading_keys: &[&str]) -> bool {
+    policy["Statement"].as_array().unwrap().iter().any(|st| {
+        st["Effect"] == "Allow"
+            && strings(&st["Action"]).iter().any(|a| glob(a, action))
+            && strings(&st["Resource"]).iter().any(|r| glob(r, resource))
+            && match st["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"].clone() {
+                Value::Null => true,
+                keys => {
+                    let keys = strings(&keys);
+                    leading_keys.iter().all(|k| keys.iter().any(|p| glob(p, k)))
+                }
+            }
+    })
+}
+
+fn arns() -> PlatformArns {
+    PlatformArns {
+        sqs_prefix: "arn:aws:sqs:eu-west-1:123456789012:".into(),
+        harness_queue: "arn:aws:sqs:eu-west-1:123456789012:armada-harness.fifo".into(),
+        dispatch_queue: "arn:aws:sqs:eu-west-1:123456789012:armada-dispatch".into(),
+        sandboxes_table: "arn:aws:dynamodb:eu-west-1:123456789012:table/armada-sandboxes".into(),
+        payload_bucket: "arn:aws:s3:::armada-payloads".into(),
+    }
+}
+
+const TABLE: &str = "arn:aws:dynamodb:eu-west-1:123456789012:table/armada-sandboxes";
+const Q: &str = "arn:aws:sqs:eu-west-1:123456789012:";
+
+#[test]
+fn a_task_does_its_own_work() {
+    let p = session_policy("acme", "coder", "armada-hand-aaaa-g3.fifo", &arns());
+    let own_queue = format!("{Q}armada-hand-aaaa-g3.fifo");
+    for action in [
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",
+        "sqs:ChangeMessageVisibility",
+    ] {
+        assert!(allows(&p, action, &own_queue, &[]), "{action}");
+    }
+    assert!(allows(
+        &p,
+        "sqs:SendMessage",
+        &format!("{Q}armada-harness.fifo"),
+        &[]
+    ));
+    assert!(allows(
+        &p,
+        "sqs:SendMessage",
+        &format!("{Q}armada-dispatch"),
+        &[]
+    ));
+    for action in [
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+    ] {
+        assert!(allows(&p, action, TABLE, &["acme#coder"]), "{action}");
+        assert!(
+            allows(&p, action, TABLE, &["call#acme#coder#run_1#c1#1"]),
+            "{action}"
+        );
+    }
+    for key in ["g3/workspace.tar.gz", "outcomes/run_1/c1-1.json"] {
+        let object = format!("arn:aws:s3:::armada-payloads/sandboxes/acme/coder/{key}");
+        assert!(allows(&p, "s3:GetObject", &object, &[]));
+        assert!(allows(&p, "s3:PutObject", &object, &[]));
+    }
+}
+
+#[test]
+fn a_task_can_touch_nothing_of_another_identity() {
+    let p = session_policy("acme", "coder", "armada-hand-aaaa-g3.fifo", &arns());
+    // B's calls: another identity's hand queue, or another generation's.
+    for queue in ["armada-hand-bbbb-g1.fifo", "armada-hand-aaaa-g2.fifo"] {
+        let arn = format!("{Q}{queue}");
+        for action in ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:SendMessage"] {
+            assert!(!allows(&p, action, &arn, &[]), "{action} {queue}");
+        }
+    }
+    // B's record and marks, and names that only begin like A's.
+    for key in [
+        "beta#coder",
+        "acme#coder2",
+        "call#beta#coder#run_9#c1#1",
+        "call#acme#coder2#run_9#c1#1",
+        "port#10.0.0.1#8081",
+    ] {
+        for action in [
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+        ] {
+            assert!(!allows(&p, action, TABLE, &[key]), "{action} {key}");
+        }
+        assert!(!allows(&p, "dynamodb:GetItem", TABLE, &["acme#coder", key]));
+    }
+    // Reads that take no key, deletes, other tables.
+    for action in [
+        "dynamodb:Scan",
+        "dynamodb:Query",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchGetItem",
+    ] {
+        assert!(!allows(&p, action, TABLE, &["acme#coder"]), "{action}");
+    }
+    assert!(!allows(
+        &p,
+        "dynamodb:GetItem",
+        "arn:aws:dynamodb:eu-west-1:123456789012:table/armada-runs",
+        &["acme#coder"]
+    ));
+    // B's snapshot and outcomes, and a prefix that only begins like A's.
+    for object in [
+        "sandboxes/beta/coder/g1/workspace.tar.gz",
+        "sandboxes/acme/coder2/g1/workspace.tar.gz",
+        "payloads/run_1/input.json",
+    ] {
+        let arn = format!("arn:aws:s3:::armada-payloads/{object}");
+        assert!(!allows(&p, "s3:GetObject", &arn, &[]), "{object}");
+        assert!(!allows(&p, "s3:PutObject", &arn, &[]), "{object}");
+    }
+    assert!(!allows(
+        &p,
+        "s3:DeleteObject",
+        "arn:aws:s3:::armada-payloads/sandboxes/acme/coder/g3/workspace.tar.gz",
+        &[]
+    ));
+}
+
+#[test]
+fn the_evaluator_itself_matches_globs() {
+    assert!(glob("call#a#b#*", "call#a#b#x"));
+    assert!(!glob("call#a#b#*", "call#a#bb#x"));
+    assert!(glob("s3:*", "s3:GetObject"));
+    assert!(!glob("a?c", "ac"));
+}
