@@ -239,6 +239,30 @@ pub fn reap_any() -> Option<i32> {
     (pid > 0).then_some(pid)
 }
 
+/// The running kernel's release (`uname -r`), and its major and minor
+/// numbers when they parse.
+pub fn kernel_release() -> (String, Option<(u32, u32)>) {
+    // SAFETY: utsname is plain data; zeroed is a valid value.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid utsname for the duration of the call.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return (String::new(), None);
+    }
+    let bytes: Vec<u8> = u
+        .release
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    let release = String::from_utf8_lossy(&bytes).into_owned();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let version = match (parts.next(), parts.next()) {
+        (Some(a), Some(b)) => a.parse().ok().zip(b.parse().ok()),
+        _ => None,
+    };
+    (release, version)
+}
+
 pub fn geteuid() -> u32 {
     // SAFETY: no arguments, cannot fail.
     unsafe { libc::geteuid() }

@@ -80,6 +80,11 @@ impl Agent {
         } else {
             off()
         };
+        let processes = if caps.enforce {
+            step(Step::Processes, "own /proc")
+        } else {
+            off()
+        };
         let (_, own) = usable_cgroup();
         let limit_control = |v: Option<String>, what: &str| match v {
             Some(d) => Control::enforced(d),
@@ -115,6 +120,7 @@ impl Agent {
             cpu,
             pids,
             mounts,
+            processes,
         })
     }
 }

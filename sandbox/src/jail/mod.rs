@@ -5,9 +5,10 @@
 //!
 //! 1. join the call's cgroups (memory, cpu, pids, freezer);
 //! 2. a new session, so the call is one process group;
-//! 3. namespaces: a mount namespace with a private /tmp and the denied paths
-//!    covered, and a network namespace (loopback only) when the network is
-//!    restricted;
+//! 3. namespaces: a mount namespace with a private /tmp, the denied paths
+//!    covered and a procfs of its own that lists the call's processes only
+//!    (`hidepid=invisible`, Linux 5.8 and later), and a network namespace
+//!    (loopback only) when the network is restricted;
 //! 4. rlimits (no core dumps, the disk limit as the largest file);
 //! 5. a Landlock ruleset over the filesystem (and TCP ports), built while
 //!    still root, then privileges dropped to the sandbox's unprivileged uid;
@@ -36,7 +37,7 @@ mod mounts;
 mod rules;
 
 use beneath::StepError;
-use mounts::mount_namespace;
+use mounts::{mount_namespace, own_proc, ProcError};
 use rules::{landlock_ruleset, seccomp_filters, DENIED_SYSCALLS};
 
 /// The environment variable that carries the spec to the jail process.
@@ -129,6 +130,8 @@ pub enum Step {
     Tcp,
     Uid,
     Syscalls,
+    /// A procfs of the call's own over /proc, listing only its processes.
+    Processes,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -336,9 +339,13 @@ fn confine(spec: &JailSpec, report: &mut JailReport) -> Result<(), String> {
 
     // 3. namespaces
     let want_mounts = spec.private_tmp.is_some() || !spec.hide.is_empty() || !spec.binds.is_empty();
+    let mut own_ns = false;
     if want_mounts {
         match mount_namespace(spec) {
-            Ok(detail) => report.note(Step::Mounts, Enforcement::Enforced, detail),
+            Ok(detail) => {
+                own_ns = true;
+                report.note(Step::Mounts, Enforcement::Enforced, detail);
+            }
             Err(StepError::Failed(e)) => fail(report, Step::Mounts, e)?,
             Err(StepError::Unsafe(why)) => refuse(report, Step::Mounts, why)?,
         }
@@ -347,6 +354,29 @@ fn confine(spec: &JailSpec, report: &mut JailReport) -> Result<(), String> {
             Step::Mounts,
             Enforcement::Enforced,
             "no mount changes needed",
+        );
+    }
+    // The call's own /proc, in its own mount namespace. A kernel that
+    // cannot have one is reported; one that can but fails refuses the
+    // call wherever the mounts are required.
+    if own_ns {
+        match own_proc() {
+            Ok(detail) => report.note(Step::Processes, Enforcement::Enforced, detail),
+            Err(ProcError::Unsupported(why)) => {
+                report.note(Step::Processes, Enforcement::NotEnforced, why);
+            }
+            Err(ProcError::Failed(e)) => {
+                report.note(Step::Processes, Enforcement::NotEnforced, e.clone());
+                if required(Step::Mounts) || required(Step::Processes) {
+                    return Err(format!("{:?}: {e}", Step::Processes));
+                }
+            }
+        }
+    } else {
+        report.note(
+            Step::Processes,
+            Enforcement::NotEnforced,
+            "no mount namespace of the call's own: /proc is the host's",
         );
     }
     if spec.isolate_network {

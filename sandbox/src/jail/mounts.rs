@@ -1,5 +1,5 @@
 //! The call's mount namespace: a private /tmp, the denied paths covered,
-//! and the declared mounts bound into their covers.
+//! the declared mounts bound into their covers, and a procfs of its own.
 //!
 //! A declared mount lies in the user's data, which calls write: its
 //! source is opened beneath the data root and its mount point made beneath
@@ -174,4 +174,46 @@ pub(super) fn mount_namespace(spec: &JailSpec) -> Result<String, StepError> {
         }
     }
     Ok(done.join(", "))
+}
+
+/// Why the call keeps the host's /proc.
+pub(super) enum ProcError {
+    /// The kernel cannot give a procfs options of its own.
+    Unsupported(String),
+    Failed(String),
+}
+
+/// The first kernel whose procfs mounts each have options of their own
+/// (and `hidepid=invisible`). Before it every procfs of a pid namespace
+/// shares one superblock: `hidepid` given here would change the host's
+/// /proc too, so it is not tried.
+const PER_INSTANCE_PROC: (u32, u32) = (5, 8);
+
+/// Mounts a procfs of the call's own over /proc, in the call's mount
+/// namespace, with `hidepid=invisible`: a process the caller may not
+/// ptrace is neither listed nor reachable, so once the jail has dropped
+/// to the sandbox's uid the call sees its own processes only (not the
+/// agent's, not root's, not another sandbox's). `/proc/self` and the
+/// files that are not a process's (`/proc/meminfo`...) stay as they are.
+pub(super) fn own_proc() -> Result<String, ProcError> {
+    let (release, version) = crate::sys::kernel_release();
+    match version {
+        Some(v) if v >= PER_INSTANCE_PROC => {}
+        _ => {
+            return Err(ProcError::Unsupported(format!(
+                "/proc is the host's: Linux {release} is older than {}.{}, whose procfs \
+                 options are shared with the host's /proc (every process is listed)",
+                PER_INSTANCE_PROC.0, PER_INSTANCE_PROC.1
+            )))
+        }
+    }
+    crate::sys::mount(
+        Some(Path::new("proc")),
+        Path::new("/proc"),
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        Some("hidepid=invisible"),
+    )
+    .map_err(|e| ProcError::Failed(format!("own /proc (hidepid=invisible): {e}")))?;
+    Ok("own /proc (hidepid=invisible): the call lists and reaches its own processes only".into())
 }

@@ -41,6 +41,10 @@ impl Control {
             reason: reason.into(),
         }
     }
+    /// A control a record made before it existed does not carry.
+    fn unmeasured() -> Self {
+        Control::not_enforced("not measured by this sandbox's agent")
+    }
 }
 
 /// One report per control the issue names.
@@ -53,6 +57,9 @@ pub struct Controls {
     pub cpu: Control,
     pub pids: Control,
     pub mounts: Control,
+    /// Whether a call sees only its own processes in /proc.
+    #[serde(default = "Control::unmeasured")]
+    pub processes: Control,
 }
 
 impl Controls {
@@ -70,6 +77,7 @@ impl Controls {
             cpu: c(),
             pids: c(),
             mounts: c(),
+            processes: c(),
         }
     }
 }
@@ -84,6 +92,7 @@ pub struct Required {
     pub cpu: Enforcement,
     pub pids: Enforcement,
     pub mounts: Enforcement,
+    pub processes: Enforcement,
 }
 
 fn at_least(have: Enforcement, need: Enforcement) -> bool {
@@ -99,7 +108,10 @@ impl Required {
     /// The frozen requirement of a capability set. Resource limits hold for
     /// every profile (seed 000 §B); `off` skips the capability set itself
     /// (seed 001 §7.2) but not the limits. CPU is a throttle, not a kill,
-    /// so a partial quota is accepted.
+    /// so a partial quota is accepted. Hiding other processes from /proc
+    /// is reported, not required: a kernel older than 5.8 cannot do it
+    /// without changing the host's /proc, and a Fargate task has its own
+    /// pid namespace anyway.
     pub fn of(caps: &CapabilitySet) -> Self {
         use Enforcement::*;
         let confine = if caps.enforce { Enforced } else { NotEnforced };
@@ -115,6 +127,7 @@ impl Required {
             cpu: Partial,
             pids: Enforced,
             mounts: confine,
+            processes: NotEnforced,
         }
     }
 
@@ -128,6 +141,7 @@ impl Required {
             ("cpu", self.cpu, &have.cpu),
             ("pids", self.pids, &have.pids),
             ("mounts", self.mounts, &have.mounts),
+            ("processes", self.processes, &have.processes),
         ];
         pairs
             .into_iter()
@@ -165,5 +179,14 @@ mod tests {
         none.pids = Control::enforced("");
         none.cpu = Control::partial("");
         assert!(off.unmet(&none).is_empty());
+    }
+
+    #[test]
+    fn a_record_from_before_the_processes_control_still_reads() {
+        let mut v = serde_json::to_value(all(Enforcement::Enforced)).unwrap();
+        v.as_object_mut().unwrap().remove("processes");
+        let c: Controls = serde_json::from_value(v).unwrap();
+        assert_eq!(c.processes.status, Enforcement::NotEnforced);
+        assert_eq!(c.mounts.status, Enforcement::Enforced);
     }
 }
