@@ -90,8 +90,8 @@ impl Dispatcher {
                 return Outcome::Done;
             }
         };
-        let run_id = parsed.run_id().to_string();
-        let span = tracing::info_span!("dispatch", %run_id);
+        let subject = parsed.subject().to_string();
+        let span = tracing::info_span!("dispatch", %subject);
         let work = async {
             match parsed {
                 DispatchMessage::StartRun { run_id, tenant } => self.start(&run_id, &tenant).await,
@@ -117,7 +117,7 @@ impl Dispatcher {
             }
         }
         .instrument(span);
-        on_behalf(Some(&run_id), work).await
+        on_behalf(Some(&subject), work).await
     }
 
     async fn load(&self, run_id: &str, tenant: &str) -> Result<Option<Run>, StoreError> {

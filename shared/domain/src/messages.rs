@@ -45,7 +45,9 @@ pub enum DispatchMessage {
 }
 
 impl DispatchMessage {
-    pub fn run_id(&self) -> &str {
+    /// What the message is about: its Run, or for `NotifyApproval` the
+    /// approval (it names the handling's log span and call accounting).
+    pub fn subject(&self) -> &str {
         match self {
             DispatchMessage::StartRun { run_id, .. }
             | DispatchMessage::RunTerminal { run_id, .. }
