@@ -153,8 +153,10 @@ impl Dispatcher {
             return Outcome::Done;
         }
         let until_due_s = (next_due - now + 999) / 1000;
-        let delay = until_due_s.clamp(1, MAX_DELAY_S) as u32;
-        let delay = delay.min(svc.cfg.sandbox.check_seconds.max(1) * 30);
+        // At most SQS's longest delay, and no longer than 30 sandbox checks
+        // (a stack with quick checks looks at approvals quickly too).
+        let cap = MAX_DELAY_S.min(i64::from(svc.cfg.sandbox.check_seconds.max(1)) * 30);
+        let delay = until_due_s.clamp(1, cap) as u32;
         tryo!(
             svc.queues
                 .send_dispatch_delayed(
