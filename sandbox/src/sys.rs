@@ -81,6 +81,155 @@ pub fn mount(
     })
 }
 
+/// umount2(2); `detach` (MNT_DETACH) takes the mount out of the tree now
+/// and lets it go once nothing uses it any more.
+pub fn umount(target: &Path, detach: bool) -> io::Result<()> {
+    let t = cpath(target)?;
+    let flags = if detach { libc::MNT_DETACH } else { 0 };
+    // SAFETY: `t` is a NUL-terminated string that outlives the call.
+    check(unsafe { libc::umount2(t.as_ptr(), flags) })
+}
+
+/// setns(2): moves the calling thread into the namespace `fd` is open on.
+pub fn setns(fd: BorrowedFd<'_>, nstype: libc::c_int) -> io::Result<()> {
+    // SAFETY: `fd` is an open descriptor; setns takes plain integers.
+    check(unsafe { libc::setns(fd.as_raw_fd(), nstype) })
+}
+
+// <linux/loop.h>, which `libc` does not carry.
+const LOOP_SET_FD: libc::c_ulong = 0x4C00;
+const LOOP_CLR_FD: libc::c_ulong = 0x4C01;
+const LOOP_SET_STATUS64: libc::c_ulong = 0x4C04;
+const LOOP_GET_STATUS64: libc::c_ulong = 0x4C05;
+const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
+const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
+const LO_FLAGS_AUTOCLEAR: u32 = 4;
+
+/// struct loop_info64.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct LoopInfo64 {
+    device: u64,
+    inode: u64,
+    rdevice: u64,
+    offset: u64,
+    sizelimit: u64,
+    number: u32,
+    encrypt_type: u32,
+    encrypt_key_size: u32,
+    flags: u32,
+    file_name: [u8; 64],
+    crypt_name: [u8; 64],
+    encrypt_key: [u8; 32],
+    init: [u64; 2],
+}
+
+/// struct loop_config (LOOP_CONFIGURE, Linux 5.8).
+#[repr(C)]
+struct LoopConfig {
+    fd: u32,
+    block_size: u32,
+    info: LoopInfo64,
+    reserved: [u64; 8],
+}
+
+fn zeroed_info() -> LoopInfo64 {
+    // SAFETY: loop_info64 is plain integers and byte arrays; zeroed is valid.
+    unsafe { std::mem::zeroed() }
+}
+
+fn open_dev(path: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let p = cpath(path)?;
+    // SAFETY: `p` is a NUL-terminated string that outlives the call.
+    let fd = unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor, owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Attaches a free loop device to `file` (read-write) with
+/// LO_FLAGS_AUTOCLEAR: the kernel detaches it once its last user (the
+/// returned descriptor, a mount of it) is gone, however its owner ended.
+/// Returns the device's descriptor and path.
+pub fn loop_attach(file: BorrowedFd<'_>) -> io::Result<(OwnedFd, std::path::PathBuf)> {
+    let ctl = open_dev(Path::new("/dev/loop-control"), libc::O_RDWR)?;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns a number.
+        let n = unsafe { libc::ioctl(ctl.as_raw_fd(), LOOP_CTL_GET_FREE as _) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let path = std::path::PathBuf::from(format!("/dev/loop{n}"));
+        let dev = open_dev(&path, libc::O_RDWR)?;
+        let mut info = zeroed_info();
+        info.flags = LO_FLAGS_AUTOCLEAR;
+        let config = LoopConfig {
+            fd: file.as_raw_fd() as u32,
+            block_size: 0,
+            info,
+            reserved: [0; 8],
+        };
+        // SAFETY: `config` is a valid loop_config for the duration of the call.
+        let rc = unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_CONFIGURE as _, &config) };
+        if rc == 0 {
+            return Ok((dev, path));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            // Taken by someone else between the two calls: another one.
+            Some(libc::EBUSY) if tries < 16 => continue,
+            // Before Linux 5.8: attach, then set the flag.
+            Some(libc::EINVAL | libc::ENOTTY) => {}
+            _ => return Err(e),
+        }
+        // SAFETY: LOOP_SET_FD takes the backing file's descriptor.
+        let rc = unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_SET_FD as _, file.as_raw_fd()) };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EBUSY) && tries < 16 {
+                continue;
+            }
+            return Err(e);
+        }
+        // SAFETY: `info` is a valid loop_info64 for the duration of the call.
+        let rc = unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_SET_STATUS64 as _, &info) };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            // SAFETY: LOOP_CLR_FD takes no argument.
+            unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_CLR_FD as _, 0) };
+            return Err(e);
+        }
+        return Ok((dev, path));
+    }
+}
+
+/// The loop device already backed by the file of device `dev` and inode
+/// `ino`, if one is.
+pub fn loop_backing(dev: u64, ino: u64) -> Option<std::path::PathBuf> {
+    let entries = std::fs::read_dir("/sys/block").ok()?;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("loop") || !e.path().join("loop/backing_file").exists() {
+            continue;
+        }
+        let path = std::path::PathBuf::from(format!("/dev/{name}"));
+        let Ok(fd) = open_dev(&path, libc::O_RDONLY) else {
+            continue;
+        };
+        let mut info = zeroed_info();
+        // SAFETY: `info` is a valid loop_info64 the kernel fills.
+        let rc = unsafe { libc::ioctl(fd.as_raw_fd(), LOOP_GET_STATUS64 as _, &mut info) };
+        if rc == 0 && info.device == dev && info.inode == ino {
+            return Some(path);
+        }
+    }
+    None
+}
+
 /// openat2(2): opens `path` relative to `dir` with `flags` (and `mode`
 /// when creating), resolved under `resolve` (`RESOLVE_*`). Retried on
 /// EAGAIN, which RESOLVE_BENEATH answers when a rename raced the lookup.

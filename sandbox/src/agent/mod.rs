@@ -1,8 +1,10 @@
 //! The sandbox agent: the one long-running process of a sandbox task.
 //!
-//! At start it checks its mounts, applies its capability set to a probe
-//! call and measures what took effect; a profile that cannot be enforced as
-//! frozen fails the sandbox closed. Otherwise it reports READY with its
+//! At start it gives the workspace a filesystem of the disk limit's size
+//! (in a mount namespace of its own, where it may mount), checks its
+//! mounts, applies its capability set to a probe call and measures what
+//! took effect; a profile that cannot be enforced as frozen fails the
+//! sandbox closed. Otherwise it reports READY with its
 //! controls and then serves its hand queue, one call at a time:
 //!
 //! 1. the call is marked STARTED with a conditional write (a call runs at
@@ -17,7 +19,8 @@
 //! harness decides whether it may be repeated. After an OOM or a timeout
 //! the agent reports the answer and then destroys its sandbox.
 //!
-//! Layout, by job: this file configures the agent and runs it; [`probe`]
+//! Layout, by job: this file configures the agent and runs it; [`disk`]
+//! gives the workspace a filesystem of the disk limit's size; [`probe`]
 //! checks mounts and measures the capability set; [`serve`] serves the hand
 //! queue; [`hibernate`] sleeps and wakes; [`ports`] grants and releases
 //! pooled host ports; [`faults`] are the tests' injected faults (a cargo
@@ -49,6 +52,7 @@ use crate::jail::{Action, Step};
 use crate::runner::{Call, Runner};
 use crate::skills::{self, Aftermath, PortGrant};
 
+pub mod disk;
 mod faults;
 mod hibernate;
 mod ports;
@@ -255,6 +259,8 @@ pub struct Agent {
     /// Ports this sandbox holds: container port → grant.
     ports: BTreeMap<u16, PortGrant>,
     services: Vec<crate::runner::Detached>,
+    /// What holds the workspace's size (set up when the agent runs).
+    disk: Option<disk::Disk>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -311,6 +317,48 @@ impl Agent {
             store,
             ports: BTreeMap::new(),
             services: Vec::new(),
+            disk: None,
+        }
+    }
+
+    /// The workspace's disk, before any call or restore writes to it: in a
+    /// mount namespace of the agent's own (entered by executing the agent
+    /// again, [`disk::enter_own_mounts`]), a filesystem of the limit's size.
+    /// An agent that may not mount (no CAP_SYS_ADMIN: Fargate) keeps the
+    /// largest-file limit only, and reports it.
+    async fn set_up_disk(&self) -> disk::Disk {
+        let disk_mb = self.cfg.limits.disk_mb;
+        if crate::sys::geteuid() != 0 {
+            return disk::Disk::file_size_only(disk_mb, "the agent does not run as root");
+        }
+        if !disk::in_own_mounts() {
+            tracing::info!("entering a mount namespace of the agent's own");
+            let Err(why) = disk::enter_own_mounts();
+            tracing::warn!(%why, "no mount namespace of its own: the workspace is not capped");
+            return disk::Disk::file_size_only(disk_mb, why);
+        }
+        let env = self.runner.env.clone();
+        let d = tokio::task::spawn_blocking(move || disk::setup(&env, disk::Prefer::Image))
+            .await
+            .unwrap_or_else(|e| disk::Disk::file_size_only(disk_mb, e.to_string()));
+        match &d {
+            disk::Disk::Quota(q) => {
+                tracing::info!(backing = ?q.backing, fallback = ?q.fallback, disk_mb, "the workspace has a disk of its own")
+            }
+            disk::Disk::FileSizeOnly { why, .. } => {
+                tracing::warn!(%why, "the workspace is not capped")
+            }
+        }
+        d
+    }
+
+    /// The `disk` control.
+    fn disk_control(&self) -> Control {
+        match &self.disk {
+            Some(d) => d.control(),
+            None => {
+                disk::Disk::file_size_only(self.cfg.limits.disk_mb, "no disk was set up").control()
+            }
         }
     }
 
@@ -351,7 +399,11 @@ impl Agent {
 
     /// Starts the sandbox and serves its hand queue until it must stop;
     /// then gives back its ports, and records a destroyed sandbox as stopped.
+    /// The workspace's disk is set up first and, once the agent stops
+    /// (not when it fails: the agent restarted after it keeps the disk),
+    /// unmounted and removed.
     pub async fn run(mut self, stop: tokio::sync::watch::Receiver<bool>) -> Result<Exit> {
+        self.disk = Some(self.set_up_disk().await);
         let exit = self.serve(stop).await;
         self.release_all().await;
         if let Ok(Exit::Destroyed(_)) = &exit {
@@ -359,6 +411,13 @@ impl Agent {
             let _ = self
                 .update(|r| r.state == SandboxState::Destroying && r.stopped(g, now).is_ok())
                 .await;
+        }
+        if exit.is_ok() {
+            if let Some(d) = self.disk.take() {
+                if let Err(e) = tokio::task::spawn_blocking(move || d.release()).await {
+                    tracing::warn!(error = %e, "could not release the workspace's disk");
+                }
+            }
         }
         exit
     }

@@ -121,6 +121,7 @@ impl Agent {
             pids,
             mounts,
             processes,
+            disk: self.disk_control(),
         })
     }
 }

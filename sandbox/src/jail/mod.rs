@@ -9,7 +9,9 @@
 //!    covered and a procfs of its own that lists the call's processes only
 //!    (`hidepid=invisible`, Linux 5.8 and later), and a network namespace
 //!    (loopback only) when the network is restricted;
-//! 4. rlimits (no core dumps, the disk limit as the largest file);
+//! 4. rlimits (no core dumps, the disk limit as the largest file; the
+//!    workspace's total is held by its own filesystem, which the agent
+//!    mounts where it may: `agent::disk`);
 //! 5. a Landlock ruleset over the filesystem (and TCP ports), built while
 //!    still root, then privileges dropped to the sandbox's unprivileged uid;
 //! 6. the ruleset applied, then a seccomp deny-list;

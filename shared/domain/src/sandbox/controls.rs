@@ -60,6 +60,10 @@ pub struct Controls {
     /// Whether a call sees only its own processes in /proc.
     #[serde(default = "Control::unmeasured")]
     pub processes: Control,
+    /// What caps the workspace's size: a filesystem of the limit's size
+    /// (enforced), or the largest file only (partial).
+    #[serde(default = "Control::unmeasured")]
+    pub disk: Control,
 }
 
 impl Controls {
@@ -78,6 +82,7 @@ impl Controls {
             pids: c(),
             mounts: c(),
             processes: c(),
+            disk: c(),
         }
     }
 }
@@ -93,6 +98,7 @@ pub struct Required {
     pub pids: Enforcement,
     pub mounts: Enforcement,
     pub processes: Enforcement,
+    pub disk: Enforcement,
 }
 
 fn at_least(have: Enforcement, need: Enforcement) -> bool {
@@ -111,7 +117,10 @@ impl Required {
     /// so a partial quota is accepted. Hiding other processes from /proc
     /// is reported, not required: a kernel older than 5.8 cannot do it
     /// without changing the host's /proc, and a Fargate task has its own
-    /// pid namespace anyway.
+    /// pid namespace anyway. The disk limit holds for every profile, at
+    /// least as the largest file: a filesystem of its own needs a sandbox
+    /// that may mount, which a Fargate task may not (its ephemeral storage
+    /// is the cap there).
     pub fn of(caps: &CapabilitySet) -> Self {
         use Enforcement::*;
         let confine = if caps.enforce { Enforced } else { NotEnforced };
@@ -128,6 +137,7 @@ impl Required {
             pids: Enforced,
             mounts: confine,
             processes: NotEnforced,
+            disk: Partial,
         }
     }
 
@@ -142,6 +152,7 @@ impl Required {
             ("pids", self.pids, &have.pids),
             ("mounts", self.mounts, &have.mounts),
             ("processes", self.processes, &have.processes),
+            ("disk", self.disk, &have.disk),
         ];
         pairs
             .into_iter()
@@ -174,19 +185,22 @@ mod tests {
         assert!(ws.unmet(&weak).is_empty(), "workspace does not");
         let off = Required::of(&p.resolve("off").unwrap());
         let mut none = all(Enforcement::NotEnforced);
-        assert_eq!(off.unmet(&none).len(), 3, "limits hold even when off");
+        assert_eq!(off.unmet(&none).len(), 4, "limits hold even when off");
         none.memory = Control::enforced("");
         none.pids = Control::enforced("");
         none.cpu = Control::partial("");
+        none.disk = Control::partial("RLIMIT_FSIZE only");
         assert!(off.unmet(&none).is_empty());
     }
 
     #[test]
-    fn a_record_from_before_the_processes_control_still_reads() {
+    fn a_record_from_before_the_processes_and_disk_controls_still_reads() {
         let mut v = serde_json::to_value(all(Enforcement::Enforced)).unwrap();
         v.as_object_mut().unwrap().remove("processes");
+        v.as_object_mut().unwrap().remove("disk");
         let c: Controls = serde_json::from_value(v).unwrap();
         assert_eq!(c.processes.status, Enforcement::NotEnforced);
+        assert_eq!(c.disk.status, Enforcement::NotEnforced);
         assert_eq!(c.mounts.status, Enforcement::Enforced);
     }
 }
