@@ -440,7 +440,9 @@ async fn deleting_an_agent_leaves_no_task_or_files_and_admins_destroy_sandboxes(
         .unwrap()
         .to_string();
     let dir = task_dir(&t, &arn);
-    assert!(dir.join("sandbox/workspace/kept.txt").exists());
+    // The workspace is the sandbox's own size-limited filesystem (mounted
+    // in the agent's mount namespace): its image is what the host sees.
+    assert!(dir.join("sandbox/workspace.img").exists());
     let deleted = t
         .admin
         .call(Method::DELETE, "/v1/agents/temp", None, true)
