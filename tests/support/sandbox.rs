@@ -115,3 +115,33 @@ where
     }
     panic!("timed out waiting for: {what}");
 }
+
+/// A client of another tenant (a key the admin mints for it).
+pub async fn tenant_client(t: &TestStack, tenant: &str) -> Client {
+    let minted = t
+        .admin
+        .call(
+            Method::POST,
+            &format!("/v1/tenants/{tenant}/keys"),
+            None,
+            true,
+        )
+        .await
+        .unwrap();
+    Client::new(&t.stack.api_url, minted["key"].as_str().unwrap(), None)
+}
+
+/// A Run of `agent` by `c`'s tenant, waited for: its final view.
+pub async fn ask_as(c: &Client, agent: &str, input: &str) -> Value {
+    let run_id = c.create_run(agent, input).await.unwrap();
+    c.wait_run(&run_id, Duration::from_secs(60)).await.unwrap()
+}
+
+/// The stdout of a Run's `shell_exec` call, or why it has none.
+pub fn stdout_of(run: &Value) -> String {
+    let r = tool_result(run, "shell_exec");
+    r["stdout"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no stdout: {r}"))
+        .to_string()
+}

@@ -271,6 +271,10 @@ pub struct StoredMark {
 /// Conflicting writers retried by [`SandboxesExt::modify`] before giving up.
 const CAS_ATTEMPTS: usize = 25;
 
+/// The first uid [`Sandboxes::identity_uid`] hands out (the ones below
+/// are the host's own users').
+pub const FIRST_SANDBOX_UID: u32 = 300_000;
+
 /// Sandbox records (one per agent identity), call marks and pooled ports.
 #[async_trait]
 pub trait Sandboxes: Send + Sync + Debug {
@@ -308,6 +312,11 @@ pub trait Sandboxes: Send + Sync + Debug {
     ) -> Result<bool, StoreError>;
     async fn release_port(&self, host: &str, port: u16, holder: &str) -> Result<(), StoreError>;
     async fn port_holder(&self, host: &str, port: u16) -> Result<Option<String>, StoreError>;
+    /// The host uid of an identity's sandboxes (the local data plane's):
+    /// taken once from a counter, so no two identities ever share one
+    /// (the first is [`FIRST_SANDBOX_UID`]), and kept for every later
+    /// generation of the identity, whose files under `/data` stay its own.
+    async fn identity_uid(&self, tenant: &str, agent: &str) -> Result<u32, StoreError>;
 }
 
 /// Read-modify-write over any [`Sandboxes`].

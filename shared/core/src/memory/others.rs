@@ -33,6 +33,15 @@ fn port_key(host: &str, port: u16) -> String {
     format!("{host}#{port}")
 }
 
+/// Uids live beside the ports (the memory state has no table of its own
+/// for them): `uid#<tenant>#<agent>` → ("uid", uid), and the counter
+/// `uid-counter` → ("uid", how many were taken). No port key starts so.
+const UID_COUNTER: &str = "uid-counter";
+
+fn uid_key(tenant: &str, agent: &str) -> String {
+    format!("uid#{}", sandbox_key(tenant, agent))
+}
+
 #[async_trait]
 impl Registry for Memory {
     async fn agent(&self, name: &str) -> Result<Option<AgentDefinition>, StoreError> {
@@ -262,6 +271,23 @@ impl Sandboxes for Memory {
         let st = self.state();
         Ok(st.ports.get(&port_key(host, port)).map(|(h, _)| h.clone()))
     }
+
+    async fn identity_uid(&self, tenant: &str, agent: &str) -> Result<u32, StoreError> {
+        let mut st = self.state();
+        let key = uid_key(tenant, agent);
+        if let Some((_, uid)) = st.ports.get(&key) {
+            return u32::try_from(*uid).map_err(|e| StoreError::Corrupt(e.to_string()));
+        }
+        let taken = st.ports.get(UID_COUNTER).map_or(0, |(_, n)| *n);
+        let uid = u32::try_from(taken)
+            .ok()
+            .and_then(|i| crate::ports::FIRST_SANDBOX_UID.checked_add(i))
+            .ok_or_else(|| StoreError::Corrupt(format!("uid counter at {taken}")))?;
+        st.ports
+            .insert(UID_COUNTER.to_string(), ("uid".to_string(), taken + 1));
+        st.ports.insert(key, ("uid".to_string(), u64::from(uid)));
+        Ok(uid)
+    }
 }
 
 #[async_trait]
@@ -407,5 +433,36 @@ impl Model for Memory {
                 Scripted::Sleep(_, rest) => answer = *rest,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::memory::test_config;
+    use crate::ports::FIRST_SANDBOX_UID;
+
+    #[tokio::test]
+    async fn identities_get_uids_of_their_own_and_keep_them() {
+        let m = Memory::new(test_config());
+        let a = m.identity_uid("acme", "coder").await.unwrap();
+        let b = m.identity_uid("globex", "coder").await.unwrap();
+        let c = m.identity_uid("acme", "other").await.unwrap();
+        assert_eq!(a, FIRST_SANDBOX_UID);
+        assert_eq!((b, c), (FIRST_SANDBOX_UID + 1, FIRST_SANDBOX_UID + 2));
+        // Asked again (a later generation): the same uid, nothing counted.
+        assert_eq!(m.identity_uid("globex", "coder").await.unwrap(), b);
+        assert_eq!(
+            m.identity_uid("initech", "coder").await.unwrap(),
+            FIRST_SANDBOX_UID + 3
+        );
+        // Ports of a host named like the counter are not mistaken for it.
+        assert!(m.take_port("uid", 8081, "task", 1).await.unwrap());
+        assert_eq!(
+            m.identity_uid("umbrella", "coder").await.unwrap(),
+            FIRST_SANDBOX_UID + 4
+        );
     }
 }

@@ -8,6 +8,9 @@
 //!   message is delivered twice or its agent restarts, and a call the control
 //!   plane abandoned can never start late.
 //! - `port#<host>#<port>`: a pooled port held by a sandbox.
+//! - `uid#<tenant>#<agent>`: the host uid of an identity's sandboxes, taken
+//!   once from the `uid-counter` item (an atomic `ADD`), so no two
+//!   identities share a uid however their task ARNs look.
 
 use aws_sdk_dynamodb::Client;
 
@@ -22,6 +25,12 @@ use async_trait::async_trait;
 
 /// How long call marks are kept.
 const MARK_TTL_DAYS: i64 = 7;
+/// The item whose `taken` counts the uids handed out.
+const UID_COUNTER: &str = "uid-counter";
+
+fn uid_key(tenant: &str, agent: &str) -> String {
+    format!("uid#{}", sandbox_key(tenant, agent))
+}
 
 #[derive(Debug, Clone)]
 pub struct SandboxStore {
@@ -93,6 +102,26 @@ impl SandboxStore {
             generation: get_n(item, "generation")?,
             at_ms: get_n(item, "at")?,
         })
+    }
+
+    /// The next value of the uid counter (1 for the first ever).
+    async fn count_uid(&self) -> Result<u64, StoreError> {
+        let out = self
+            .dynamo
+            .update_item()
+            .table_name(&self.table)
+            .key("sandbox_key", s(UID_COUNTER))
+            .update_expression("ADD #taken :one")
+            .expression_attribute_names("#taken", "taken")
+            .expression_attribute_values(":one", n(1))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .map_err(classify)?;
+        let attrs = out
+            .attributes()
+            .ok_or_else(|| StoreError::Corrupt("the uid counter returned nothing".into()))?;
+        get_n(attrs, "taken")
     }
 
     fn mark_name(mark: CallMark) -> &'static str {
@@ -287,5 +316,32 @@ impl ports::Sandboxes for SandboxStore {
             .get_item(&format!("port#{host}#{port}"))
             .await?
             .and_then(|i| opt_s(&i, "holder")))
+    }
+
+    /// The identity's uid item if there is one; else a uid from the
+    /// counter, written if no other writer got there first (whose uid then
+    /// holds, and the counted one is never used).
+    async fn identity_uid(&self, tenant: &str, agent: &str) -> Result<u32, StoreError> {
+        let key = uid_key(tenant, agent);
+        if let Some(item) = self.get_item(&key).await? {
+            return get_n(&item, "uid");
+        }
+        let taken = self.count_uid().await?;
+        let uid = taken
+            .checked_sub(1)
+            .and_then(|i| u32::try_from(i).ok())
+            .and_then(|i| ports::FIRST_SANDBOX_UID.checked_add(i))
+            .ok_or_else(|| StoreError::Corrupt(format!("uid counter at {taken}")))?;
+        let mut item = Item::new();
+        item.insert("sandbox_key".into(), s(&key));
+        item.insert("uid".into(), n(uid));
+        match super::item::put_new(&self.dynamo, &self.table, item, "sandbox_key").await {
+            Ok(()) => Ok(uid),
+            Err(StoreError::Conflict { .. }) => match self.get_item(&key).await? {
+                Some(item) => get_n(&item, "uid"),
+                None => Err(StoreError::Retryable("uid item vanished".into())),
+            },
+            Err(e) => Err(e),
+        }
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use tokio::sync::watch;
 
+use armada_core::error::StoreError;
 use armada_core::hands::{task_env, SandboxProvider, TaskInfo};
 use armada_core::ports::{Provider as _, Sandboxes as _, SandboxesExt as _};
 use armada_core::store::sandboxes::{Change, SandboxStore};
@@ -126,19 +127,25 @@ async fn record<E: std::fmt::Display + Send>(
         .await
 }
 
-fn task_id(arn: &str) -> String {
-    arn.rsplit('/').next().unwrap_or(arn).to_string()
+/// The tenant and agent a task's sandbox belongs to, as its environment
+/// says; a task without them is not started.
+fn identity(info: &TaskInfo) -> Result<(&str, &str)> {
+    let get = |k: &str| {
+        info.env
+            .get(k)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+            .with_context(|| format!("the task has no {k}"))
+    };
+    let (tenant, agent) = (get(task_env::TENANT)?, get(task_env::AGENT)?);
+    if !armada_domain::api::valid_tenant(tenant) {
+        bail!("the task's tenant {tenant:?} is not a tenant id");
+    }
+    Ok((tenant, agent))
 }
 
-/// A uid of its own per task (0700 directories keep sandboxes apart).
-fn uid_for(arn: &str) -> u32 {
-    // FNV-1a: stable across runs and processes.
-    let mut h: u32 = 0x811c_9dc5;
-    for b in arn.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    300_000 + h % 600_000
+fn task_id(arn: &str) -> String {
+    arn.rsplit('/').next().unwrap_or(arn).to_string()
 }
 
 impl DataPlane {
@@ -223,7 +230,16 @@ impl DataPlane {
                 }
                 self.done.insert(info.arn);
             } else if info.is_running() && !self.tasks.contains_key(&info.arn) {
-                if let Err(e) = self.start(&info) {
+                let started = match self.identity_uid(&info).await {
+                    Ok(uid) => self.start(&info, uid),
+                    // The table is briefly unreachable: the next tick tries again.
+                    Err(e) if e.downcast_ref().is_some_and(StoreError::is_retryable) => {
+                        tracing::debug!(task = %info.arn, error = %format!("{e:#}"), "no uid for a sandbox task yet");
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = started {
                     tracing::error!(task = %info.arn, error = %format!("{e:#}"), "could not start a sandbox task");
                     if let Err(e) = self
                         .provider
@@ -255,7 +271,14 @@ impl DataPlane {
         Ok(())
     }
 
-    fn start(&mut self, info: &TaskInfo) -> Result<()> {
+    /// The uid of the task's identity: its own, whatever other tenants'
+    /// tasks are called ([`armada_core::ports::Sandboxes::identity_uid`]).
+    async fn identity_uid(&self, info: &TaskInfo) -> Result<u32> {
+        let (tenant, agent) = identity(info)?;
+        Ok(self.store.identity_uid(tenant, agent).await?)
+    }
+
+    fn start(&mut self, info: &TaskInfo, uid: u32) -> Result<()> {
         let id = task_id(&info.arn);
         let dir = self.opts.root.join(&id);
         std::fs::create_dir_all(&dir)?;
@@ -290,7 +313,7 @@ impl DataPlane {
                     .unwrap_or(&self.opts.root)
                     .join("data"),
             )
-            .env("ARMADA_SANDBOX_UID", uid_for(&info.arn).to_string())
+            .env("ARMADA_SANDBOX_UID", uid.to_string())
             .env("ARMADA_PORT_MODE", "host")
             .env("ARMADA_PORT_POOL", "local")
             .env("ARMADA_HIBERNATE_MODE", "freeze")

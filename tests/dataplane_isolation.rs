@@ -1,0 +1,85 @@
+//! What the local data plane gives each sandbox of the host: a uid of its
+//! identity's own (taken from a counter in the sandboxes table, not derived
+//! from the task ARN), a `/data` of its tenant's own, a view of the host
+//! without the repository and its `.armada/` state, and pooled ports probed
+//! on loopback only.
+
+#![allow(clippy::unwrap_used)]
+
+use reqwest::Method;
+use serde_json::Value;
+
+use armada_core::ports::FIRST_SANDBOX_UID;
+use armada_tests::outcome;
+use armada_tests::sandbox::*;
+
+fn uid_of(run: &Value) -> u32 {
+    assert_eq!(outcome(run), "COMPLETED", "{run}");
+    stdout_of(run).trim().parse().unwrap()
+}
+
+/// An item of the stack's sandboxes table, by key.
+async fn table_item(
+    t: &armada_tests::TestStack,
+    key: &str,
+) -> Option<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+    t.stack
+        .aws
+        .dynamo
+        .get_item()
+        .table_name(&t.stack.svc.cfg.sandboxes_table)
+        .key(
+            "sandbox_key",
+            aws_sdk_dynamodb::types::AttributeValue::S(key.into()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item()
+        .cloned()
+}
+
+fn number(
+    item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+    k: &str,
+) -> u64 {
+    item[k].as_n().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_tenants_get_uids_of_their_own_from_the_table_and_keep_them() {
+    let t = start().await;
+    let mine = uid_of(&t.ask("coder", &sh("id -u")).await.1);
+    let acme = tenant_client(&t, "acme").await;
+    let theirs = uid_of(&ask_as(&acme, "coder", &sh("id -u")).await);
+    assert_ne!(mine, theirs, "two tenants' sandboxes: two uids");
+    // Handed out in turn from the table's counter, not hashed from the ARN.
+    let mut both = [mine, theirs];
+    both.sort_unstable();
+    assert_eq!(both, [FIRST_SANDBOX_UID, FIRST_SANDBOX_UID + 1]);
+    let counter = table_item(&t, "uid-counter").await.unwrap();
+    assert_eq!(number(&counter, "taken"), 2);
+    let kept = table_item(&t, "uid#local#coder").await.unwrap();
+    assert_eq!(number(&kept, "uid"), u64::from(mine));
+    // A new generation of the identity (its sandbox destroyed) keeps it.
+    let gone = t
+        .admin
+        .call(
+            Method::DELETE,
+            "/v1/sandboxes/coder?tenant=local",
+            None,
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(gone["state"], "DESTROYED", "{gone}");
+    let again = uid_of(&t.ask("coder", &sh("id -u")).await.1);
+    assert_eq!(sandbox_of(&t.client, "coder").await["generation"], 2);
+    assert_eq!(again, mine, "the identity keeps its uid");
+    assert_eq!(
+        number(&table_item(&t, "uid-counter").await.unwrap(), "taken"),
+        2
+    );
+    t.stack.stop().await;
+}
