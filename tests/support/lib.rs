@@ -224,31 +224,28 @@ impl TestStack {
         )
     }
 
-    /// The first event of a Run of type `kind`, if any.
-    pub async fn event(&self, run_id: &str, kind: &str) -> Option<serde_json::Value> {
-        let v = self
-            .client
-            .get(&format!("/v1/runs/{run_id}/events"))
-            .await
-            .expect("events");
-        v["events"]
-            .as_array()
-            .expect("events array")
-            .iter()
-            .find(|e| e["type"] == kind)
-            .cloned()
-    }
-
-    /// The events of a Run, by type.
-    pub async fn event_types(&self, run_id: &str) -> Vec<String> {
+    /// A Run's events, oldest first.
+    pub async fn events(&self, run_id: &str) -> Vec<serde_json::Value> {
         let v = self
             .client
             .get(&format!("/v1/runs/{run_id}/events?after=0"))
             .await
             .expect("events");
-        v["events"]
-            .as_array()
-            .expect("events array")
+        v["events"].as_array().expect("events array").clone()
+    }
+
+    /// The first event of a Run of type `kind`, if any.
+    pub async fn event(&self, run_id: &str, kind: &str) -> Option<serde_json::Value> {
+        self.events(run_id)
+            .await
+            .into_iter()
+            .find(|e| e["type"] == kind)
+    }
+
+    /// The events of a Run, by type.
+    pub async fn event_types(&self, run_id: &str) -> Vec<String> {
+        self.events(run_id)
+            .await
             .iter()
             .map(|e| e["type"].as_str().unwrap_or_default().to_string())
             .collect()
