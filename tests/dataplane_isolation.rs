@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::os::unix::fs::PermissionsExt;
+
 use reqwest::Method;
 use serde_json::Value;
 
@@ -81,5 +83,74 @@ async fn two_tenants_get_uids_of_their_own_from_the_table_and_keep_them() {
         number(&table_item(&t, "uid-counter").await.unwrap(), "taken"),
         2
     );
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_never_sees_another_tenants_data() {
+    let t = start().await;
+    // A user id of this test's own: every stack of the host shares `data`.
+    let user = format!("iso{}", std::process::id());
+    put_agent(
+        &t,
+        "datauser",
+        serde_json::json!({
+            "user": user,
+            "mounts": [{"path": format!("/data/users/{user}/workspace"), "mode": "rw"}]
+        }),
+    )
+    .await;
+    // The host's operator made the user's workspace in each tenant's tree;
+    // a call reaches its mount at the host path (`/data` is the tenant's).
+    let tenants = data_dir().join("tenants");
+    let ws = |tenant: &str| {
+        tenants
+            .join(tenant)
+            .join("users")
+            .join(&user)
+            .join("workspace")
+    };
+    for tenant in ["local", "acme"] {
+        std::fs::create_dir_all(ws(tenant)).unwrap();
+        std::fs::set_permissions(ws(tenant), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let acme = tenant_client(&t, "acme").await;
+    let secret = ws("acme").join("b-secret.txt");
+    let theirs = ask_as(
+        &acme,
+        "datauser",
+        &sh(&format!(
+            "echo theirs > {} && ls {}",
+            secret.display(),
+            ws("acme").display()
+        )),
+    )
+    .await;
+    assert_eq!(outcome(&theirs), "COMPLETED", "{theirs}");
+    assert_eq!(stdout_of(&theirs), "b-secret.txt\n", "{theirs}");
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "theirs\n");
+    // The same agent and user in another tenant: its /data is its own, and
+    // the other tenant's file is out of reach by any path.
+    let (_, mine) = t
+        .ask(
+            "datauser",
+            &sh(&format!(
+                "ls -A {} && echo listed; cat {} || echo unreachable; ls {} || echo unlisted",
+                ws("local").display(),
+                secret.display(),
+                tenants.display()
+            )),
+        )
+        .await;
+    assert_eq!(outcome(&mine), "COMPLETED", "{mine}");
+    assert_eq!(
+        stdout_of(&mine),
+        "listed\nunreachable\nunlisted\n",
+        "{mine}"
+    );
+    assert!(!ws("local").join("b-secret.txt").exists());
+    for tenant in ["local", "acme"] {
+        let _ = std::fs::remove_dir_all(tenants.join(tenant).join("users").join(&user));
+    }
     t.stack.stop().await;
 }

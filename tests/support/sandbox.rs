@@ -145,3 +145,9 @@ pub fn stdout_of(run: &Value) -> String {
         .unwrap_or_else(|| panic!("no stdout: {r}"))
         .to_string()
 }
+
+/// Where the data plane keeps the tenants' `/data` (beside the stacks'
+/// sandbox roots): `tenants/<tenant>/users/<user>/workspace`.
+pub fn data_dir() -> PathBuf {
+    PathBuf::from("/var/tmp/armada/data")
+}

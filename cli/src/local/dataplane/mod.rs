@@ -1,12 +1,15 @@
 //! The local sandbox data plane: what Fargate does for a sandbox task, done
 //! on this machine. It watches the emulator's ECS tasks; each RUNNING task
-//! gets a directory, an unprivileged uid and a cgroup with the task's
+//! gets a directory, its identity's unprivileged uid (unique, from the
+//! sandboxes table), its tenant's own `/data` and a cgroup with the task's
 //! memory, CPU and pid limits, and its `armada-sandbox agent` runs there as
 //! a local process. A task stopped through the ECS API (StopTask) has its
 //! processes killed and its files removed; an agent that exits on its own
 //! (its sandbox destroyed) gets its task stopped, as Fargate stops a task
 //! whose essential container exits. The control plane's code path —
 //! RunTask, StopTask, DescribeTasks — is the one that runs in AWS.
+
+mod host;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -280,6 +283,9 @@ impl DataPlane {
 
     fn start(&mut self, info: &TaskInfo, uid: u32) -> Result<()> {
         let id = task_id(&info.arn);
+        let (tenant, _) = identity(info)?;
+        // The tenant's own `/data`: another tenant's users are not in it.
+        let data_root = host::tenant_data(&host::data_base(&self.opts.root), tenant)?;
         let dir = self.opts.root.join(&id);
         std::fs::create_dir_all(&dir)?;
         let limits: Limits = info
@@ -305,14 +311,7 @@ impl DataPlane {
         cmd.env_clear()
             .envs(info.env.iter())
             .env("ARMADA_SANDBOX_ROOT", dir.join("sandbox"))
-            .env(
-                "ARMADA_DATA_ROOT",
-                self.opts
-                    .root
-                    .parent()
-                    .unwrap_or(&self.opts.root)
-                    .join("data"),
-            )
+            .env("ARMADA_DATA_ROOT", &data_root)
             .env("ARMADA_SANDBOX_UID", uid.to_string())
             .env("ARMADA_PORT_MODE", "host")
             .env("ARMADA_PORT_POOL", "local")
