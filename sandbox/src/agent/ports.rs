@@ -3,6 +3,17 @@
 
 use super::*;
 
+/// Where a pooled host port is probed: loopback, where the server on it is
+/// reached (its URL names the public host, loopback unless configured).
+/// The probe never listens on every interface, not even for a moment.
+const PROBE_HOST: std::net::Ipv4Addr = std::net::Ipv4Addr::LOCALHOST;
+
+/// Whether a host port is free here: nothing listens on it on loopback
+/// or on every address (either makes binding it on loopback fail).
+fn host_port_free(port: u16) -> bool {
+    std::net::TcpListener::bind((PROBE_HOST, port)).is_ok()
+}
+
 impl Agent {
     /// Grants a pooled port (waiting while the pool is full: the call
     /// queues), then starts the server on it.
@@ -77,7 +88,7 @@ impl Agent {
                         let h = host_port(c).unwrap_or(c);
                         // A shared host: a port something else listens on
                         // is not in the pool, whatever the registry says.
-                        if std::net::TcpListener::bind(("0.0.0.0", h)).is_err() {
+                        if !host_port_free(h) {
                             continue;
                         }
                         (h, format!("http://{public_host}:{h}"))
@@ -137,5 +148,44 @@ impl Agent {
         for c in held {
             self.release_port(c).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use std::net::{Ipv4Addr, TcpListener};
+
+    /// A port nothing listens on (for now).
+    fn unused() -> u16 {
+        TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    #[test]
+    fn host_ports_are_probed_on_loopback_only() {
+        assert!(PROBE_HOST.is_loopback());
+        // Taken on loopback, or on every address: not free.
+        let p = unused();
+        let held = TcpListener::bind((Ipv4Addr::LOCALHOST, p)).unwrap();
+        assert!(!host_port_free(p));
+        drop(held);
+        let p = unused();
+        let held = TcpListener::bind((Ipv4Addr::UNSPECIFIED, p)).unwrap();
+        assert!(!host_port_free(p));
+        drop(held);
+        // A listener on another address of the port does not collide with
+        // the probe: the probe binds loopback, not the wildcard (which
+        // would collide with a listener on any address).
+        let p = unused();
+        let other = TcpListener::bind((Ipv4Addr::new(127, 0, 0, 2), p)).unwrap();
+        assert!(host_port_free(p), "the probe claimed more than 127.0.0.1");
+        drop(other);
+        assert!(host_port_free(unused()));
     }
 }
