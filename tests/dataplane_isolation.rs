@@ -130,12 +130,14 @@ async fn a_tenant_never_sees_another_tenants_data() {
     assert_eq!(stdout_of(&theirs), "b-secret.txt\n", "{theirs}");
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "theirs\n");
     // The same agent and user in another tenant: its /data is its own, and
-    // the other tenant's file is out of reach by any path.
+    // the other tenant's file is out of reach by any path (its tree is not
+    // even listed).
     let (_, mine) = t
         .ask(
             "datauser",
             &sh(&format!(
-                "ls -A {} && echo listed; cat {} || echo unreachable; ls {} || echo unlisted",
+                "ls -A {} && echo listed; cat {} || echo unreachable; \
+                 ls -A {} 2>/dev/null | grep -cx acme || true",
                 ws("local").display(),
                 secret.display(),
                 tenants.display()
@@ -143,14 +145,43 @@ async fn a_tenant_never_sees_another_tenants_data() {
         )
         .await;
     assert_eq!(outcome(&mine), "COMPLETED", "{mine}");
-    assert_eq!(
-        stdout_of(&mine),
-        "listed\nunreachable\nunlisted\n",
-        "{mine}"
-    );
+    assert_eq!(stdout_of(&mine), "listed\nunreachable\n0\n", "{mine}");
     assert!(!ws("local").join("b-secret.txt").exists());
     for tenant in ["local", "acme"] {
         let _ = std::fs::remove_dir_all(tenants.join(tenant).join("users").join(&user));
     }
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_sandbox_reads_the_repository_or_its_armada_state() {
+    let t = start().await;
+    // World-readable, as the emulator's logs in `.armada/` are.
+    let repo = armada_tests::root();
+    let probe = repo
+        .join(".armada")
+        .join(format!("isolation-probe-{}", std::process::id()));
+    std::fs::write(&probe, "not for sandboxes\n").unwrap();
+    std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o644)).unwrap();
+    put_agent(&t, "devboxer", serde_json::json!({"profile": "devbox"})).await;
+    let command = format!(
+        "cat {} || echo denied; cat {}/Cargo.toml || echo denied; \
+         ls -A {} | wc -l; echo still works > x && cat x",
+        probe.display(),
+        repo.display(),
+        repo.display()
+    );
+    for agent in ["coder", "devboxer"] {
+        let (_, run) = t.ask(agent, &sh(&command)).await;
+        assert_eq!(outcome(&run), "COMPLETED", "{run}");
+        assert_eq!(
+            stdout_of(&run),
+            "denied\ndenied\n0\nstill works\n",
+            "{agent}: {run}"
+        );
+        let sb = sandbox_of(&t.client, agent).await;
+        assert_eq!(sb["controls"]["mounts"]["status"], "enforced", "{sb}");
+    }
+    let _ = std::fs::remove_file(&probe);
     t.stack.stop().await;
 }

@@ -34,6 +34,30 @@ pub const DATA: &str = "/data";
 /// call's OOM kill lands inside the call.
 const AGENT_RESERVE_BYTES: u64 = 48 * 1024 * 1024;
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Host paths the host denies every sandbox it runs, whatever its profile
+/// says (the local data plane: the repository, whose `.armada/` holds the
+/// stack's keys, and every tenant's `/data`): a JSON array of absolute
+/// paths in the agent's environment, covered in every confined call.
+pub const HOST_DENY_ENV: &str = "ARMADA_SANDBOX_DENY";
+
+/// The host's denials as [`HOST_DENY_ENV`] gives them (unset: none).
+pub fn parse_host_denied(v: Option<&str>) -> Result<Vec<PathBuf>, String> {
+    let Some(v) = v.filter(|v| !v.trim().is_empty()) else {
+        return Ok(vec![]);
+    };
+    let paths: Vec<PathBuf> =
+        serde_json::from_str(v).map_err(|e| format!("{HOST_DENY_ENV} is not a JSON list: {e}"))?;
+    match paths.iter().find(|p| !p.is_absolute()) {
+        Some(p) => Err(format!("{HOST_DENY_ENV}: {} is not absolute", p.display())),
+        None => Ok(paths),
+    }
+}
+
+/// This agent's host denials, read once.
+fn host_denied() -> &'static Result<Vec<PathBuf>, String> {
+    static DENIED: std::sync::OnceLock<Result<Vec<PathBuf>, String>> = std::sync::OnceLock::new();
+    DENIED.get_or_init(|| parse_host_denied(std::env::var(HOST_DENY_ENV).ok().as_deref()))
+}
 
 #[derive(Debug, Clone)]
 pub struct SandboxEnv {
@@ -71,9 +95,16 @@ impl SandboxEnv {
     }
 
     /// Creates the sandbox's directories: owned by its uid and closed to
-    /// every other uid (another sandbox's uid included).
+    /// every other uid (another sandbox's uid included). Host denials that
+    /// cannot be applied (unreadable, or covering the sandbox's own
+    /// directory) refuse the sandbox here, before any call.
     pub fn prepare(&self) -> std::io::Result<()> {
         use std::os::unix::fs::PermissionsExt;
+        let denied = host_denied()
+            .as_ref()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.clone()))?;
+        self.check_host_denied(denied)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         std::fs::create_dir_all(&self.root)?;
         // Traversable, not listable: the uid reaches its own directories only.
         std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o711))?;
@@ -151,13 +182,39 @@ impl SandboxEnv {
         })
     }
 
-    /// Paths covered in the call's mount namespace: the profile's `deny`
-    /// list and, always, the user-data root (zero mounts by default).
-    fn hidden(&self) -> Vec<PathBuf> {
-        let mut out: Vec<PathBuf> = self.caps.deny.iter().flat_map(|s| self.real(s)).collect();
-        if !out.contains(&self.data_root) {
-            out.push(self.data_root.clone());
+    /// A host denial may not cover the sandbox's own directory (its calls
+    /// work in it).
+    fn check_host_denied(&self, denied: &[PathBuf]) -> Result<(), String> {
+        match denied.iter().find(|d| self.root.starts_with(d)) {
+            Some(d) => Err(format!(
+                "{HOST_DENY_ENV}: {} would cover the sandbox's own {}",
+                d.display(),
+                self.root.display()
+            )),
+            None => Ok(()),
         }
+    }
+
+    /// Paths covered in the call's mount namespace: the profile's `deny`
+    /// list, always the user-data root (zero mounts by default), and the
+    /// host's denials ([`HOST_DENY_ENV`]).
+    fn hidden(&self) -> Vec<PathBuf> {
+        // An unreadable list never gets here: `prepare` refused the sandbox.
+        let host: &[PathBuf] = host_denied().as_deref().unwrap_or(&[]);
+        self.hidden_with(host)
+    }
+
+    fn hidden_with(&self, host: &[PathBuf]) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = self.caps.deny.iter().flat_map(|s| self.real(s)).collect();
+        for p in std::iter::once(&self.data_root).chain(host) {
+            if !out.contains(p) {
+                out.push(p.clone());
+            }
+        }
+        // What lies beneath a covered path is covered with it (declared
+        // mounts beneath are bound back through the outer cover).
+        let all = out.clone();
+        out.retain(|p| !all.iter().any(|a| a != p && p.starts_with(a)));
         out
     }
 
@@ -272,4 +329,70 @@ pub fn sanitize(id: &str) -> String {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn env(profile: &str) -> SandboxEnv {
+        SandboxEnv {
+            root: PathBuf::from("/var/tmp/armada/stack/task/sandbox"),
+            uid: 300_000,
+            gid: 300_000,
+            caps: armada_domain::sandbox::Profiles::default()
+                .resolve(profile)
+                .unwrap(),
+            limits: Limits::default(),
+            egress_ports: vec![],
+            data_root: PathBuf::from("/var/tmp/armada/data/tenants/acme"),
+            cgroup: None,
+            mounts: vec![],
+        }
+    }
+
+    #[test]
+    fn the_hosts_denials_are_covered_in_every_confined_profile() {
+        let repo = PathBuf::from("/work/repo");
+        let host = vec![repo.clone(), PathBuf::from("/var/tmp/armada/data")];
+        for profile in ["workspace", "devbox", "read-only", "strict"] {
+            let e = env(profile);
+            let hidden = e.hidden_with(&host);
+            for p in &host {
+                assert!(hidden.contains(p), "{profile}: {p:?} in {hidden:?}");
+            }
+            // The tenant's own data root is beneath the covered data trees.
+            assert!(!hidden.contains(&e.data_root), "{profile}: {hidden:?}");
+            assert!(e.hidden_with(&[]).contains(&e.data_root));
+            assert_eq!(e.check_host_denied(&host), Ok(()));
+        }
+        // Never twice, whoever names it first.
+        let e = env("devbox");
+        let hidden = e.hidden_with(std::slice::from_ref(&e.data_root));
+        assert_eq!(hidden.iter().filter(|p| **p == e.data_root).count(), 1);
+        // A denial over the sandbox's own directory is refused.
+        let e = env("workspace");
+        assert!(e
+            .check_host_denied(&[PathBuf::from("/var/tmp/armada")])
+            .is_err());
+        assert!(e.check_host_denied(std::slice::from_ref(&e.root)).is_err());
+    }
+
+    #[test]
+    fn the_hosts_denials_are_a_json_list_of_absolute_paths() {
+        assert_eq!(parse_host_denied(None), Ok(vec![]));
+        assert_eq!(parse_host_denied(Some(" ")), Ok(vec![]));
+        assert_eq!(
+            parse_host_denied(Some(r#"["/work/repo", "/work/repo/.armada"]"#)),
+            Ok(vec![
+                PathBuf::from("/work/repo"),
+                PathBuf::from("/work/repo/.armada")
+            ])
+        );
+        for bad in ["/work/repo", r#"["relative"]"#, r#"{"a": 1}"#] {
+            assert!(parse_host_denied(Some(bad)).is_err(), "{bad}");
+        }
+    }
 }

@@ -3,7 +3,8 @@
 //! gets a directory, its identity's unprivileged uid (unique, from the
 //! sandboxes table), its tenant's own `/data` and a cgroup with the task's
 //! memory, CPU and pid limits, and its `armada-sandbox agent` runs there as
-//! a local process. A task stopped through the ECS API (StopTask) has its
+//! a local process, every call of which is denied the repository (and its
+//! `.armada/` keys) and the other tenants' data. A task stopped through the ECS API (StopTask) has its
 //! processes killed and its files removed; an agent that exits on its own
 //! (its sandbox destroyed) gets its task stopped, as Fargate stops a task
 //! whose essential container exits. The control plane's code path —
@@ -27,6 +28,7 @@ use armada_domain::sandbox::lifecycle::{SandboxRecord, SandboxState};
 use armada_domain::sandbox::{host_port, Limits, CONTAINER_PORTS};
 use armada_sandbox::cgroup::Cgroup;
 use armada_sandbox::entry::Program;
+use armada_sandbox::env::HOST_DENY_ENV;
 
 /// Processes a sandbox may have at once.
 const PIDS_MAX: u32 = 512;
@@ -73,6 +75,9 @@ pub struct DataPlane {
     tasks: HashMap<String, LocalTask>,
     /// Tasks seen stopped: the emulator keeps listing them; never look again.
     done: HashSet<String>,
+    /// What every sandbox is denied ([`host::denied_paths`]), as the
+    /// agents read it ([`HOST_DENY_ENV`]).
+    denied: String,
     ticks: u64,
 }
 
@@ -174,6 +179,7 @@ impl DataPlane {
             parent,
             tasks: HashMap::new(),
             done: HashSet::new(),
+            denied: "[]".into(),
             ticks: 0,
         }
     }
@@ -182,6 +188,13 @@ impl DataPlane {
         if let Err(e) = std::fs::create_dir_all(&self.opts.root) {
             tracing::error!(error = %e, "cannot create the sandbox root");
         }
+        let denied = host::denied_paths(
+            &host::repositories(),
+            &host::data_base(&self.opts.root),
+            std::slice::from_ref(&self.opts.root),
+        );
+        tracing::info!(?denied, "hidden from every sandbox");
+        self.denied = serde_json::to_string(&denied).unwrap_or_else(|_| "[]".into());
         loop {
             if let Err(e) = self.tick().await {
                 tracing::debug!(error = %format!("{e:#}"), "data plane tick failed");
@@ -312,6 +325,7 @@ impl DataPlane {
             .envs(info.env.iter())
             .env("ARMADA_SANDBOX_ROOT", dir.join("sandbox"))
             .env("ARMADA_DATA_ROOT", &data_root)
+            .env(HOST_DENY_ENV, &self.denied)
             .env("ARMADA_SANDBOX_UID", uid.to_string())
             .env("ARMADA_PORT_MODE", "host")
             .env("ARMADA_PORT_POOL", "local")
