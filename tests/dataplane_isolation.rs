@@ -8,7 +8,6 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use reqwest::Method;
 use serde_json::Value;
 
 use armada_core::ports::FIRST_SANDBOX_UID;
@@ -65,16 +64,7 @@ async fn two_tenants_get_uids_of_their_own_from_the_table_and_keep_them() {
     let kept = table_item(&t, "uid#local#coder").await.unwrap();
     assert_eq!(number(&kept, "uid"), u64::from(mine));
     // A new generation of the identity (its sandbox destroyed) keeps it.
-    let gone = t
-        .admin
-        .call(
-            Method::DELETE,
-            "/v1/sandboxes/coder?tenant=local",
-            None,
-            true,
-        )
-        .await
-        .unwrap();
+    let gone = destroy_sandbox(&t, "local", "coder").await;
     assert_eq!(gone["state"], "DESTROYED", "{gone}");
     let again = uid_of(&t.ask("coder", &sh("id -u")).await.1);
     assert_eq!(sandbox_of(&t.client, "coder").await["generation"], 2);

@@ -35,15 +35,7 @@ async fn a_call_whose_sandbox_dies_is_never_sent_again() {
         mark.is_some()
     })
     .await;
-    t.admin
-        .call(
-            Method::DELETE,
-            "/v1/sandboxes/coder?tenant=local",
-            None,
-            true,
-        )
-        .await
-        .unwrap();
+    destroy_sandbox(&t, "local", "coder").await;
     let run = t
         .client
         .wait_run(&id, Duration::from_secs(60))

@@ -486,16 +486,7 @@ async fn deleting_an_agent_leaves_no_task_or_files_and_admins_destroy_sandboxes(
         )
         .await;
     assert_eq!(status, 400);
-    let gone = t
-        .admin
-        .call(
-            Method::DELETE,
-            "/v1/sandboxes/coder?tenant=local",
-            None,
-            true,
-        )
-        .await
-        .unwrap();
+    let gone = destroy_sandbox(&t, "local", "coder").await;
     assert_eq!(gone["state"], "DESTROYED", "{gone}");
     t.stack.stop().await;
 }

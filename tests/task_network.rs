@@ -15,17 +15,7 @@ use armada_tests::TestStack;
 /// The security groups and environment of an agent's (first) task.
 async fn task_of(t: &TestStack, agent: &str) -> (Vec<String>, String) {
     let arn = tasks_of(t, "local", agent).await.remove(0);
-    let d = t
-        .stack
-        .aws
-        .ecs
-        .describe_tasks()
-        .cluster(&t.stack.svc.cfg.sandbox.cluster)
-        .tasks(&arn)
-        .send()
-        .await
-        .unwrap();
-    let task = &d.tasks()[0];
+    let task = describe_task(t, &arn).await;
     let eni = task.attachments()[0]
         .details()
         .iter()

@@ -68,6 +68,23 @@ pub struct Call {
     pub env: Vec<(String, String)>,
 }
 
+impl Call {
+    /// The probe the agent confines at start to measure its controls: it
+    /// does nothing (`/bin/true`), so what the jail reports is the point.
+    pub fn probe() -> Call {
+        Call {
+            action: Action::Exec {
+                argv: vec!["/bin/true".into()],
+            },
+            run_id: "probe".into(),
+            stdin: None,
+            timeout: Duration::from_secs(30),
+            bind_ports: vec![],
+            env: vec![],
+        }
+    }
+}
+
 /// A call started in the background (`serve`): its cgroup outlives the call.
 #[derive(Debug)]
 pub struct Detached {

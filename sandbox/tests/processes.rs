@@ -7,12 +7,11 @@
 #![allow(clippy::unwrap_used)]
 
 use std::os::unix::process::CommandExt;
-use std::time::Duration;
 
 use serde_json::json;
 
 use armada_domain::sandbox::controls::Enforcement;
-use armada_sandbox::jail::{Action, Step};
+use armada_sandbox::jail::Step;
 use armada_sandbox::runner::Call;
 
 mod support;
@@ -121,19 +120,7 @@ async fn a_call_lists_its_own_processes_and_no_one_elses() {
 }
 
 async fn probe(f: &support::Fixture) -> armada_sandbox::runner::CallRun {
-    f.runner
-        .run(Call {
-            action: Action::Exec {
-                argv: vec!["/bin/true".into()],
-            },
-            run_id: "probe".into(),
-            stdin: None,
-            timeout: Duration::from_secs(30),
-            bind_ports: vec![],
-            env: vec![],
-        })
-        .await
-        .unwrap()
+    f.runner.run(Call::probe()).await.unwrap()
 }
 
 #[tokio::test]

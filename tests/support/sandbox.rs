@@ -81,7 +81,8 @@ pub async fn tasks_of(t: &TestStack, tenant: &str, agent: &str) -> Vec<String> {
         .to_vec()
 }
 
-pub async fn task_status(t: &TestStack, arn: &str) -> String {
+/// A task as the emulator's ECS describes it.
+pub async fn describe_task(t: &TestStack, arn: &str) -> aws_sdk_ecs::types::Task {
     let d = t
         .stack
         .aws
@@ -92,7 +93,28 @@ pub async fn task_status(t: &TestStack, arn: &str) -> String {
         .send()
         .await
         .unwrap();
-    d.tasks()[0].last_status().unwrap_or_default().to_string()
+    d.tasks()[0].clone()
+}
+
+pub async fn task_status(t: &TestStack, arn: &str) -> String {
+    describe_task(t, arn)
+        .await
+        .last_status()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The admin destroys a tenant's sandbox of `agent`; its view after.
+pub async fn destroy_sandbox(t: &TestStack, tenant: &str, agent: &str) -> Value {
+    t.admin
+        .call(
+            Method::DELETE,
+            &format!("/v1/sandboxes/{agent}?tenant={tenant}"),
+            None,
+            true,
+        )
+        .await
+        .unwrap()
 }
 
 pub fn task_dir(t: &TestStack, arn: &str) -> PathBuf {

@@ -48,7 +48,7 @@ use armada_domain::skills::{MountDecl, SERVE};
 use crate::cgroup::Cgroup;
 use crate::entry::Program;
 use crate::env::SandboxEnv;
-use crate::jail::{Action, Step};
+use crate::jail::Step;
 use crate::runner::{Call, Runner};
 use crate::skills::{self, Aftermath, PortGrant};
 

@@ -21,17 +21,7 @@ impl Agent {
             .env
             .prepare()
             .context("preparing the sandbox directories")?;
-        let probe = Call {
-            action: Action::Exec {
-                argv: vec!["/bin/true".into()],
-            },
-            run_id: "probe".into(),
-            stdin: None,
-            timeout: Duration::from_secs(30),
-            bind_ports: vec![],
-            env: vec![],
-        };
-        let run = self.runner.run(probe).await?;
+        let run = self.runner.run(Call::probe()).await?;
         let _ = self.runner.env.drop_scratch("probe");
         let rep = &run.report;
         let caps = &self.cfg.caps;
