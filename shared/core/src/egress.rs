@@ -165,9 +165,7 @@ impl Egress {
         if !matches!(url.scheme(), "http" | "https") || !url.username().is_empty() {
             return Err(EgressError::InvalidUrl);
         }
-        let host = url.host_str().ok_or(EgressError::InvalidUrl)?.to_string();
-        let port = url.port_or_known_default().ok_or(EgressError::InvalidUrl)?;
-        let default = if url.scheme() == "https" { 443 } else { 80 };
+        let (host, port, default) = url_target(&url).ok_or(EgressError::InvalidUrl)?;
         if self
             .policy
             .never
@@ -205,6 +203,18 @@ impl Egress {
     pub async fn send(req: reqwest::RequestBuilder) -> Result<reqwest::Response, EgressError> {
         req.send().await.map_err(|e| classify(&e))
     }
+}
+
+/// An http(s) URL's host, its effective port and its scheme's default
+/// port: what allow entries (`host[:port]`) are matched against.
+pub fn url_target(url: &reqwest::Url) -> Option<(String, u16, u16)> {
+    let default = match url.scheme() {
+        "https" => 443,
+        "http" => 80,
+        _ => return None,
+    };
+    let host = url.host_str()?.to_string();
+    Some((host, url.port_or_known_default()?, default))
 }
 
 fn this_machine(host: &str) -> bool {

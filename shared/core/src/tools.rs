@@ -14,7 +14,7 @@ use armada_domain::skills::{CURRENT_TIME, HTTP_REQUEST};
 use armada_domain::egress::HostPort;
 
 use crate::clock::rfc3339;
-use crate::egress::{Egress, EgressError};
+use crate::egress::{url_target, Egress, EgressError};
 
 /// A skill's failure, returned to the model as its result.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,9 +92,8 @@ impl InlineTools {
                 "url must be http or https",
             ));
         }
-        let host = url.host_str().unwrap_or_default().to_string();
-        let port = url.port_or_known_default().unwrap_or(0);
-        let default = if url.scheme() == "https" { 443 } else { 80 };
+        let (host, port, default) =
+            url_target(&url).ok_or_else(|| ToolFailure::new("INVALID_ARGS", "url has no host"))?;
         let target = format!("{host}:{port}");
         // Entries are `host[:port]`; a port left out is the scheme's.
         let allowed = agent
