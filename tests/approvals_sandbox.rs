@@ -134,6 +134,8 @@ async fn a_call_lost_with_its_sandbox_is_settled_by_a_human_when_the_agent_asks(
                 return false;
             };
             let call = armada_core::store::sandboxes::CallRef {
+                tenant: run.tenant.clone(),
+                agent: run.agent.clone(),
                 run_id: id.clone(),
                 call_id: call.call_id.clone(),
                 attempt: 1,

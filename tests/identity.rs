@@ -2,7 +2,10 @@
 //! queue for a Run's sandbox call is taken only when it is sealed with the
 //! key of the sandbox generation the call was sent to. A task that escaped
 //! its jail holds its own key only, so it cannot answer for another
-//! identity's call (the IAM side, one task role, is the README's to tell).
+//! identity's call. Its AWS credentials are its own too: assumed for its
+//! generation (with the session policy `armada_domain`'s unit tests judge,
+//! as the emulator does not enforce IAM) and renewed through the
+//! dispatcher only for a request its own key sealed.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,7 +14,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use armada_domain::messages::{HarnessMessage, ResultBody};
+use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};
+use armada_domain::sandbox::credentials::Renewal;
 use armada_domain::sandbox::hand::CallOutcome;
 use armada_domain::sandbox::seal::{answer_key, Answer};
 use armada_tests::outcome;
@@ -114,5 +118,102 @@ async fn an_answer_not_sealed_by_the_calls_own_sandbox_is_refused() {
         3,
         "every forgery was refused"
     );
+    t.stack.stop().await;
+}
+
+/// The sandbox record's credentials as its agent last reported them.
+async fn held_key(t: &armada_tests::TestStack) -> Option<String> {
+    let rec = sandbox_of(&t.client, "coder").await;
+    rec["credentials"]["access_key_id"]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_signs_with_credentials_of_its_own_which_only_its_key_renews() {
+    let env = vec![(
+        "ARMADA_SANDBOX_RENEW_AFTER_SECONDS".to_string(),
+        "3".to_string(),
+    )];
+    let t = armada_tests::TestStack::start_full(fast(), None, env).await;
+    let first: Value = ask_as(&t.client, "coder", &sh("echo one")).await;
+    assert_eq!(outcome(&first), "COMPLETED", "{first}");
+    // The task was handed credentials assumed for it (and no others).
+    let arns = tasks_of(&t, &t.stack.tenant, "coder").await;
+    let task = describe_task(&t, &arns[0]).await;
+    let env: std::collections::HashMap<String, String> =
+        task.overrides().unwrap().container_overrides()[0]
+            .environment()
+            .iter()
+            .map(|kv| {
+                (
+                    kv.name().unwrap().to_string(),
+                    kv.value().unwrap().to_string(),
+                )
+            })
+            .collect();
+    let given = env["AWS_ACCESS_KEY_ID"].clone();
+    assert!(given.starts_with("ASIA"), "temporary credentials: {given}");
+    assert!(!env["AWS_SESSION_TOKEN"].is_empty());
+    assert!(
+        env["ARMADA_SANDBOX_CREDENTIALS_EXPIRE_MS"]
+            .parse::<i64>()
+            .unwrap()
+            > 0
+    );
+    assert!(env.contains_key("ARMADA_DISPATCH_QUEUE_URL"));
+    // The agent asks for new ones (after 3 s here, 20 min in AWS); the
+    // dispatcher sends them to its hand queue; it signs with them after.
+    eventually("the agent holds renewed credentials", || async {
+        held_key(&t)
+            .await
+            .is_some_and(|k| k != given && k.starts_with("ASIA"))
+    })
+    .await;
+    let second: Value = ask_as(&t.client, "coder", &sh("echo two")).await;
+    assert_eq!(outcome(&second), "COMPLETED", "{second}");
+    assert_eq!(tool_result(&second, "shell_exec")["stdout"], "two\n");
+
+    // A request nobody's key sealed, or sealed by another identity's key,
+    // gets nothing: the dispatcher counts it and sends no credentials.
+    let generation = sandbox_of(&t.client, "coder").await["generation"]
+        .as_u64()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let secret = t.stack.svc.cfg.callback_signing_secret.clone();
+    let other_key = answer_key(&secret, "another-tenant", "coder", generation);
+    let req = Renewal {
+        tenant: &t.stack.tenant,
+        agent: "coder",
+        generation,
+        requested_at_ms: now,
+    };
+    let counted = &t.stack.dispatcher_svc.counters.forged_drops;
+    let before = counted.load(Ordering::Relaxed);
+    for seal in [req.seal(&other_key), "0".repeat(64)] {
+        let msg = DispatchMessage::RenewCredentials {
+            tenant: t.stack.tenant.clone(),
+            agent: "coder".into(),
+            generation,
+            requested_at_ms: now,
+            seal,
+        };
+        t.stack
+            .aws
+            .sqs
+            .send_message()
+            .queue_url(t.stack.svc.queues.dispatch_url())
+            .message_body(serde_json::to_string(&msg).unwrap())
+            .send()
+            .await
+            .unwrap();
+    }
+    eventually("both forged renewals are refused", || async {
+        counted.load(Ordering::Relaxed) >= before + 2
+    })
+    .await;
     t.stack.stop().await;
 }

@@ -26,6 +26,8 @@ async fn a_call_whose_sandbox_dies_is_never_sent_again() {
         let mark = svc
             .sandboxes
             .mark(&armada_core::store::sandboxes::CallRef {
+                tenant: run.tenant.clone(),
+                agent: run.agent.clone(),
                 run_id: id.clone(),
                 call_id: call.call_id.clone(),
                 attempt: 1,

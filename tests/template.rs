@@ -318,6 +318,7 @@ fn queues_outlast_their_consumers_and_report_batch_failures() {
                 ("CallbackSigningSecret", "0123456789abcdef"),
                 ("SandboxSubnets", "subnet-1"),
                 ("SandboxSecurityGroups", "sg-1"),
+                ("AWS::AccountId", "123456789012"),
             ]);
             let deployed = Template::parse(&text, "s", "us-east-1", &required).unwrap();
             let env = deployed.environment("harness").unwrap();
@@ -335,4 +336,74 @@ fn queues_outlast_their_consumers_and_report_batch_failures() {
         assert!(m.batch_size >= 1 && m.batch_size <= 10);
     }
     assert!(queues["HarnessQueue"].fifo && queues["HarnessDeadLetterQueue"].fifo);
+}
+
+/// A sandbox task holds no role of its own: its only credentials are the
+/// identity role's, assumed per generation by the functions that start and
+/// renew them, and narrowed by the session policy to that identity; the
+/// role grants at most what the session policies of every identity
+/// together need.
+#[test]
+fn sandbox_tasks_act_only_through_their_identitys_credentials() {
+    let doc = raw_template();
+    let res = &doc["Resources"];
+    for tier in ["SandboxTaskStandard", "SandboxTaskLarge"] {
+        assert!(
+            res[tier]["Properties"]["TaskRoleArn"].is_null(),
+            "{tier} must not carry a task role"
+        );
+    }
+    let role = &res["SandboxIdentityRole"]["Properties"];
+    assert_eq!(role["MaxSessionDuration"].as_u64(), Some(3600));
+    let trust = &role["AssumeRolePolicyDocument"]["Statement"][0];
+    assert!(
+        trust["Condition"]["ArnLike"]["aws:PrincipalArn"]["Fn::Sub"]
+            .as_str()
+            .unwrap()
+            .ends_with(":role/${AWS::StackName}-*"),
+        "only this stack's roles may assume it"
+    );
+    let granted: BTreeSet<String> = role["Policies"][0]["PolicyDocument"]["Statement"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|st| st["Action"].as_sequence().unwrap().clone())
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let arns = armada_domain::sandbox::access::PlatformArns {
+        sqs_prefix: "arn:aws:sqs:r:1:".into(),
+        harness_queue: "h".into(),
+        dispatch_queue: "d".into(),
+        sandboxes_table: "t".into(),
+        payload_bucket: "b".into(),
+    };
+    let session = armada_domain::sandbox::access::session_policy("t", "a", "q", &arns);
+    for st in session["Statement"].as_array().unwrap() {
+        for a in st["Action"].as_array().unwrap() {
+            assert!(
+                granted.contains(a.as_str().unwrap()),
+                "the role lacks {a}, which the session policy grants"
+            );
+        }
+    }
+    let assumes = |function: &str| {
+        serde_yaml::to_string(&res[function]["Properties"]["Policies"])
+            .unwrap()
+            .contains("sts:AssumeRole")
+    };
+    assert!(assumes("DispatcherFunction") && assumes("HarnessFunction"));
+    assert!(!assumes("IngressFunction") && !assumes("HitlFunction"));
+    let required = armada_tests::params(&[
+        ("AdminKeySha256", &"0".repeat(64)),
+        ("CallbackSigningSecret", "0123456789abcdef"),
+        ("SandboxSubnets", "subnet-1"),
+        ("SandboxSecurityGroups", "sg-1"),
+        ("AWS::AccountId", "123456789012"),
+    ]);
+    let text = std::fs::read_to_string(root().join("infra/template.yaml")).unwrap();
+    let deployed = Template::parse(&text, "s", "us-east-1", &required).unwrap();
+    assert_eq!(
+        deployed.environment("dispatcher").unwrap()["ARMADA_SANDBOX_IDENTITY_ROLE_ARN"],
+        "arn:aws:iam::123456789012:role/s-sandboxidentityrole"
+    );
 }

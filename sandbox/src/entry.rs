@@ -12,7 +12,6 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use armada_core::aws::AwsClients;
 use armada_core::ports::SandboxesExt as _;
 use armada_core::store::sandboxes::{Change, SandboxStore};
 
@@ -99,7 +98,7 @@ async fn agent(program: Program) -> i32 {
             return 1;
         }
     };
-    let aws = AwsClients::load(None).await;
+    let (aws, held) = Agent::clients(&cfg).await;
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         if let Ok(mut term) =
@@ -109,7 +108,7 @@ async fn agent(program: Program) -> i32 {
             let _ = tx.send(true);
         }
     });
-    let agent = Agent::new(cfg, aws, program);
+    let agent = Agent::new(cfg, aws, held, program);
     match agent.run(rx).await {
         Ok(Exit::Stopped) => 0,
         Ok(Exit::Hibernated) => {
@@ -172,7 +171,7 @@ async fn destroy_after_crashes() {
     let Ok(cfg) = AgentConfig::from_env().await else {
         return;
     };
-    let aws = AwsClients::load(None).await;
+    let (aws, _) = Agent::clients(&cfg).await;
     let store = SandboxStore::new(aws.dynamo.clone(), &cfg.sandboxes_table);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -126,6 +126,8 @@ pub struct LocalStack {
     /// The services the handlers run on (one AWS client set, shared, so
     /// the call counter sees every call).
     pub svc: Arc<Services>,
+    /// The dispatcher's services (its counters are its own).
+    pub dispatcher_svc: Arc<Services>,
     pub aws: AwsClients,
     /// The clients of the SQS pollers, which stand for Lambda's event source
     /// mapping: in AWS those calls are the platform's, not the functions'.
@@ -225,6 +227,18 @@ impl LocalStack {
         if !params.contains_key("SandboxIsolatedSecurityGroups") {
             let group = provision::isolated_security_group(&endpoint, &opts.region).await?;
             params.insert("SandboxIsolatedSecurityGroups".into(), group);
+        }
+        if !params.contains_key(template::ACCOUNT_ID) {
+            let who = aws
+                .sts
+                .get_caller_identity()
+                .send()
+                .await
+                .context("asking the emulator which account this is")?;
+            params.insert(
+                template::ACCOUNT_ID.into(),
+                who.account().unwrap_or("123456789012").to_string(),
+            );
         }
         let text = std::fs::read_to_string(opts.root.join("infra/template.yaml"))?;
         let template = Template::parse(&text, &opts.stack, &opts.region, &params)?;
@@ -349,13 +363,10 @@ impl LocalStack {
             let dp_aws = AwsClients::load_local(&endpoint, &opts.region).await;
             let cfg = &harness_svc.cfg;
             let provider = armada_core::hands::SandboxProvider::new(
-                dp_aws.ecs.clone(),
-                dp_aws.sqs.clone(),
-                cfg.sandbox.clone(),
+                &dp_aws,
+                cfg,
                 &harness_svc.queues.harness_url(),
-                &cfg.sandboxes_table,
-                &cfg.payload_bucket,
-                &cfg.callback_signing_secret,
+                &harness_svc.queues.dispatch_url(),
             );
             let store = armada_core::store::sandboxes::SandboxStore::new(
                 dp_aws.dynamo.clone(),
@@ -414,6 +425,7 @@ impl LocalStack {
             model_url,
             model_stats,
             svc: harness_svc,
+            dispatcher_svc,
             aws,
             esm_aws,
             template,

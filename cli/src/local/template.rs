@@ -8,6 +8,10 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_yaml::Value;
 
+/// The pseudo parameter the emulator's account is given under (`Ref:
+/// AWS::AccountId`, and the ARN of a role), as CloudFormation knows it.
+pub const ACCOUNT_ID: &str = "AWS::AccountId";
+
 #[derive(Debug, Clone)]
 pub struct Template {
     resources: BTreeMap<String, Value>,
@@ -178,6 +182,7 @@ impl Template {
             "AWS::ECS::Cluster" => "ClusterName",
             "AWS::ECS::TaskDefinition" => "Family",
             "AWS::Logs::LogGroup" => "LogGroupName",
+            "AWS::IAM::Role" => "RoleName",
             _ => "Name",
         };
         match self.props(r).and_then(|p| get(p, prop)) {
@@ -210,7 +215,20 @@ impl Template {
         if let Some(Value::Sequence(ga)) = get(v, "Fn::GetAtt") {
             let res = ga.first().and_then(Value::as_str).unwrap_or_default();
             let attr = ga.get(1).and_then(Value::as_str).unwrap_or_default();
+            let ty = self
+                .resources
+                .get(res)
+                .and_then(|r| get(r, "Type"))
+                .and_then(Value::as_str);
             return match attr {
+                // A role is assumed by its ARN, in the emulator's account.
+                "Arn" if ty == Some("AWS::IAM::Role") => Ok(format!(
+                    "arn:aws:iam::{}:role/{}",
+                    self.parameters
+                        .get(ACCOUNT_ID)
+                        .ok_or_else(|| anyhow!("the role {res} needs the stack's account"))?,
+                    self.physical_name(res)?
+                )),
                 "QueueName" | "Arn" => self.physical_name(res),
                 other => bail!("GetAtt {res}.{other} is not supported locally"),
             };

@@ -8,6 +8,8 @@
 //! - `CheckRun`: the watchdog of a waiting Run: its deadline; for a Run
 //!   waiting on a sandbox, its sandbox's start timeout and calls whose
 //!   sandbox died.
+//! - `RenewCredentials`: a sandbox agent's new AWS credentials, sent to
+//!   its hand queue, in [`credentials`].
 //! - `SpawnChildren`, and children's ends on `RunTerminal`: collaboration
 //!   (fan-out expansion, starting children within `max_parallel`, the
 //!   parent's counter and round 2, cancelling a parent's children), in
@@ -36,6 +38,7 @@ use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};
 use armada_domain::run::{
     IllegalTransition, Run, RunError, RunEvent, RunEventRecord, RunState, Stamp,
 };
+use armada_domain::sandbox::credentials::Renewal;
 use armada_domain::sandbox::hand::{codes, CallOutcome, SANDBOX_LOST};
 use armada_domain::sandbox::lifecycle::SandboxState;
 
@@ -114,6 +117,21 @@ impl Dispatcher {
                     tenant,
                     recipient,
                 } => self.notify(&approval_id, &tenant, &recipient).await,
+                DispatchMessage::RenewCredentials {
+                    tenant,
+                    agent,
+                    generation,
+                    requested_at_ms,
+                    seal,
+                } => {
+                    let req = Renewal {
+                        tenant: &tenant,
+                        agent: &agent,
+                        generation,
+                        requested_at_ms,
+                    };
+                    self.renew_credentials(&req, &seal).await
+                }
             }
         }
         .instrument(span);
@@ -469,6 +487,22 @@ impl Dispatcher {
                     );
                     return Outcome::Done;
                 }
+                DispatchMessage::RenewCredentials {
+                    tenant,
+                    agent,
+                    generation,
+                    ..
+                } => {
+                    // The agent asks again every minute until it has them.
+                    tracing::error!(
+                        tenant,
+                        agent,
+                        generation,
+                        queue,
+                        "a credentials renewal failed on every attempt"
+                    );
+                    return Outcome::Done;
+                }
             }
         } else {
             tracing::error!(queue, "unreadable dead letter dropped");
@@ -505,6 +539,7 @@ impl Dispatcher {
 mod approvals;
 mod chains;
 mod children;
+mod credentials;
 mod watchdog;
 
 #[cfg(test)]

@@ -79,6 +79,8 @@ impl Dispatcher {
             for c in dispatched {
                 let generation = c.generation.unwrap_or(0);
                 let call = CallRef {
+                    tenant: run.tenant.clone(),
+                    agent: run.agent.clone(),
                     run_id: run.run_id.clone(),
                     call_id: c.call_id.clone(),
                     attempt: c.attempt,

@@ -45,9 +45,10 @@ impl Agent {
     }
 
     pub(super) fn snapshot_key(&self) -> String {
-        format!(
-            "sandboxes/{}/{}/g{}/workspace.tar.gz",
-            self.cfg.tenant, self.cfg.agent, self.cfg.generation
+        armada_domain::sandbox::access::snapshot_key(
+            &self.cfg.tenant,
+            &self.cfg.agent,
+            self.cfg.generation,
         )
     }
 

@@ -22,7 +22,8 @@
 //! Layout, by job: this file configures the agent and runs it; [`disk`]
 //! gives the workspace a filesystem of the disk limit's size; [`probe`]
 //! checks mounts and measures the capability set; [`serve`] serves the hand
-//! queue; [`hibernate`] sleeps and wakes; [`ports`] grants and releases
+//! queue; [`credentials`] holds and renews the task's own AWS credentials;
+//! [`hibernate`] sleeps and wakes; [`ports`] grants and releases
 //! pooled host ports; [`faults`] are the tests' injected faults (a cargo
 //! feature that release builds never enable).
 
@@ -52,6 +53,7 @@ use crate::jail::Step;
 use crate::runner::{Call, Runner};
 use crate::skills::{self, Aftermath, PortGrant};
 
+mod credentials;
 pub mod disk;
 mod faults;
 mod hibernate;
@@ -107,6 +109,14 @@ pub struct AgentConfig {
     /// environment is built from scratch; the agent's own is readable by
     /// root only).
     pub answer_key: String,
+    /// The task's own AWS credentials, when the provider assumed the
+    /// identity role for it.
+    pub credentials: Option<armada_domain::sandbox::credentials::TaskCredentials>,
+    /// Where new credentials are asked for.
+    pub dispatch_queue_url: Option<String>,
+    /// Ask for new credentials this long after receiving them instead of a
+    /// third of their life (`ARMADA_SANDBOX_RENEW_AFTER_SECONDS`, tests).
+    pub renew_after_ms: Option<i64>,
 }
 
 /// How an idle sandbox sleeps (`ARMADA_HIBERNATE_MODE`).
@@ -196,6 +206,19 @@ impl AgentConfig {
             },
             restore: opt(task_env::RESTORE),
             answer_key: get(task_env::ANSWER_KEY)?,
+            credentials: match opt(task_env::CREDENTIALS_EXPIRE_MS) {
+                Some(expires) => Some(armada_domain::sandbox::credentials::TaskCredentials {
+                    access_key_id: get(task_env::ACCESS_KEY_ID)?,
+                    secret_access_key: get(task_env::SECRET_ACCESS_KEY)?,
+                    session_token: get(task_env::SESSION_TOKEN)?,
+                    expires_at_ms: expires.parse()?,
+                }),
+                None => None,
+            },
+            dispatch_queue_url: opt(task_env::DISPATCH_QUEUE_URL),
+            renew_after_ms: opt("ARMADA_SANDBOX_RENEW_AFTER_SECONDS")
+                .map(|v| v.parse::<i64>().map(|s| s * 1000))
+                .transpose()?,
         })
     }
 
@@ -261,6 +284,10 @@ pub struct Agent {
     services: Vec<crate::runner::Detached>,
     /// What holds the workspace's size (set up when the agent runs).
     disk: Option<disk::Disk>,
+    /// The task's own credentials, which every client signs with.
+    held: Option<armada_core::aws::HeldCredentials>,
+    /// When to ask for new credentials next.
+    next_renewal_ms: Option<i64>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -296,7 +323,12 @@ fn usable_cgroup() -> (Option<Cgroup>, Option<Cgroup>) {
 }
 
 impl Agent {
-    pub fn new(cfg: AgentConfig, aws: AwsClients, jail: Program) -> Self {
+    pub fn new(
+        cfg: AgentConfig,
+        aws: AwsClients,
+        held: Option<armada_core::aws::HeldCredentials>,
+        jail: Program,
+    ) -> Self {
         let store = SandboxStore::new(aws.dynamo.clone(), &cfg.sandboxes_table);
         let (usable, _) = usable_cgroup();
         let env = SandboxEnv {
@@ -318,7 +350,16 @@ impl Agent {
             ports: BTreeMap::new(),
             services: Vec::new(),
             disk: None,
+            held,
+            next_renewal_ms: None,
         }
+    }
+
+    /// The agent's clients and credentials ([`credentials`]).
+    pub async fn clients(
+        cfg: &AgentConfig,
+    ) -> (AwsClients, Option<armada_core::aws::HeldCredentials>) {
+        credentials::clients(cfg).await
     }
 
     /// The workspace's disk, before any call or restore writes to it: in a
@@ -431,15 +472,17 @@ async fn heartbeat(
     agent: String,
     generation: u64,
     every: Duration,
+    held: Option<armada_core::aws::HeldCredentials>,
     gone: tokio::sync::watch::Sender<Option<String>>,
 ) {
     loop {
         tokio::time::sleep(every).await;
         let now = now_ms();
+        let held_now = held.as_ref().map(|h| h.current().info());
         let r = store
             .modify(&tenant, &agent, |rec| match rec {
                 Some(mut r) if r.generation == generation && !r.state.is_gone() => {
-                    let _ = r.heartbeat(generation, now);
+                    let _ = r.heartbeat(generation, now, held_now.clone());
                     Change::Write(Box::new(r), None)
                 }
                 Some(r) if r.generation == generation => Change::Keep(Some(

@@ -74,8 +74,10 @@ impl Agent {
             self.cfg.agent.clone(),
             self.cfg.generation,
             Duration::from_secs(u64::from(self.cfg.heartbeat_seconds)),
+            self.held.clone(),
             gone_tx,
         ));
+        self.next_renewal_ms = self.first_renewal_ms();
         let exit = self.serve_queue(&mut stop, &mut gone).await;
         beat.abort();
         exit
@@ -104,6 +106,7 @@ impl Agent {
                 }
                 last_active = Instant::now();
             }
+            self.renew_credentials_if_due().await;
             let receive = self
                 .aws
                 .sqs
@@ -148,6 +151,13 @@ impl Agent {
                             self.shutdown_services();
                             return Ok(Exit::Destroyed(why));
                         }
+                    }
+                    HandMessage::Credentials {
+                        generation,
+                        credentials,
+                    } => {
+                        self.take_credentials(generation, credentials);
+                        self.delete(&receipt).await;
                     }
                     HandMessage::Invoke(inv) => {
                         if let Some(exit) = self.invoke(inv, &receipt).await? {
@@ -203,9 +213,12 @@ impl Agent {
         let inline = serde_json::to_string(&outcome)?;
         let body = if inline.len() > INLINE_OUTCOME_BYTES {
             let sha256 = armada_domain::api::sha256_hex(inline.as_bytes());
-            let key = format!(
-                "sandboxes/{}/{}/{}-{}.json",
-                inv.tenant, inv.run_id, inv.call_id, inv.attempt
+            let key = armada_domain::sandbox::access::outcome_key(
+                &self.cfg.tenant,
+                &self.cfg.agent,
+                &inv.run_id,
+                &inv.call_id,
+                inv.attempt,
             );
             self.aws
                 .s3
@@ -281,6 +294,8 @@ impl Agent {
             return Ok(Some(Exit::Destroyed(why)));
         }
         let call = CallRef {
+            tenant: self.cfg.tenant.clone(),
+            agent: self.cfg.agent.clone(),
             run_id: inv.run_id.clone(),
             call_id: inv.call_id.clone(),
             attempt: inv.attempt,

@@ -3,7 +3,13 @@
 //! emulator; an interceptor counts API calls per service and operation for
 //! `armada bench`.
 
+use std::sync::{Arc, RwLock};
+
 use aws_config::BehaviorVersion;
+use aws_credential_types::provider::{self, ProvideCredentials};
+use aws_credential_types::Credentials;
+
+use armada_domain::sandbox::credentials::TaskCredentials;
 
 pub use crate::calls::{CallCounter, CallRecord};
 
@@ -14,6 +20,7 @@ pub struct AwsClients {
     pub s3: aws_sdk_s3::Client,
     pub ecs: aws_sdk_ecs::Client,
     pub ses: aws_sdk_sesv2::Client,
+    pub sts: aws_sdk_sts::Client,
     pub sdk_config: aws_config::SdkConfig,
     pub calls: CallCounter,
 }
@@ -59,12 +66,18 @@ impl AwsClients {
                 .interceptor(calls.clone())
                 .build(),
         );
+        let sts = aws_sdk_sts::Client::from_conf(
+            aws_sdk_sts::config::Builder::from(&sdk_config)
+                .interceptor(calls.clone())
+                .build(),
+        );
         AwsClients {
             dynamo,
             sqs,
             s3,
             ecs,
             ses,
+            sts,
             sdk_config,
             calls,
         }
@@ -87,6 +100,57 @@ impl AwsClients {
                 "armada-local",
             ));
         }
+        Self::from_sdk_config(loader.load().await)
+    }
+}
+
+/// Credentials that can be replaced while the clients using them live: a
+/// sandbox agent's, renewed before they expire. The clients are built
+/// without an identity cache, so every request asks for the current ones.
+#[derive(Debug, Clone)]
+pub struct HeldCredentials(Arc<RwLock<TaskCredentials>>);
+
+impl HeldCredentials {
+    pub fn new(c: TaskCredentials) -> Self {
+        HeldCredentials(Arc::new(RwLock::new(c)))
+    }
+
+    /// From now on every request is signed with `c`.
+    pub fn replace(&self, c: TaskCredentials) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = c;
+    }
+
+    /// The ones in use.
+    pub fn current(&self) -> TaskCredentials {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl ProvideCredentials for HeldCredentials {
+    fn provide_credentials<'a>(&'a self) -> provider::future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        let c = self.current();
+        let expiry = std::time::UNIX_EPOCH
+            + std::time::Duration::from_millis(u64::try_from(c.expires_at_ms).unwrap_or(0));
+        provider::future::ProvideCredentials::ready(Ok(Credentials::new(
+            c.access_key_id,
+            c.secret_access_key,
+            Some(c.session_token),
+            Some(expiry),
+            "armada-sandbox",
+        )))
+    }
+}
+
+impl AwsClients {
+    /// Clients signing with `held` (whatever it holds at each request);
+    /// endpoint and region from the environment as usual.
+    pub async fn load_held(held: HeldCredentials) -> Self {
+        let loader = aws_config::defaults(BehaviorVersion::latest())
+            .credentials_provider(held)
+            .identity_cache(aws_config::identity::IdentityCache::no_cache());
         Self::from_sdk_config(loader.load().await)
     }
 }

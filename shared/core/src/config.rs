@@ -103,6 +103,12 @@ pub struct SandboxConfig {
     pub isolated_security_groups: Vec<String>,
     /// Name prefix of the per-sandbox hand queues (`ARMADA_HAND_QUEUE_PREFIX`).
     pub hand_queue_prefix: String,
+    /// The role each sandbox task's own credentials are assumed from,
+    /// narrowed to its identity by a session policy
+    /// (`ARMADA_SANDBOX_IDENTITY_ROLE_ARN`). Unset, tasks get no
+    /// credentials of their own (and hold only what their task role
+    /// grants, which in the template is nothing).
+    pub identity_role_arn: Option<String>,
     /// How often a Run waiting on a sandbox is checked on (`ARMADA_SANDBOX_CHECK_SECONDS`, default 30).
     pub check_seconds: u32,
     /// A sandbox agent not heard of for this long is taken for dead
@@ -251,6 +257,10 @@ impl Config {
                 security_groups: list("ARMADA_SANDBOX_SECURITY_GROUPS"),
                 isolated_security_groups: list("ARMADA_SANDBOX_ISOLATED_SECURITY_GROUPS"),
                 hand_queue_prefix: req("ARMADA_HAND_QUEUE_PREFIX")?,
+                identity_role_arn: vars
+                    .get("ARMADA_SANDBOX_IDENTITY_ROLE_ARN")
+                    .filter(|v| !v.is_empty())
+                    .cloned(),
                 check_seconds: num("ARMADA_SANDBOX_CHECK_SECONDS", 30)?.max(1) as u32,
                 stale_seconds: num("ARMADA_SANDBOX_STALE_SECONDS", 60)?.max(1) as u32,
                 heartbeat_seconds: num("ARMADA_SANDBOX_HEARTBEAT_SECONDS", 10)?.max(1) as u32,

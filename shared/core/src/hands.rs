@@ -17,11 +17,14 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use sha2::{Digest, Sha256};
 
 use armada_domain::agent::SandboxSpec;
+use armada_domain::sandbox::access::{session_policy, PlatformArns};
+use armada_domain::sandbox::credentials::{TaskCredentials, ROLE_CHAIN_MAX_SECONDS};
 use armada_domain::sandbox::hand::HandMessage;
 use armada_domain::sandbox::lifecycle::sandbox_key;
 use armada_domain::sandbox::CapabilitySet;
 
-use crate::config::SandboxConfig;
+use crate::aws::AwsClients;
+use crate::config::{Config, SandboxConfig};
 use async_trait::async_trait;
 
 use crate::error::{classify, StoreError};
@@ -58,16 +61,29 @@ pub mod task_env {
     /// `isolated` when the task's security groups allow no egress (the
     /// profile restricts the network), else `open`.
     pub const TASK_NETWORK: &str = "ARMADA_SANDBOX_TASK_NETWORK";
+    /// Where the agent asks for new credentials.
+    pub const DISPATCH_QUEUE_URL: &str = "ARMADA_DISPATCH_QUEUE_URL";
+    /// The task's own credentials (the SDK's names) and when they expire.
+    pub const ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
+    pub const SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
+    pub const SESSION_TOKEN: &str = "AWS_SESSION_TOKEN";
+    pub const CREDENTIALS_EXPIRE_MS: &str = "ARMADA_SANDBOX_CREDENTIALS_EXPIRE_MS";
+    /// Variables whose values are secrets (never logged or shown).
+    pub const SECRETS: [&str; 3] = [ANSWER_KEY, SECRET_ACCESS_KEY, SESSION_TOKEN];
 }
 
 #[derive(Debug, Clone)]
 pub struct SandboxProvider {
     ecs: aws_sdk_ecs::Client,
     sqs: aws_sdk_sqs::Client,
+    sts: aws_sdk_sts::Client,
     cfg: SandboxConfig,
     harness_queue_url: String,
+    dispatch_queue_url: String,
     sandboxes_table: String,
     payload_bucket: String,
+    /// What the session policies name (with an identity role).
+    arns: Option<PlatformArns>,
     /// The deployment's secret, from which each generation's answer key
     /// is derived.
     answer_secret: String,
@@ -87,7 +103,7 @@ pub struct TaskRequest<'a> {
 }
 
 /// A task as ECS describes it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct TaskInfo {
     pub arn: String,
     pub last_status: String,
@@ -97,6 +113,33 @@ pub struct TaskInfo {
     /// The sandbox container's environment overrides.
     pub env: HashMap<String, String>,
     pub task_definition: String,
+}
+
+impl std::fmt::Debug for TaskInfo {
+    // Its environment holds the task's secrets: only their names are shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: std::collections::BTreeMap<&str, &str> = self
+            .env
+            .iter()
+            .map(|(k, v)| {
+                let shown = if task_env::SECRETS.contains(&k.as_str()) {
+                    "<secret>"
+                } else {
+                    v.as_str()
+                };
+                (k.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("TaskInfo")
+            .field("arn", &self.arn)
+            .field("last_status", &self.last_status)
+            .field("desired_status", &self.desired_status)
+            .field("started_by", &self.started_by)
+            .field("tags", &self.tags)
+            .field("env", &env)
+            .field("task_definition", &self.task_definition)
+            .finish()
+    }
 }
 
 impl TaskInfo {
@@ -115,23 +158,43 @@ pub fn started_by(tenant: &str, agent: &str) -> String {
 }
 
 impl SandboxProvider {
+    /// The provider of a deployment: its clients, its configuration and
+    /// its queues' URLs.
     pub fn new(
-        ecs: aws_sdk_ecs::Client,
-        sqs: aws_sdk_sqs::Client,
-        cfg: SandboxConfig,
+        aws: &AwsClients,
+        cfg: &Config,
         harness_queue_url: &str,
-        sandboxes_table: &str,
-        payload_bucket: &str,
-        answer_secret: &str,
+        dispatch_queue_url: &str,
     ) -> Self {
+        let region = aws
+            .sdk_config
+            .region()
+            .map(|r| r.to_string())
+            .unwrap_or_default();
+        let arns = cfg.sandbox.identity_role_arn.as_deref().and_then(|role| {
+            PlatformArns::derive(
+                role,
+                &region,
+                harness_queue_url,
+                dispatch_queue_url,
+                &cfg.sandboxes_table,
+                &cfg.payload_bucket,
+            )
+        });
+        if cfg.sandbox.identity_role_arn.is_some() && arns.is_none() {
+            tracing::error!("ARMADA_SANDBOX_IDENTITY_ROLE_ARN is not an IAM role ARN (or no region is set): sandbox tasks get no credentials of their own");
+        }
         SandboxProvider {
-            ecs,
-            sqs,
-            cfg,
+            ecs: aws.ecs.clone(),
+            sqs: aws.sqs.clone(),
+            sts: aws.sts.clone(),
+            cfg: cfg.sandbox.clone(),
             harness_queue_url: harness_queue_url.to_string(),
-            sandboxes_table: sandboxes_table.to_string(),
-            payload_bucket: payload_bucket.to_string(),
-            answer_secret: answer_secret.to_string(),
+            dispatch_queue_url: dispatch_queue_url.to_string(),
+            sandboxes_table: cfg.sandboxes_table.clone(),
+            payload_bucket: cfg.payload_bucket.clone(),
+            arns,
+            answer_secret: cfg.callback_signing_secret.clone(),
         }
     }
 
@@ -218,6 +281,12 @@ impl Provider for SandboxProvider {
         let (group, dedup) = match msg {
             HandMessage::Invoke(inv) => (inv.run_id.clone(), inv.dedup_id()),
             HandMessage::EndRun { run_id, .. } => (run_id.clone(), format!("{run_id}-end")),
+            // A group of their own, so no Run's calls hold them back; one
+            // message per set of credentials.
+            HandMessage::Credentials { credentials, .. } => (
+                "credentials".to_string(),
+                format!("credentials-{}", credentials.access_key_id),
+            ),
         };
         self.sqs
             .send_message()
@@ -231,10 +300,48 @@ impl Provider for SandboxProvider {
         Ok(())
     }
 
+    /// Assumes the identity role for one generation, narrowed by the
+    /// session policy to that identity's queue, record, marks and objects.
+    async fn credentials(
+        &self,
+        tenant: &str,
+        agent: &str,
+        generation: u64,
+        hand_queue_url: &str,
+    ) -> Result<Option<TaskCredentials>, StoreError> {
+        let (Some(role), Some(arns)) = (&self.cfg.identity_role_arn, &self.arns) else {
+            return Ok(None);
+        };
+        let queue = hand_queue_url.rsplit('/').next().unwrap_or_default();
+        let policy = session_policy(tenant, agent, queue, arns).to_string();
+        let out = self
+            .sts
+            .assume_role()
+            .role_arn(role)
+            .role_session_name(format!("{}-g{generation}", started_by(tenant, agent)))
+            .policy(policy)
+            .duration_seconds(ROLE_CHAIN_MAX_SECONDS as i32)
+            .send()
+            .await
+            .map_err(classify)?;
+        let c = out
+            .credentials()
+            .ok_or_else(|| StoreError::Retryable("AssumeRole returned no credentials".into()))?;
+        Ok(Some(TaskCredentials {
+            access_key_id: c.access_key_id().to_string(),
+            secret_access_key: c.secret_access_key().to_string(),
+            session_token: c.session_token().to_string(),
+            expires_at_ms: c.expiration().to_millis().unwrap_or(0),
+        }))
+    }
+
     /// Starts a generation's task; returns its ARN.
     async fn start(&self, req: &TaskRequest<'_>) -> Result<String, StoreError> {
         use task_env::*;
-        let env: Vec<(&str, String)> = vec![
+        let credentials = self
+            .credentials(req.tenant, req.agent, req.generation, req.hand_queue_url)
+            .await?;
+        let mut env: Vec<(&str, String)> = vec![
             (TENANT, req.tenant.to_string()),
             (AGENT, req.agent.to_string()),
             (GENERATION, req.generation.to_string()),
@@ -269,7 +376,16 @@ impl Provider for SandboxProvider {
                     req.generation,
                 ),
             ),
+            (DISPATCH_QUEUE_URL, self.dispatch_queue_url.clone()),
         ];
+        if let Some(c) = credentials {
+            env.extend([
+                (ACCESS_KEY_ID, c.access_key_id),
+                (SECRET_ACCESS_KEY, c.secret_access_key),
+                (SESSION_TOKEN, c.session_token),
+                (CREDENTIALS_EXPIRE_MS, c.expires_at_ms.to_string()),
+            ]);
+        }
         let overrides = TaskOverride::builder()
             .container_overrides(
                 ContainerOverride::builder()

@@ -115,13 +115,10 @@ impl Services {
             registry: Arc::new(RegistryTable::new(aws.dynamo.clone(), &cfg.registry_table)),
             sandboxes: Arc::new(SandboxStore::new(aws.dynamo.clone(), &cfg.sandboxes_table)),
             provider: Arc::new(SandboxProvider::new(
-                aws.ecs.clone(),
-                aws.sqs.clone(),
-                cfg.sandbox.clone(),
+                &aws,
+                &cfg,
                 &queues.harness_url,
-                &cfg.sandboxes_table,
-                &cfg.payload_bucket,
-                &cfg.callback_signing_secret,
+                &queues.dispatch_url,
             )),
             idempotency: Arc::new(IdempotencyStore::new(
                 aws.dynamo.clone(),

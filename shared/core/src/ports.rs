@@ -20,6 +20,7 @@ use armada_domain::context::HistoryTurn;
 use armada_domain::fields::FieldError;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
 use armada_domain::run::{Payload, Run, RunEventRecord, Stamp};
+use armada_domain::sandbox::credentials::TaskCredentials;
 use armada_domain::sandbox::hand::{CallMark, HandMessage};
 use armada_domain::sandbox::lifecycle::SandboxRecord;
 use armada_domain::sandbox::ProfileDef;
@@ -255,6 +256,9 @@ pub enum Change<T> {
 /// Identifies one attempt of one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallRef {
+    /// The identity the call was sent to (its mark lives under it).
+    pub tenant: String,
+    pub agent: String,
     pub run_id: String,
     pub call_id: String,
     pub attempt: u32,
@@ -368,6 +372,15 @@ pub trait Provider: Send + Sync + Debug {
     async fn send(&self, queue_url: &str, msg: &HandMessage) -> Result<(), StoreError>;
     /// Starts a generation's task; returns its ARN.
     async fn start(&self, req: &TaskRequest<'_>) -> Result<String, StoreError>;
+    /// Credentials of a generation's own, narrowed to its identity
+    /// (`None` where the deployment names no identity role).
+    async fn credentials(
+        &self,
+        tenant: &str,
+        agent: &str,
+        generation: u64,
+        hand_queue_url: &str,
+    ) -> Result<Option<TaskCredentials>, StoreError>;
     async fn stop(&self, task_arn: &str, reason: &str) -> Result<(), StoreError>;
     /// Task ARNs, of one identity's tasks when `started` is given.
     async fn list(&self, started: Option<&str>) -> Result<Vec<String>, StoreError>;
@@ -405,6 +418,8 @@ pub trait Queues: Send + Sync + Debug {
     fn is_dead_letter_queue(&self, name: &str) -> bool;
     /// Where sandboxes send their answers (the harness queue's URL).
     fn harness_url(&self) -> String;
+    /// Where sandboxes ask for new credentials (the dispatch queue's URL).
+    fn dispatch_url(&self) -> String;
 
     async fn send_dispatch(&self, msg: &DispatchMessage) -> Result<(), StoreError> {
         self.send_dispatch_delayed(msg, 0).await

@@ -104,6 +104,10 @@ impl ports::Queues for Queues {
         self.harness_url.clone()
     }
 
+    fn dispatch_url(&self) -> String {
+        self.dispatch_url.clone()
+    }
+
     fn is_dead_letter_queue(&self, name: &str) -> bool {
         name == self.dispatch_dlq || name == self.harness_dlq
     }

@@ -475,6 +475,13 @@ pub fn view(rec: &SandboxRecord) -> Value {
     if let Some(f) = &rec.failure {
         v["failure"] = serde_json::json!(f);
     }
+    // Which of its own credentials the sandbox signs with (never a secret).
+    if let Some(c) = &rec.credentials {
+        v["credentials"] = serde_json::json!({
+            "access_key_id": c.access_key_id,
+            "expires_at": rfc3339(c.expires_at_ms),
+        });
+    }
     v
 }
 

@@ -42,11 +42,23 @@ pub enum DispatchMessage {
         /// (and starts its own if the Run waits again).
         epoch: u64,
     },
+    /// A sandbox agent asks for new AWS credentials (its own expire within
+    /// the hour): sent by the agent, sealed with its generation's answer
+    /// key; answered on its hand queue
+    /// ([`crate::sandbox::credentials`]).
+    RenewCredentials {
+        tenant: String,
+        agent: String,
+        generation: u64,
+        requested_at_ms: i64,
+        seal: String,
+    },
 }
 
 impl DispatchMessage {
     /// What the message is about: its Run, or for `NotifyApproval` the
-    /// approval (it names the handling's log span and call accounting).
+    /// approval and for `RenewCredentials` the agent (it names the
+    /// handling's log span and call accounting).
     pub fn subject(&self) -> &str {
         match self {
             DispatchMessage::StartRun { run_id, .. }
@@ -54,6 +66,7 @@ impl DispatchMessage {
             | DispatchMessage::SpawnChildren { run_id, .. }
             | DispatchMessage::CheckRun { run_id, .. } => run_id,
             DispatchMessage::NotifyApproval { approval_id, .. } => approval_id,
+            DispatchMessage::RenewCredentials { agent, .. } => agent,
         }
     }
 }

@@ -333,8 +333,6 @@ impl DataPlane {
             .env("ARMADA_TASK_ARN", &info.arn)
             .env("AWS_ENDPOINT_URL", &self.opts.endpoint)
             .env("AWS_REGION", &self.opts.region)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
             .env(
                 "RUST_LOG",
                 std::env::var("ARMADA_SANDBOX_LOG").unwrap_or_else(|_| "info".into()),
@@ -344,6 +342,12 @@ impl DataPlane {
             .stdout(log.try_clone()?)
             .stderr(log)
             .kill_on_drop(true);
+        // The task's own credentials, when the provider gave it some (as
+        // Fargate would hand them over); the emulator's dummy ones otherwise.
+        if !info.env.contains_key(task_env::ACCESS_KEY_ID) {
+            cmd.env(task_env::ACCESS_KEY_ID, "test")
+                .env(task_env::SECRET_ACCESS_KEY, "test");
+        }
         if let Some(cg) = &cgroup {
             armada_sandbox::sys::join_cgroups_before_exec(&mut cmd, &cg.join_files())?;
         }

@@ -79,6 +79,8 @@ pub struct State {
     pub hands: Vec<(String, HandMessage)>,
     /// Tasks the provider started, by ARN.
     pub tasks: BTreeMap<String, TaskInfo>,
+    /// Credentials the provider issued: (tenant, agent, generation, key id).
+    pub credentials: Vec<(String, String, u64, String)>,
 }
 
 /// Every port over one [`State`].

@@ -24,6 +24,7 @@ use crate::models::ModelError;
 use crate::ports::{
     Blobs, CallRef, Model, Provider, Queues, Registry, Sandboxes, StoredKey, StoredMark,
 };
+use armada_domain::sandbox::credentials::TaskCredentials;
 
 fn call_key(call: &CallRef) -> String {
     format!("{}#{}#{}", call.run_id, call.call_id, call.attempt)
@@ -316,6 +317,30 @@ impl Provider for Memory {
         Ok(())
     }
 
+    /// Issued only where the deployment names an identity role, as in AWS;
+    /// every set has its own key id.
+    async fn credentials(
+        &self,
+        tenant: &str,
+        agent: &str,
+        generation: u64,
+        _hand_queue_url: &str,
+    ) -> Result<Option<TaskCredentials>, StoreError> {
+        if self.cfg.sandbox.identity_role_arn.is_none() {
+            return Ok(None);
+        }
+        let mut st = self.state();
+        let key = format!("ASIAMEMORY{}", st.credentials.len() + 1);
+        st.credentials
+            .push((tenant.into(), agent.into(), generation, key.clone()));
+        Ok(Some(TaskCredentials {
+            access_key_id: key,
+            secret_access_key: "memory-secret".into(),
+            session_token: "memory-token".into(),
+            expires_at_ms: i64::MAX / 2,
+        }))
+    }
+
     async fn start(&self, req: &TaskRequest<'_>) -> Result<String, StoreError> {
         let mut st = self.state();
         let arn = format!("arn:memory:task/{}", st.tasks.len() + 1);
@@ -398,6 +423,10 @@ impl Queues for Memory {
 
     fn harness_url(&self) -> String {
         format!("memory://{}", self.cfg.harness_queue)
+    }
+
+    fn dispatch_url(&self) -> String {
+        format!("memory://{}", self.cfg.dispatch_queue)
     }
 }
 

@@ -42,7 +42,13 @@ pub use crate::ports::{CallRef, Change, StoredMark};
 
 impl CallRef {
     fn key(&self) -> String {
-        format!("call#{}#{}#{}", self.run_id, self.call_id, self.attempt)
+        armada_domain::sandbox::access::mark_key(
+            &self.tenant,
+            &self.agent,
+            &self.run_id,
+            &self.call_id,
+            self.attempt,
+        )
     }
 }
 

@@ -32,6 +32,72 @@ pub fn mark_prefix(tenant: &str, agent: &str) -> String {
     format!("call#{}#", sandbox_key(tenant, agent))
 }
 
+/// The key of one call's mark: under its identity's prefix, so the
+/// identity's credentials reach its own marks only.
+pub fn mark_key(tenant: &str, agent: &str, run_id: &str, call_id: &str, attempt: u32) -> String {
+    format!("{}{run_id}#{call_id}#{attempt}", mark_prefix(tenant, agent))
+}
+
+/// Where an outcome too large for a message is stored.
+pub fn outcome_key(tenant: &str, agent: &str, run_id: &str, call_id: &str, attempt: u32) -> String {
+    format!(
+        "{}outcomes/{run_id}/{call_id}-{attempt}.json",
+        object_prefix(tenant, agent)
+    )
+}
+
+/// Where a hibernated generation's workspace is saved.
+pub fn snapshot_key(tenant: &str, agent: &str, generation: u64) -> String {
+    format!(
+        "{}g{generation}/workspace.tar.gz",
+        object_prefix(tenant, agent)
+    )
+}
+
+impl PlatformArns {
+    /// The ARNs of the platform's resources, from the identity role's ARN
+    /// (its partition and account: the resources live beside it), the
+    /// region, the queues' URLs (whose last segment is the name), the
+    /// table's and the bucket's names.
+    pub fn derive(
+        role_arn: &str,
+        region: &str,
+        harness_queue_url: &str,
+        dispatch_queue_url: &str,
+        sandboxes_table: &str,
+        payload_bucket: &str,
+    ) -> Option<PlatformArns> {
+        // arn:<partition>:iam::<account>:role/<name>
+        let mut parts = role_arn.split(':');
+        let (arn, partition, service, _, account) = (
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+        );
+        if arn != "arn" || service != "iam" || account.is_empty() || region.is_empty() {
+            return None;
+        }
+        let name = |url: &str| {
+            url.rsplit('/')
+                .next()
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+        };
+        let sqs_prefix = format!("arn:{partition}:sqs:{region}:{account}:");
+        Some(PlatformArns {
+            harness_queue: format!("{sqs_prefix}{}", name(harness_queue_url)?),
+            dispatch_queue: format!("{sqs_prefix}{}", name(dispatch_queue_url)?),
+            sqs_prefix,
+            sandboxes_table: format!(
+                "arn:{partition}:dynamodb:{region}:{account}:table/{sandboxes_table}"
+            ),
+            payload_bucket: format!("arn:{partition}:s3:::{payload_bucket}"),
+        })
+    }
+}
+
 /// The session policy of one generation's task.
 pub fn session_policy(tenant: &str, agent: &str, hand_queue: &str, arns: &PlatformArns) -> Value {
     json!({

@@ -166,3 +166,76 @@ fn the_evaluator_itself_matches_globs() {
     assert!(glob("s3:*", "s3:GetObject"));
     assert!(!glob("a?c", "ac"));
 }
+
+#[test]
+fn the_keys_an_agent_writes_are_the_ones_its_policy_allows() {
+    let p = session_policy("acme", "coder", "armada-hand-aaaa-g3.fifo", &arns());
+    let mark = mark_key("acme", "coder", "run_1", "c1", 2);
+    assert_eq!(mark, "call#acme#coder#run_1#c1#2");
+    assert!(allows(&p, "dynamodb:PutItem", TABLE, &[&mark]));
+    assert!(!allows(
+        &p,
+        "dynamodb:PutItem",
+        TABLE,
+        &[&mark_key("beta", "coder", "run_1", "c1", 2)]
+    ));
+    for key in [
+        outcome_key("acme", "coder", "run_1", "c1", 2),
+        snapshot_key("acme", "coder", 3),
+    ] {
+        let arn = format!("arn:aws:s3:::armada-payloads/{key}");
+        assert!(allows(&p, "s3:PutObject", &arn, &[]), "{key}");
+    }
+    for key in [
+        outcome_key("beta", "coder", "run_1", "c1", 2),
+        snapshot_key("acme", "coder2", 3),
+    ] {
+        let arn = format!("arn:aws:s3:::armada-payloads/{key}");
+        assert!(!allows(&p, "s3:GetObject", &arn, &[]), "{key}");
+    }
+}
+
+#[test]
+fn arns_are_derived_from_the_role_and_the_names() {
+    let got = PlatformArns::derive(
+        "arn:aws:iam::123456789012:role/armada-sandbox-identity",
+        "eu-west-1",
+        "https://sqs.eu-west-1.amazonaws.com/123456789012/armada-harness.fifo",
+        "https://sqs.eu-west-1.amazonaws.com/123456789012/armada-dispatch",
+        "armada-sandboxes",
+        "armada-payloads",
+    );
+    assert_eq!(got, Some(arns()));
+    let china = PlatformArns::derive(
+        "arn:aws-cn:iam::1:role/r",
+        "cn-north-1",
+        "q/h",
+        "q/d",
+        "t",
+        "b",
+    )
+    .unwrap();
+    assert_eq!(china.sqs_prefix, "arn:aws-cn:sqs:cn-north-1:1:");
+    assert_eq!(china.payload_bucket, "arn:aws-cn:s3:::b");
+    for bad in ["role/x", "arn:aws:s3:::bucket", "arn:aws:iam:::role/x"] {
+        assert_eq!(
+            PlatformArns::derive(bad, "eu-west-1", "q/h", "q/d", "t", "b"),
+            None,
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn the_policy_fits_the_session_policy_limit() {
+    // AWS takes at most 2,048 characters of plaintext session policy.
+    let long = "a".repeat(63);
+    let p = session_policy(
+        &long,
+        &long,
+        &format!("armada-hand-{}-g99999.fifo", "f".repeat(16)),
+        &arns(),
+    );
+    let text = p.to_string();
+    assert!(text.len() < 2048, "{} characters", text.len());
+}

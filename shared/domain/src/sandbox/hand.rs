@@ -13,6 +13,12 @@ pub enum HandMessage {
     Invoke(Invocation),
     /// The Run let go of the sandbox: its scratch directory is destroyed.
     EndRun { run_id: String, tenant: String },
+    /// New AWS credentials for the generation's agent (it asked for them:
+    /// [`super::credentials`]).
+    Credentials {
+        generation: u64,
+        credentials: super::credentials::TaskCredentials,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,11 +5,13 @@
 //! here does IO.
 //!
 //! - [`controls`]: what a sandbox reports in force, and what a profile needs
+//! - [`credentials`]: a task's own AWS credentials and their renewal
 //! - [`hand`]: the messages between the harness and a sandbox's agent
 //! - [`lifecycle`]: one sandbox per agent identity: its record and transitions
 
 pub mod access;
 pub mod controls;
+pub mod credentials;
 pub mod hand;
 pub mod lifecycle;
 pub mod seal;
