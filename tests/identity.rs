@@ -76,10 +76,37 @@ async fn an_answer_not_sealed_by_the_calls_own_sandbox_is_refused() {
         ..answer
     }
     .seal(&real_key, generation);
-    for (i, seal) in [
-        Some(answer.seal(&other, generation)),
-        None,
-        Some(seal_of_other_body),
+    // The right key over a stored answer the identity could not have
+    // written: an object outside its own prefix (another Run's payload).
+    let elsewhere = "payloads/someone-else/input.json";
+    let text = serde_json::to_string(&CallOutcome::Finished {
+        result: json!({"stdout": "read from elsewhere\n"}),
+    })
+    .unwrap();
+    t.stack
+        .aws
+        .s3
+        .put_object()
+        .bucket(&t.stack.svc.cfg.payload_bucket)
+        .key(elsewhere)
+        .body(text.clone().into_bytes().into())
+        .send()
+        .await
+        .unwrap();
+    let outside = ResultBody::Stored {
+        key: elsewhere.into(),
+        sha256: armada_domain::api::sha256_hex(text.as_bytes()),
+    };
+    let seal_outside = Answer {
+        body: &outside,
+        ..answer
+    }
+    .seal(&real_key, generation);
+    for (i, (body, seal)) in [
+        (&forged, Some(answer.seal(&other, generation))),
+        (&forged, None),
+        (&forged, Some(seal_of_other_body)),
+        (&outside, Some(seal_outside)),
     ]
     .into_iter()
     .enumerate()
@@ -90,7 +117,7 @@ async fn an_answer_not_sealed_by_the_calls_own_sandbox_is_refused() {
             step,
             call_id: call_id.clone(),
             attempt,
-            body: forged.clone(),
+            body: body.clone(),
             seal,
         };
         // Each forgery in its own FIFO deduplication slot.
@@ -115,7 +142,7 @@ async fn an_answer_not_sealed_by_the_calls_own_sandbox_is_refused() {
     assert_eq!(tool_result(&run, "shell_exec")["stdout"], "real\n", "{run}");
     assert_eq!(
         t.stack.svc.counters.forged_drops.load(Ordering::Relaxed),
-        3,
+        4,
         "every forgery was refused"
     );
     t.stack.stop().await;

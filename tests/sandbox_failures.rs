@@ -418,7 +418,7 @@ async fn a_result_larger_than_a_queue_message_travels_through_s3() {
         .s3
         .list_objects_v2()
         .bucket(&t.stack.svc.cfg.payload_bucket)
-        .prefix(format!("sandboxes/local/{run_id}/"))
+        .prefix(format!("sandboxes/local/coder/outcomes/{run_id}/"))
         .send()
         .await
         .unwrap();

@@ -6,6 +6,7 @@
 //! (`armada_domain::sandbox::seal`): one sandbox cannot answer for another.
 
 use armada_domain::api::{digest_eq, sha256_hex};
+use armada_domain::sandbox::access::object_prefix;
 use armada_domain::sandbox::seal::{answer_key, Answer, Seal};
 
 use super::*;
@@ -75,6 +76,13 @@ impl Harness {
         let outcome = match body {
             ResultBody::Inline { outcome } => outcome,
             ResultBody::Stored { key, sha256 } => {
+                // Only from where the identity's own credentials can write.
+                let own = object_prefix(&current.tenant, &current.agent);
+                if !key.starts_with(&own) || key.contains("..") {
+                    svc.counters.forged_drops.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(security = true, run_id, call_id, %key, "a stored answer outside its sandbox's own prefix was refused");
+                    return Ok(());
+                }
                 let text = svc.payloads.get_text(&key).await?;
                 if !digest_eq(&sha256_hex(text.as_bytes()), &sha256) {
                     svc.counters.forged_drops.fetch_add(1, Ordering::Relaxed);
