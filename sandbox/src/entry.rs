@@ -7,6 +7,8 @@
 //!   crash destroys the sandbox (seed 000 §D).
 //! - `exec`: the jail (internal): confines itself as the spec in
 //!   `ARMADA_JAIL_SPEC` says, then runs the call.
+//! - `task`: the local data plane's Fargate-like task around `agent`
+//!   ([`crate::fargate`]).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -68,6 +70,9 @@ pub fn main(program: Program, mode: &str) -> i32 {
             };
             jail::run(&spec)
         }
+        // A task as Fargate would run it, around the agent (the local data
+        // plane's fargate mode).
+        "task" => crate::fargate::launch(&program),
         "agent" => {
             armada_core::telemetry::init_with("info");
             let rt = match tokio::runtime::Runtime::new() {
@@ -84,7 +89,7 @@ pub fn main(program: Program, mode: &str) -> i32 {
             }
         }
         other => {
-            eprintln!("usage: armada-sandbox agent|exec   (unknown mode '{other}')");
+            eprintln!("usage: armada-sandbox agent|exec|task   (unknown mode '{other}')");
             2
         }
     }

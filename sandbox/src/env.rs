@@ -314,6 +314,10 @@ impl SandboxEnv {
             max_file_bytes: Some(u64::from(self.limits.disk_mb) * 1024 * 1024),
             report,
             require,
+            // What the task gives in place of namespaces and cgroups: the
+            // runner knows it.
+            task_network_isolated: false,
+            call_limits: None,
         }
     }
 }

@@ -10,6 +10,7 @@
 //!   and `armada sandbox` alike
 //! - [`cgroup`]: v1/v2 cgroups: limits, freezing, killing, OOM counts
 //! - [`env`]: one sandbox's directories, uid, capability set → jail specs
+//! - [`fargate`]: a sandbox task as Fargate runs one, made locally (`task`)
 //! - [`runner`]: one call through the jail: timeout, output, reaping, OOM
 //! - [`skills`]: `shell_exec`, `python_exec`, `file_read`, `file_write`, `serve`
 //! - [`sys`]: the raw system calls, wrapped once
@@ -18,6 +19,7 @@ pub mod agent;
 pub mod cgroup;
 pub mod entry;
 pub mod env;
+pub mod fargate;
 pub mod jail;
 pub mod runner;
 pub mod skills;

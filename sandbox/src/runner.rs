@@ -4,10 +4,17 @@
 //! cgroup), and, after the command ends, every process it left behind
 //! (`setsid` included) killed too. An OOM kill is read from the call's
 //! cgroup.
+//!
+//! Where the agent may not make cgroups (Fargate: cgroupfs is read-only),
+//! a call gets per-process limits instead ([`CallLimits`]), what it left
+//! behind is found by its uid (the sandbox's own, which only its calls
+//! run as) outside the sessions of its servers, and an OOM kill is read
+//! from the task's cgroup.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -15,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use crate::cgroup::Cgroup;
 use crate::entry::Program;
 use crate::env::SandboxEnv;
-use crate::jail::{Action, JailReport, SPEC_ENV};
+use crate::jail::{Action, CallLimits, JailReport, SPEC_ENV};
 
 /// Output kept per stream of a command; the rest is counted, not kept.
 pub const OUTPUT_CAP: usize = 16 * 1024;
@@ -98,8 +105,17 @@ pub struct Runner {
     pub env: SandboxEnv,
     /// The sandbox program, started in its `exec` mode as the jail.
     pub jail: Program,
+    /// The task has no egress (`ARMADA_SANDBOX_TASK_NETWORK=isolated`).
+    pub task_network_isolated: bool,
     seq: AtomicU64,
+    /// Sessions of servers started without a cgroup: their processes are
+    /// not a finished call's leftovers.
+    servers: Mutex<Vec<i32>>,
 }
+
+/// Processes of a sandbox at once where the task says nothing (its pids
+/// limit, when readable, is used instead).
+const DEFAULT_PROCESSES: u64 = 512;
 
 async fn capture<R: AsyncRead + Unpin>(mut r: R, cap: usize) -> Captured {
     let mut kept = Vec::new();
@@ -127,7 +143,11 @@ impl Runner {
         Runner {
             env,
             jail,
+            task_network_isolated: std::env::var(armada_core::hands::task_env::TASK_NETWORK)
+                .as_deref()
+                == Ok("isolated"),
             seq: AtomicU64::new(0),
+            servers: Mutex::new(Vec::new()),
         }
     }
 
@@ -156,13 +176,23 @@ impl Runner {
         call: &Call,
         cg: Option<&Cgroup>,
         name: &str,
+        cpu_seconds: u64,
     ) -> Result<(tokio::process::Command, PathBuf), RunnerError> {
         let scratch = self
             .env
             .prepare_scratch(&call.run_id)
             .map_err(|e| RunnerError::Prepare(format!("scratch: {e}")))?;
         let report = self.env.calls_dir().join(format!("{name}.json"));
-        let spec = self.env.spec(call, &scratch, cg, report.clone());
+        let mut spec = self.env.spec(call, &scratch, cg, report.clone());
+        spec.task_network_isolated = self.task_network_isolated;
+        spec.call_limits = Some(CallLimits {
+            address_space_bytes: self.env.call_memory_bytes(),
+            cpu_seconds,
+            processes: Cgroup::current()
+                .ok()
+                .and_then(|c| c.pids_max())
+                .map_or(DEFAULT_PROCESSES, u64::from),
+        });
         let spec = serde_json::to_string(&spec).map_err(|e| RunnerError::Prepare(e.to_string()))?;
         let mut cmd = self.jail.command("exec");
         cmd.env_clear()
@@ -187,7 +217,9 @@ impl Runner {
         let started = Instant::now();
         let name = self.next_name("call");
         let cg = self.call_cgroup(&name)?;
-        let (mut cmd, report_path) = self.command(&call, cg.as_ref(), &name)?;
+        let cpu_seconds = call.timeout.as_secs().max(1);
+        let (mut cmd, report_path) = self.command(&call, cg.as_ref(), &name, cpu_seconds)?;
+        let task_ooms = cg.is_none().then(task_oom_kills);
         cmd.stdin(if call.stdin.is_some() {
             Stdio::piped()
         } else {
@@ -217,13 +249,22 @@ impl Runner {
             });
         }
         // Returns how many processes were still there to kill.
+        let (uid, servers) = (self.env.uid, self.server_sessions());
         let kill_everything = move |cg: Option<&Cgroup>| {
-            let left = cg.map_or(0, |c| c.all_procs().len());
+            let left = match cg {
+                Some(c) => c.all_procs().len(),
+                None => strays(uid, &servers).len(),
+            };
             if let Some(pg) = pgid {
                 crate::sys::killpg(pg, libc::SIGKILL);
             }
-            if let Some(cg) = cg {
-                let _ = cg.kill_all();
+            match cg {
+                Some(cg) => {
+                    let _ = cg.kill_all();
+                }
+                None => {
+                    kill_strays(uid, &servers);
+                }
             }
             left
         };
@@ -231,7 +272,8 @@ impl Runner {
             Ok(s) => (s.ok(), false),
             Err(_) => {
                 let cg2 = cg.clone();
-                let _ = tokio::task::spawn_blocking(move || kill_everything(cg2.as_ref())).await;
+                let kill = kill_everything.clone();
+                let _ = tokio::task::spawn_blocking(move || kill(cg2.as_ref())).await;
                 (child.wait().await.ok(), true)
             }
         };
@@ -249,7 +291,14 @@ impl Runner {
             Some(h) => h.await.unwrap_or_default(),
             None => Captured::default(),
         };
-        let oom = cg.as_ref().is_some_and(|c| c.oom_kills() > 0);
+        let oom = match (&cg, task_ooms) {
+            (Some(c), _) => c.oom_kills() > 0,
+            // The task's OOM killer took something during the call: the
+            // call (its processes are the likeliest victims, by size and
+            // by their oom_score_adj).
+            (None, Some(before)) => task_oom_kills() > before,
+            (None, None) => false,
+        };
         if let Some(cg) = cg {
             let _ = tokio::task::spawn_blocking(move || cg.destroy()).await;
         }
@@ -271,7 +320,8 @@ impl Runner {
     /// output goes to a log file in the sandbox.
     pub async fn spawn_detached(&self, call: Call, name: &str) -> Result<Detached, RunnerError> {
         let cg = self.call_cgroup(name)?;
-        let (mut cmd, report) = self.command(&call, cg.as_ref(), name)?;
+        // A server's CPU is not a call's: no CPU-seconds limit.
+        let (mut cmd, report) = self.command(&call, cg.as_ref(), name, libc::RLIM_INFINITY)?;
         let log = self.env.root.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).map_err(|e| RunnerError::Prepare(e.to_string()))?;
         let file2 = file
@@ -283,6 +333,12 @@ impl Runner {
             .kill_on_drop(false);
         let mut child = cmd.spawn().map_err(RunnerError::Spawn)?;
         let pid = child.id().unwrap_or(0);
+        if cg.is_none() {
+            // The jail makes itself a session leader: its pid is the session.
+            if let Ok(mut s) = self.servers.lock() {
+                s.push(pid as i32);
+            }
+        }
         // Reap it whenever it ends; its cgroup is what the sandbox keeps.
         tokio::spawn(async move {
             let _ = child.wait().await;
@@ -304,8 +360,57 @@ impl Runner {
         })
     }
 
+    /// Sessions of servers still running.
+    fn server_sessions(&self) -> Vec<i32> {
+        let Ok(mut s) = self.servers.lock() else {
+            return vec![];
+        };
+        s.retain(|pid| crate::sys::kill(*pid, 0));
+        s.clone()
+    }
+
     /// The jail report of a detached call, once written.
     pub fn detached_report(&self, name: &str) -> JailReport {
         Self::read_report(&self.env.calls_dir().join(format!("{name}.json")))
     }
+}
+
+/// OOM kills in the task's cgroup (the agent's own) so far.
+fn task_oom_kills() -> u64 {
+    Cgroup::current().map_or(0, |c| c.oom_kills())
+}
+
+/// Kills every process of `uid` outside the `servers`' sessions: a call
+/// without a cgroup leaves nothing else behind (the uid is the sandbox's
+/// alone, and only its calls run as it). Repeated until none is left, as
+/// a process may fork while the list is read (RLIMIT_NPROC bounds how
+/// many it can make); how many there were.
+pub fn kill_strays(uid: u32, servers: &[i32]) -> usize {
+    let mut killed = std::collections::BTreeSet::new();
+    for _ in 0..50 {
+        let strays = strays(uid, servers);
+        if strays.is_empty() {
+            break;
+        }
+        for pid in strays {
+            crate::sys::kill(pid, libc::SIGKILL);
+            killed.insert(pid);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    killed.len()
+}
+
+/// Live processes of `uid` outside the `servers`' sessions.
+fn strays(uid: u32, servers: &[i32]) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            crate::sys::process_uid_and_session(*pid)
+                .is_some_and(|(u, sid)| u == uid && !servers.contains(&sid))
+        })
+        .collect()
 }

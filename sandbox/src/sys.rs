@@ -467,3 +467,26 @@ pub fn die_with_parent(cmd: &mut tokio::process::Command) {
         });
     }
 }
+
+/// The real uid and session of process `pid`, from its /proc files;
+/// `None` for a zombie.
+pub fn process_uid_and_session(pid: i32) -> Option<(u32, i32)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's name (in parentheses, which may hold anything):
+    // state, ppid, pgrp, session.
+    let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    // A zombie is gone already (its parent has yet to reap it).
+    if matches!(rest.first(), Some(&"Z" | &"X")) {
+        return None;
+    }
+    let session = rest.get(3)?.parse().ok()?;
+    Some((uid, session))
+}

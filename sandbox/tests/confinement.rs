@@ -1,6 +1,8 @@
 //! Real skills in real confined processes: each test builds a sandbox the
 //! way the data plane does (a directory tree, an unprivileged uid, a cgroup
-//! with the task's limits) and runs calls through the jail binary.
+//! with the task's limits) and runs calls through the jail binary, in both
+//! modes of the data plane ([`support::Mode`]): locally, and as on Fargate
+//! (no namespaces, no cgroups per call) where the same rules must hold.
 
 #![allow(clippy::unwrap_used)]
 
@@ -15,11 +17,24 @@ use armada_sandbox::skills::{self, Aftermath, PortGrant};
 
 mod support;
 
-use support::{call, fixture, fixture_with, sh, N};
+use support::{call, fixture, fixture_in, fixture_of, on_fargate, sh, Mode, N};
 
-#[tokio::test]
-async fn a_command_runs_in_the_workspace_as_an_unprivileged_user() {
-    let f = fixture("workspace");
+both_modes!(
+    a_command_runs_in_the_workspace_as_an_unprivileged_user,
+    a_write_outside_the_workspace_fails_and_inside_succeeds,
+    workspace_holds_tcp_to_egress_ports,
+    a_memory_bomb_dies_and_the_sandbox_lives,
+    sleep_600_is_killed_at_the_timeout,
+    an_escaped_setsid_child_is_reaped,
+    syscalls_that_escape_are_denied,
+    each_run_has_a_private_tmp_that_goes_with_the_run,
+    a_custom_profile_denies_what_it_lists_on_top_of_its_base,
+    serve_starts_a_server_reachable_on_its_port,
+    file_write_never_replaces_a_file_unless_approved,
+);
+
+async fn a_command_runs_in_the_workspace_as_an_unprivileged_user(mode: Mode) {
+    let f = fixture_of(mode, "workspace");
     let r = sh(&f, "pwd; id -u; echo oops >&2; exit 3").await;
     assert_eq!(r["exit_code"], 3, "{r}");
     let out = r["stdout"].as_str().unwrap();
@@ -30,9 +45,8 @@ async fn a_command_runs_in_the_workspace_as_an_unprivileged_user() {
     assert_eq!(py["stdout"], "42\n", "{py}");
 }
 
-#[tokio::test]
-async fn a_write_outside_the_workspace_fails_and_inside_succeeds() {
-    let f = fixture("workspace");
+async fn a_write_outside_the_workspace_fails_and_inside_succeeds(mode: Mode) {
+    let f = fixture_of(mode, "workspace");
     // /var/tmp is writable by every uid: only the profile stands in the way.
     let outside = PathBuf::from(format!(
         "/var/tmp/armada-outside-{}-{}.txt",
@@ -44,7 +58,7 @@ async fn a_write_outside_the_workspace_fails_and_inside_succeeds() {
     assert_ne!(r["exit_code"], 0, "{r}");
     assert!(!outside.exists());
     // The same command under `off` (nothing applied) does write there.
-    let off = fixture("off");
+    let off = fixture_of(mode, "off");
     let r = sh(&off, &write_outside).await;
     assert_eq!(r["exit_code"], 0, "{r}");
     assert!(outside.exists());
@@ -74,13 +88,31 @@ async fn a_write_outside_the_workspace_fails_and_inside_succeeds() {
     assert_eq!(missing["error"]["code"], "NOT_FOUND", "{missing}");
 }
 
-#[tokio::test]
-async fn strict_cannot_read_outside_the_workspace_while_workspace_can() {
-    let strict = fixture("strict");
-    let ws = fixture("workspace");
+mod strict_cannot_read_outside_the_workspace_while_workspace_can {
+    #[tokio::test]
+    async fn local() {
+        super::strict_cannot_read_outside_the_workspace_while_workspace_can(super::Mode::Local)
+            .await
+    }
+
+    /// Strict restricts the network: on Fargate its tier's task has none.
+    #[test]
+    fn fargate() {
+        super::on_fargate(true, || {
+            super::strict_cannot_read_outside_the_workspace_while_workspace_can(
+                super::Mode::Fargate,
+            )
+        })
+    }
+}
+
+async fn strict_cannot_read_outside_the_workspace_while_workspace_can(mode: Mode) {
+    let strict = fixture_of(mode, "strict");
+    let ws = fixture_of(mode, "workspace");
     let secret = PathBuf::from(format!(
-        "/var/tmp/armada-readable-{}.txt",
-        std::process::id()
+        "/var/tmp/armada-readable-{}-{:?}.txt",
+        std::process::id(),
+        mode
     ));
     std::fs::write(&secret, "visible to all uids").unwrap();
     let path = json!({ "path": secret.display().to_string() });
@@ -96,31 +128,89 @@ async fn strict_cannot_read_outside_the_workspace_while_workspace_can() {
     std::fs::remove_file(&secret).unwrap();
 }
 
-#[tokio::test]
-async fn restrict_network_makes_connects_fail_and_workspace_holds_tcp_to_egress_ports() {
+fn connect_code(port: u16) -> String {
+    format!(
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n    print('connected')\nexcept OSError as e:\n    print('refused', e.errno)\n"
+    )
+}
+
+/// A profile that restricts the network reaches nothing outside: locally
+/// each call has a network namespace of its own; on Fargate its tier's
+/// task does (`ARMADA_SANDBOX_TASK_NETWORK=isolated`), and the call none.
+async fn restrict_network_makes_connects_fail(mode: Mode, port: u16) {
+    let ro = fixture_of(mode, "read-only");
+    let r = call(
+        &ro,
+        "python_exec",
+        json!({ "code": connect_code(port) }),
+        30,
+    )
+    .await;
+    assert!(r["stdout"].as_str().unwrap().starts_with("refused"), "{r}");
+    let probe = ro
+        .runner
+        .run(armada_sandbox::runner::Call::probe())
+        .await
+        .unwrap();
+    use armada_domain::sandbox::controls::Enforcement;
+    use armada_sandbox::jail::Step;
+    assert_eq!(probe.report.status(Step::Network), Enforcement::Enforced);
+    let per_task = probe.report.detail(Step::Network).starts_with("per task");
+    assert_eq!(per_task, mode == Mode::Fargate, "{:?}", probe.report);
+}
+
+mod restrict_network_makes_connects_fail {
+    #[tokio::test]
+    async fn local() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        super::restrict_network_makes_connects_fail(super::Mode::Local, port).await;
+    }
+
+    #[test]
+    fn fargate() {
+        // Bound outside the task's network: the world the task has no way to.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        super::on_fargate(true, || {
+            super::restrict_network_makes_connects_fail(super::Mode::Fargate, port)
+        });
+    }
+}
+
+/// On Fargate a task whose tier has no egress is not told so where it has
+/// egress: there the profile cannot hold and the sandbox fails closed.
+#[test]
+fn on_fargate_restrict_network_without_an_isolated_task_is_refused() {
+    on_fargate(false, || async {
+        let ro = fixture_of(Mode::Fargate, "read-only");
+        let r = sh(&ro, "echo ran").await;
+        assert_eq!(r["error"]["code"], "DENIED", "{r}");
+        assert!(r["stdout"].as_str().unwrap_or_default().is_empty(), "{r}");
+    });
+}
+
+async fn workspace_holds_tcp_to_egress_ports(mode: Mode) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let connect = format!(
-        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n    print('connected')\nexcept OSError as e:\n    print('refused', e.errno)\n"
-    );
-    let ro = fixture("read-only");
-    let r = call(&ro, "python_exec", json!({ "code": connect }), 30).await;
-    assert!(r["stdout"].as_str().unwrap().starts_with("refused"), "{r}");
+    let connect = connect_code(port);
     // Workspace does not restrict the network, but TCP goes only to the
     // egress ports (443 here): the listener's port is not one of them.
-    let ws = fixture("workspace");
+    let ws = fixture_of(mode, "workspace");
     let r = call(&ws, "python_exec", json!({ "code": connect }), 30).await;
     assert!(r["stdout"].as_str().unwrap().starts_with("refused"), "{r}");
     // With the port allowed, the same connect goes through.
-    let mut open = fixture("workspace");
+    let mut open = fixture_of(mode, "workspace");
     open.runner.env.egress_ports = vec![port];
     let r = call(&open, "python_exec", json!({ "code": connect }), 30).await;
     assert_eq!(r["stdout"], "connected\n", "{r}");
 }
 
-#[tokio::test]
-async fn a_memory_bomb_is_killed_and_reported_as_oom() {
-    let f = fixture_with("workspace", &Profiles::default(), 128);
+/// Locally the call's cgroup kills it (OOM, and the sandbox is destroyed);
+/// on Fargate the call's RLIMIT_AS makes its allocations fail first (or,
+/// failing that, the task's OOM killer takes the call, reported OOM).
+async fn a_memory_bomb_dies_and_the_sandbox_lives(mode: Mode) {
+    let f = fixture_in(mode, "workspace", &Profiles::default(), 128);
     let bomb = "a = []\nwhile True:\n    a.append(bytearray(8 * 1024 * 1024))\n";
     let answer = skills::invoke(
         &f.runner,
@@ -131,16 +221,21 @@ async fn a_memory_bomb_is_killed_and_reported_as_oom() {
         false,
     )
     .await;
-    assert_eq!(answer.result["error"]["code"], "OOM", "{}", answer.result);
-    assert_eq!(answer.aftermath, Aftermath::Destroy);
+    let r = &answer.result;
+    if mode == Mode::Local || r["error"]["code"] == "OOM" {
+        assert_eq!(r["error"]["code"], "OOM", "{r}");
+        assert_eq!(answer.aftermath, Aftermath::Destroy);
+    } else {
+        assert_eq!(r["exit_code"], 1, "{r}");
+        assert!(r["stderr"].as_str().unwrap().contains("MemoryError"), "{r}");
+    }
     // The sandbox's own group survived its call's OOM.
     let after = sh(&f, "echo alive").await;
     assert_eq!(after["stdout"], "alive\n");
 }
 
-#[tokio::test]
-async fn sleep_600_is_killed_at_the_timeout() {
-    let f = fixture("workspace");
+async fn sleep_600_is_killed_at_the_timeout(mode: Mode) {
+    let f = fixture_of(mode, "workspace");
     let started = Instant::now();
     let answer = skills::invoke(
         &f.runner,
@@ -159,15 +254,11 @@ async fn sleep_600_is_killed_at_the_timeout() {
     assert_eq!(answer.result["stdout"], "before\n");
     assert_eq!(answer.aftermath, Aftermath::Destroy);
     assert!(started.elapsed() < Duration::from_secs(10));
-    assert!(
-        f.cgroup.all_procs().is_empty(),
-        "nothing of the call survives"
-    );
+    assert!(f.leftovers().is_empty(), "nothing of the call survives");
 }
 
-#[tokio::test]
-async fn an_escaped_setsid_child_is_reaped() {
-    let f = fixture("workspace");
+async fn an_escaped_setsid_child_is_reaped(mode: Mode) {
+    let f = fixture_of(mode, "workspace");
     let r = sh(
         &f,
         "setsid sh -c 'sleep 300' </dev/null >/dev/null 2>&1 & echo started",
@@ -176,12 +267,11 @@ async fn an_escaped_setsid_child_is_reaped() {
     assert_eq!(r["exit_code"], 0, "{r}");
     // The escaped shell, and its sleep if it had forked yet.
     assert!(r["reaped_processes"].as_u64().unwrap_or(0) >= 1, "{r}");
-    assert!(f.cgroup.all_procs().is_empty(), "the escaped child is gone");
+    assert!(f.leftovers().is_empty(), "the escaped child is gone");
 }
 
-#[tokio::test]
-async fn syscalls_that_escape_are_denied() {
-    let f = fixture("workspace");
+async fn syscalls_that_escape_are_denied(mode: Mode) {
+    let f = fixture_of(mode, "workspace");
     let r = sh(
         &f,
         "unshare -U -r true && echo escaped; unshare -n true && echo escaped2; true",
@@ -190,13 +280,14 @@ async fn syscalls_that_escape_are_denied() {
     assert!(!r["stdout"].as_str().unwrap().contains("escaped"), "{r}");
 }
 
-#[tokio::test]
-async fn each_run_has_a_private_tmp_that_goes_with_the_run() {
-    let f = fixture("workspace");
+/// Locally /tmp is the Run's own (a mount); on Fargate `$TMPDIR` is, and
+/// /tmp (read-only there) is not the call's to write.
+async fn each_run_has_a_private_tmp_that_goes_with_the_run(mode: Mode) {
+    let f = fixture_of(mode, "workspace");
     let a = skills::invoke(
         &f.runner,
         "shell_exec",
-        &json!({"command": "echo a > /tmp/mine && ls /tmp"}),
+        &json!({"command": "echo a > \"$TMPDIR/mine\" && ls \"$TMPDIR\""}),
         "run_a",
         30,
         false,
@@ -207,7 +298,7 @@ async fn each_run_has_a_private_tmp_that_goes_with_the_run() {
     let b = skills::invoke(
         &f.runner,
         "shell_exec",
-        &json!({"command": "ls /tmp | wc -l"}),
+        &json!({"command": "ls \"$TMPDIR\" | wc -l"}),
         "run_b",
         30,
         false,
@@ -216,13 +307,21 @@ async fn each_run_has_a_private_tmp_that_goes_with_the_run() {
     .result;
     assert_eq!(b["stdout"], "0\n", "{b}");
     assert!(f.runner.env.scratch("run_a").join("mine").exists());
+    let own_tmp = sh(&f, "echo x > /tmp/armada-shared-tmp && echo wrote").await;
+    match mode {
+        Mode::Local => assert_eq!(own_tmp["stdout"], "wrote\n", "{own_tmp}"),
+        Mode::Fargate => assert_ne!(own_tmp["exit_code"], 0, "{own_tmp}"),
+    }
+    assert!(!std::path::Path::new("/tmp/armada-shared-tmp").exists());
     f.runner.env.drop_scratch("run_a").unwrap();
     assert!(!f.runner.env.scratch("run_a").exists());
 }
 
-#[tokio::test]
-async fn a_custom_profile_denies_what_it_lists_on_top_of_its_base() {
-    let hidden = PathBuf::from(format!("/var/tmp/armada-hidden-{}", std::process::id()));
+async fn a_custom_profile_denies_what_it_lists_on_top_of_its_base(mode: Mode) {
+    let hidden = PathBuf::from(format!(
+        "/var/tmp/armada-hidden-{}-{mode:?}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&hidden).unwrap();
     std::fs::write(hidden.join("f"), "secret").unwrap();
     let profiles = Profiles::load(
@@ -237,18 +336,17 @@ async fn a_custom_profile_denies_what_it_lists_on_top_of_its_base() {
         Default::default(),
     )
     .unwrap();
-    let f = fixture_with("locked", &profiles, 256);
+    let f = fixture_in(mode, "locked", &profiles, 256);
     let r = sh(&f, &format!("cat {}/f", hidden.display())).await;
     assert_ne!(r["exit_code"], 0, "{r}");
-    let ws = fixture("workspace");
+    let ws = fixture_of(mode, "workspace");
     let r = sh(&ws, &format!("cat {}/f", hidden.display())).await;
     assert_eq!(r["stdout"], "secret", "{r}");
     std::fs::remove_dir_all(&hidden).unwrap();
 }
 
-#[tokio::test]
-async fn serve_starts_a_server_reachable_on_its_port() {
-    let f = fixture("workspace");
+async fn serve_starts_a_server_reachable_on_its_port(mode: Mode) {
+    let f = fixture_of(mode, "workspace");
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -271,7 +369,17 @@ async fn serve_starts_a_server_reachable_on_its_port() {
     assert_eq!(answer.result["url"], grant.url);
     let body = reqwest_get(&format!("{}/index.html", grant.url)).await;
     assert_eq!(body, "served");
-    detached.cgroup.unwrap().destroy().unwrap();
+    // A call after it leaves the server running (it is not a leftover).
+    let r = sh(&f, "echo next").await;
+    assert_eq!(r["stdout"], "next\n", "{r}");
+    let body = reqwest_get(&format!("{}/index.html", grant.url)).await;
+    assert_eq!(body, "served");
+    match detached.cgroup {
+        Some(cg) => cg.destroy().unwrap(),
+        None => {
+            armada_sandbox::runner::kill_strays(f.runner.env.uid, &[]);
+        }
+    }
 }
 
 async fn reqwest_get(url: &str) -> String {
@@ -319,9 +427,8 @@ async fn only_declared_mounts_of_the_data_root_are_visible_and_ro_stays_ro() {
     assert_eq!(r["stdout"], "users\n", "nothing else of /data shows: {r}");
 }
 
-#[tokio::test]
-async fn file_write_never_replaces_a_file_unless_approved() {
-    let f = fixture("workspace");
+async fn file_write_never_replaces_a_file_unless_approved(mode: Mode) {
+    let f = fixture_of(mode, "workspace");
     let write = |content: &str, approved: bool| {
         let args = json!({"path": "notes/a.txt", "content": content});
         let runner = &f.runner;
@@ -341,4 +448,59 @@ async fn file_write_never_replaces_a_file_unless_approved() {
     assert_eq!(write("two", true).await["bytes"], 3);
     let read = call(&f, "file_read", json!({"path": "notes/a.txt"}), 30).await;
     assert_eq!(read["content"], "two");
+}
+
+/// A declared mount is a bind mount in the call's own namespace: on
+/// Fargate, where a call gets none, a sandbox with one fails closed.
+#[test]
+fn on_fargate_declared_mounts_are_refused() {
+    use armada_domain::sandbox::MountMode;
+    use armada_domain::skills::MountDecl;
+    on_fargate(false, || async {
+        let mut f = fixture_of(Mode::Fargate, "workspace");
+        std::fs::create_dir_all(f.runner.env.data_root.join("users/u1/workspace/repo")).unwrap();
+        f.runner.env.mounts = vec![MountDecl {
+            path: "/data/users/u1/workspace/repo".into(),
+            mode: MountMode::Ro,
+        }];
+        let r = sh(&f, "echo ran").await;
+        assert_eq!(r["error"]["code"], "DENIED", "{r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("declared mounts"),
+            "{r}"
+        );
+    });
+}
+
+/// What the jail reports on Fargate: per call became per task, and says so.
+#[test]
+fn on_fargate_the_jail_reports_partial_where_per_call_became_per_task() {
+    use armada_domain::sandbox::controls::Enforcement::{Enforced, NotEnforced, Partial};
+    use armada_sandbox::jail::Step;
+    on_fargate(false, || async {
+        let f = fixture_of(Mode::Fargate, "workspace");
+        let run = f
+            .runner
+            .run(armada_sandbox::runner::Call::probe())
+            .await
+            .unwrap();
+        let r = &run.report;
+        assert_eq!(run.refused(), None, "{r:?}");
+        for (step, want) in [
+            (Step::Filesystem, Enforced),
+            (Step::Uid, Enforced),
+            (Step::Syscalls, Enforced),
+            (Step::Tcp, Enforced),
+            (Step::Mounts, Partial),
+            (Step::Cgroups, Partial),
+            (Step::Processes, NotEnforced),
+        ] {
+            assert_eq!(r.status(step), want, "{step:?}: {r:?}");
+        }
+        assert!(r.detail(Step::Cgroups).contains("RLIMIT_AS"), "{r:?}");
+        assert!(r.detail(Step::Mounts).contains("$TMPDIR"), "{r:?}");
+    });
 }

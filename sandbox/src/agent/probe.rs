@@ -70,15 +70,37 @@ impl Agent {
         } else {
             off()
         };
-        let processes = if caps.enforce {
-            step(Step::Processes, "own /proc")
-        } else {
+        let processes = if !caps.enforce {
             off()
+        } else if rep.status(Step::Processes) == Enforcement::NotEnforced
+            && std::process::id() == 1
+            && rep.status(Step::Uid) == Enforcement::Enforced
+        {
+            // Fargate: no /proc per call, but one per task.
+            Control::partial(
+                "per task, not per call: the task's own pid namespace and /proc (the agent \
+                 is its pid 1), so a call lists the task's processes only, never another \
+                 identity's; the agent's /proc files (its environment) are closed to the \
+                 call's uid",
+            )
+        } else {
+            step(Step::Processes, "own /proc")
         };
-        let (_, own) = usable_cgroup();
-        let limit_control = |v: Option<String>, what: &str| match v {
-            Some(d) => Control::enforced(d),
-            None => Control::not_enforced(format!("no {what} limit is in force on the sandbox")),
+        let (usable, own) = usable_cgroup();
+        // Calls get no cgroup of their own (cgroupfs is not the agent's,
+        // as on Fargate): the task's limits hold the whole task, and each
+        // call has per-process limits (see the jail's report).
+        let per_call = (usable.is_none() && rep.status(Step::Cgroups) == Enforcement::Partial)
+            .then(|| rep.detail(Step::Cgroups).to_string());
+        let limit_control = |v: Option<String>, what: &str| match (v, &per_call) {
+            (Some(d), None) => Control::enforced(d),
+            (Some(d), Some(calls)) => Control::partial(format!("per task: {d}; {calls}")),
+            (None, Some(calls)) => {
+                Control::partial(format!("no {what} limit on the task is visible; {calls}"))
+            }
+            (None, None) => {
+                Control::not_enforced(format!("no {what} limit is in force on the sandbox"))
+            }
         };
         let memory = limit_control(
             own.as_ref().and_then(Cgroup::memory_limit).map(|b| {

@@ -28,6 +28,9 @@ pub(super) enum StepError {
     /// The spec's paths were tampered with (a link where a directory was
     /// declared): the call is refused whatever the spec requires.
     Unsafe(String),
+    /// The task may not make namespaces (no CAP_SYS_ADMIN, as on Fargate):
+    /// the call is confined per task instead ([`super::pertask`]).
+    NoNamespaces(String),
 }
 
 impl From<String> for StepError {

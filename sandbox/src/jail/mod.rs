@@ -30,17 +30,15 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use landlock::RulesetStatus;
-
 use armada_domain::sandbox::controls::Enforcement;
 
 mod beneath;
+mod confine;
 mod mounts;
+mod pertask;
 mod rules;
 
-use beneath::StepError;
-use mounts::{mount_namespace, own_proc, ProcError};
-use rules::{landlock_ruleset, seccomp_filters, DENIED_SYSCALLS};
+use confine::confine;
 
 /// The environment variable that carries the spec to the jail process.
 pub const SPEC_ENV: &str = "ARMADA_JAIL_SPEC";
@@ -119,6 +117,27 @@ pub struct JailSpec {
     pub report: PathBuf,
     /// Controls whose failure refuses the call instead of weakening it.
     pub require: Vec<Step>,
+    /// The task as a whole has no egress (`ARMADA_SANDBOX_TASK_NETWORK=
+    /// isolated`: a security group without egress on Fargate, a network
+    /// namespace of the task's own locally): where a call cannot get a
+    /// network namespace of its own, this holds the network rule.
+    #[serde(default)]
+    pub task_network_isolated: bool,
+    /// Limits on each process of a call that has no cgroup of its own
+    /// (where cgroupfs is not the agent's to write, as on Fargate).
+    #[serde(default)]
+    pub call_limits: Option<CallLimits>,
+}
+
+/// Per-process limits of a call without a cgroup (`setrlimit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallLimits {
+    /// RLIMIT_AS: an allocation past it fails (ENOMEM).
+    pub address_space_bytes: u64,
+    /// RLIMIT_CPU: CPU seconds, then SIGKILL.
+    pub cpu_seconds: u64,
+    /// RLIMIT_NPROC: processes of the call's uid (the sandbox's) at once.
+    pub processes: u64,
 }
 
 /// The confinement steps, as reported.
@@ -173,6 +192,10 @@ impl JailReport {
 
 /// Runs the jail; returns only if the command could not be executed.
 pub fn run(spec: &JailSpec) -> i32 {
+    // Confinement may change what the command gets (its $TMPDIR where the
+    // call has no /tmp of its own).
+    let mut spec = spec.clone();
+    let spec = &mut spec;
     let mut report = JailReport::default();
     // Opened now: once confined, the jail may not reach the directory.
     // Readers take the report as written once it parses.
@@ -300,198 +323,4 @@ fn exec(spec: &JailSpec, argv: &[String]) -> std::io::Error {
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd)
         .exec()
-}
-
-fn confine(spec: &JailSpec, report: &mut JailReport) -> Result<(), String> {
-    let required = |s: Step| spec.require.contains(&s);
-    let fail = |report: &mut JailReport, step: Step, detail: String| -> Result<(), String> {
-        report.note(step, Enforcement::NotEnforced, detail.clone());
-        if required(step) {
-            Err(format!("{step:?}: {detail}"))
-        } else {
-            Ok(())
-        }
-    };
-    // A path of the spec tampered with (a link in a declared mount) is
-    // refused whatever the spec requires.
-    let refuse = |report: &mut JailReport, step: Step, why: String| -> Result<(), String> {
-        report.note(step, Enforcement::NotEnforced, why.clone());
-        Err(format!("{step:?}: {why}"))
-    };
-    let root = crate::sys::geteuid() == 0;
-
-    // 1. cgroups
-    let pid = std::process::id().to_string();
-    let joined: Result<(), String> = spec
-        .cgroup_procs
-        .iter()
-        .try_for_each(|f| std::fs::write(f, &pid).map_err(|e| format!("{}: {e}", f.display())));
-    match joined {
-        Ok(()) if !spec.cgroup_procs.is_empty() => report.note(
-            Step::Cgroups,
-            Enforcement::Enforced,
-            "joined the call's cgroups",
-        ),
-        Ok(()) => fail(report, Step::Cgroups, "no cgroup to join".into())?,
-        Err(e) => fail(report, Step::Cgroups, e)?,
-    }
-
-    // 2. one process group for the call
-    crate::sys::setsid().map_err(|e| format!("setsid: {e}"))?;
-
-    // 3. namespaces
-    let want_mounts = spec.private_tmp.is_some() || !spec.hide.is_empty() || !spec.binds.is_empty();
-    let mut own_ns = false;
-    if want_mounts {
-        match mount_namespace(spec) {
-            Ok(detail) => {
-                own_ns = true;
-                report.note(Step::Mounts, Enforcement::Enforced, detail);
-            }
-            Err(StepError::Failed(e)) => fail(report, Step::Mounts, e)?,
-            Err(StepError::Unsafe(why)) => refuse(report, Step::Mounts, why)?,
-        }
-    } else {
-        report.note(
-            Step::Mounts,
-            Enforcement::Enforced,
-            "no mount changes needed",
-        );
-    }
-    // The call's own /proc, in its own mount namespace. A kernel that
-    // cannot have one is reported; one that can but fails refuses the
-    // call wherever the mounts are required.
-    if own_ns {
-        match own_proc() {
-            Ok(detail) => report.note(Step::Processes, Enforcement::Enforced, detail),
-            Err(ProcError::Unsupported(why)) => {
-                report.note(Step::Processes, Enforcement::NotEnforced, why);
-            }
-            Err(ProcError::Failed(e)) => {
-                report.note(Step::Processes, Enforcement::NotEnforced, e.clone());
-                if required(Step::Mounts) || required(Step::Processes) {
-                    return Err(format!("{:?}: {e}", Step::Processes));
-                }
-            }
-        }
-    } else {
-        report.note(
-            Step::Processes,
-            Enforcement::NotEnforced,
-            "no mount namespace of the call's own: /proc is the host's",
-        );
-    }
-    if spec.isolate_network {
-        let r = crate::sys::unshare(libc::CLONE_NEWNET)
-            .map_err(|e| format!("network namespace: {e}"))
-            .and_then(|()| crate::sys::loopback_up().map_err(|e| format!("loopback: {e}")));
-        match r {
-            Ok(()) => report.note(
-                Step::Network,
-                Enforcement::Enforced,
-                "own network namespace with loopback only",
-            ),
-            Err(e) => fail(report, Step::Network, e)?,
-        }
-    }
-
-    // 4. rlimits
-    let _ = crate::sys::set_rlimit(libc::RLIMIT_CORE, 0);
-    if let Some(max) = spec.max_file_bytes {
-        crate::sys::set_rlimit(libc::RLIMIT_FSIZE, max)
-            .map_err(|e| format!("RLIMIT_FSIZE: {e}"))?;
-    }
-
-    // 5. the Landlock ruleset, built while every path is still reachable
-    let ruleset = match &spec.fs {
-        Some(fs) => match landlock_ruleset(fs, spec.tcp.as_ref(), &beneath::roots(spec)) {
-            Ok(r) => Some(r),
-            Err(StepError::Failed(e)) => {
-                fail(report, Step::Filesystem, format!("landlock: {e}"))?;
-                None
-            }
-            Err(StepError::Unsafe(why)) => {
-                refuse(report, Step::Filesystem, why)?;
-                None
-            }
-        },
-        None => {
-            report.note(
-                Step::Filesystem,
-                Enforcement::NotEnforced,
-                "sandbox disabled by profile off",
-            );
-            None
-        }
-    };
-
-    // privileges
-    if root {
-        match crate::sys::drop_privileges(spec.uid, spec.gid, &[spec.gid]) {
-            Ok(()) => report.note(
-                Step::Uid,
-                Enforcement::Enforced,
-                format!("runs as uid {} gid {}", spec.uid, spec.gid),
-            ),
-            Err(e) => fail(report, Step::Uid, format!("setuid: {e}"))?,
-        }
-    } else {
-        report.note(
-            Step::Uid,
-            Enforcement::Partial,
-            format!("already unprivileged (uid {})", crate::sys::geteuid()),
-        );
-    }
-
-    // 6. apply Landlock, then seccomp
-    if let Some(rs) = ruleset {
-        match rs.restrict_self() {
-            Ok(status) => {
-                let st = match status.ruleset {
-                    RulesetStatus::FullyEnforced => Enforcement::Enforced,
-                    RulesetStatus::PartiallyEnforced => Enforcement::Partial,
-                    RulesetStatus::NotEnforced => Enforcement::NotEnforced,
-                };
-                let detail = format!("landlock {:?} ({:?})", status.ruleset, status.landlock);
-                if st == Enforcement::Enforced {
-                    report.note(Step::Filesystem, st, detail.clone());
-                    if let Some(t) = &spec.tcp {
-                        report.note(
-                            Step::Tcp,
-                            Enforcement::Enforced,
-                            format!("TCP bind {:?}, connect {:?} only", t.bind, t.connect),
-                        );
-                    }
-                } else {
-                    fail(report, Step::Filesystem, detail.clone())?;
-                    if spec.tcp.is_some() {
-                        fail(report, Step::Tcp, detail)?;
-                    }
-                }
-            }
-            Err(e) => fail(report, Step::Filesystem, format!("landlock: {e}"))?,
-        }
-    }
-    if spec.seccomp {
-        let r = seccomp_filters().and_then(|progs| {
-            progs
-                .iter()
-                .try_for_each(|p| seccompiler::apply_filter(p).map_err(|e| e.to_string()))
-        });
-        match r {
-            Ok(()) => report.note(
-                Step::Syscalls,
-                Enforcement::Enforced,
-                format!(
-                    "seccomp holds the call to the native ABI (no x32, no other \
-                     architecture) and denies {} system calls, namespace creation, \
-                     sockets other than unix, inet, inet6 and route netlink, and \
-                     personality changes",
-                    DENIED_SYSCALLS.len()
-                ),
-            ),
-            Err(e) => fail(report, Step::Syscalls, format!("seccomp: {e}"))?,
-        }
-    }
-    Ok(())
 }

@@ -89,7 +89,10 @@ fn cover_keeping(path: &Path, inner: &[&Source<'_>]) -> Result<(), StepError> {
 
 pub(super) fn mount_namespace(spec: &JailSpec) -> Result<String, StepError> {
     use crate::sys::mount;
-    crate::sys::unshare(libc::CLONE_NEWNS).map_err(|e| format!("mount namespace: {e}"))?;
+    crate::sys::unshare(libc::CLONE_NEWNS).map_err(|e| match e.raw_os_error() {
+        Some(libc::EPERM) => StepError::NoNamespaces(format!("mount namespace: {e}")),
+        _ => StepError::Failed(format!("mount namespace: {e}")),
+    })?;
     // Nothing done here may show outside the call.
     mount(
         None,
@@ -162,7 +165,7 @@ pub(super) fn mount_namespace(spec: &JailSpec) -> Result<String, StepError> {
         };
         covered.map_err(|e| match e {
             StepError::Failed(e) => StepError::Failed(format!("covering {}: {e}", path.display())),
-            unsafe_path => unsafe_path,
+            other => other,
         })?;
         done.push(format!("hid {}", path.display()));
         for s in inner {

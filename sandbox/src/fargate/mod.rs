@@ -1,0 +1,195 @@
+//! A sandbox task as Fargate runs one, made on this host (`armada-sandbox
+//! task`, the local data plane's `fargate` mode), so what the agent can do
+//! there is measured here rather than assumed:
+//!
+//! - the container's capabilities only ([`sys::FARGATE_CAPS`], Docker's
+//!   default set): no CAP_SYS_ADMIN (no mount, no namespaces), no
+//!   CAP_NET_ADMIN, taken out of the bounding set so nothing gets them back;
+//! - its own pid namespace with its own /proc (the agent is pid 1);
+//! - a mount namespace in which the root filesystem, /sys and cgroupfs are
+//!   read-only (`readonlyRootFilesystem`) but for the task's own directory
+//!   (its one writable volume) and a fresh /dev/shm, and where what is not
+//!   the task's (the repository, other tasks, other tenants' data) is
+//!   covered, as it is simply absent from a task's image;
+//! - when its tier has no egress (`ARMADA_SANDBOX_TASK_NETWORK=isolated`,
+//!   a security group with no egress rule), a network namespace of its own
+//!   with loopback only, in which the AWS endpoint the agent uses is relayed
+//!   to the emulator ([`relay`]) as a VPC endpoint would be, for the agent
+//!   alone: connections from any other uid are dropped (a real endpoint
+//!   wants the task's credentials, which no call holds).
+//!
+//! The data plane places the launcher in the task's cgroup (memory, CPU,
+//! pids) before it starts; inside, that cgroupfs is read-only, so the agent
+//! gets no cgroup per call.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::entry::Program;
+
+mod relay;
+pub mod sys;
+
+/// The environment variable that carries the [`TaskSpec`] to the launcher.
+pub const TASK_SPEC_ENV: &str = "ARMADA_TASK_SPEC";
+
+/// What the launcher makes of the task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// The task's one writable directory (its volume).
+    pub writable: PathBuf,
+    /// Host paths that are not in the task: covered by empty filesystems.
+    pub hide: Vec<PathBuf>,
+    /// `Some(port)`: the task gets a network namespace of its own, with
+    /// 127.0.0.1:`port` relayed to the host's (the emulator) for the agent.
+    pub endpoint_port: Option<u16>,
+}
+
+/// `armada-sandbox task`: builds the task and runs the agent in it; the
+/// agent's exit code. Must run single-threaded (it forks).
+pub fn launch(program: &Program) -> i32 {
+    let spec: TaskSpec = match std::env::var(TASK_SPEC_ENV)
+        .map_err(|e| e.to_string())
+        .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("armada-sandbox task: bad {TASK_SPEC_ENV}: {e}");
+            return 1;
+        }
+    };
+    std::env::remove_var(TASK_SPEC_ENV);
+    match build(program, &spec) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("armada-sandbox task: {e}");
+            1
+        }
+    }
+}
+
+fn build(program: &Program, spec: &TaskSpec) -> Result<i32, String> {
+    // The host's network, kept for the relay's outgoing side.
+    let host_net =
+        std::fs::File::open("/proc/self/ns/net").map_err(|e| format!("host netns: {e}"))?;
+    let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    if spec.endpoint_port.is_some() {
+        flags |= libc::CLONE_NEWNET;
+    }
+    crate::sys::unshare(flags).map_err(|e| format!("namespaces: {e}"))?;
+    let endpoint = match spec.endpoint_port {
+        Some(port) => {
+            crate::sys::loopback_up().map_err(|e| format!("loopback: {e}"))?;
+            let listener = std::net::TcpListener::bind(("127.0.0.1", port))
+                .map_err(|e| format!("the endpoint's relay on port {port}: {e}"))?;
+            // Opened now: once the agent's /proc is over /proc, this
+            // process (outside its pid namespace) has no /proc/self.
+            let table = std::fs::File::open("/proc/self/net/tcp")
+                .map_err(|e| format!("/proc/self/net/tcp: {e}"))?;
+            Some((listener, table, port))
+        }
+        None => None,
+    };
+    read_only_root(spec)?;
+    let child = sys::fork_single_threaded().map_err(|e| format!("fork: {e}"))?;
+    if child == 0 {
+        let e = become_agent(program);
+        eprintln!("armada-sandbox task: {e}");
+        // SAFETY: the forked child leaves without running the parent's
+        // destructors or atexit handlers.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::_exit(1)
+        };
+    }
+    if let Some((listener, table, port)) = endpoint {
+        std::thread::spawn(move || relay::serve(listener, table, host_net, port));
+    }
+    Ok(sys::wait_exit(child))
+}
+
+/// The mounts of a task: private, read-only but for its directory and
+/// /dev/shm, what is not the task's covered.
+fn read_only_root(spec: &TaskSpec) -> Result<(), String> {
+    use crate::sys::mount;
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+    .map_err(|e| format!("making / private: {e}"))?;
+    for path in &spec.hide {
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            continue;
+        };
+        let r = if meta.is_dir() {
+            mount(
+                Some(Path::new("none")),
+                path,
+                Some("tmpfs"),
+                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                Some("size=4k,mode=000"),
+            )
+        } else {
+            mount(
+                Some(Path::new("/dev/null")),
+                path,
+                None,
+                libc::MS_BIND,
+                None,
+            )
+        };
+        r.map_err(|e| format!("covering {}: {e}", path.display()))?;
+    }
+    let w = &spec.writable;
+    mount(Some(w), w, None, libc::MS_BIND | libc::MS_REC, None)
+        .map_err(|e| format!("the task's volume {}: {e}", w.display()))?;
+    let shm = Path::new("/dev/shm");
+    let shm_ok = shm.is_dir()
+        && mount(
+            Some(Path::new("shm")),
+            shm,
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("size=64m,mode=1777"),
+        )
+        .is_ok();
+    sys::mount_setattr_recursive(Path::new("/"), sys::MOUNT_ATTR_RDONLY, 0)
+        .map_err(|e| format!("a read-only root: {e}"))?;
+    sys::mount_setattr_recursive(w, 0, sys::MOUNT_ATTR_RDONLY)
+        .map_err(|e| format!("the task's volume writable: {e}"))?;
+    if shm_ok {
+        sys::mount_setattr_recursive(shm, 0, sys::MOUNT_ATTR_RDONLY)
+            .map_err(|e| format!("/dev/shm writable: {e}"))?;
+    }
+    Ok(())
+}
+
+/// In the forked child, pid 1 of the task's pid namespace: its own /proc,
+/// the container's capabilities, then the agent. Returns only on failure.
+fn become_agent(program: &Program) -> String {
+    if let Err(e) = sys::die_with_parent_now() {
+        return format!("parent-death signal: {e}");
+    }
+    if let Err(e) = crate::sys::mount(
+        Some(Path::new("proc")),
+        Path::new("/proc"),
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    ) {
+        return format!("the task's /proc: {e}");
+    }
+    if let Err(e) = sys::keep_fargate_capabilities() {
+        return format!("the container's capabilities: {e}");
+    }
+    let e = std::process::Command::new(&program.exe)
+        .args(&program.prefix)
+        .arg("agent")
+        .exec();
+    format!("executing the agent: {e}")
+}
