@@ -95,11 +95,17 @@ impl Agent {
                     }
                     PortMode::Container { public_host } => (c, format!("http://{public_host}:{c}")),
                 };
-                match self
-                    .store
-                    .take_port(&pool, bind, &holder, self.cfg.generation)
-                    .await
-                {
+                let taken = match &self.cfg.ports {
+                    // The task's own address (and its credentials reach no
+                    // registry entry but its own record): nobody to race.
+                    PortMode::Container { .. } => Ok(true),
+                    PortMode::Host { .. } => {
+                        self.store
+                            .take_port(&pool, bind, &holder, self.cfg.generation)
+                            .await
+                    }
+                };
+                match taken {
                     Ok(true) => {
                         let g = PortGrant {
                             container: c,
@@ -125,7 +131,10 @@ impl Agent {
     }
 
     pub(super) async fn release_port(&mut self, container: u16) {
-        if let Some(g) = self.ports.remove(&container) {
+        let Some(g) = self.ports.remove(&container) else {
+            return;
+        };
+        if matches!(self.cfg.ports, PortMode::Host { .. }) {
             let _ = self
                 .store
                 .release_port(&self.pool(), g.bind, &self.cfg.task_arn)
