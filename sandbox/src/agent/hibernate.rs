@@ -5,7 +5,7 @@ use super::*;
 
 mod snapshot;
 
-use snapshot::extract_snapshot;
+use snapshot::{archive_workspace, extract_snapshot};
 
 impl Agent {
     /// Resident sandboxes stay warm; one serving a dev server stays up.
@@ -55,18 +55,8 @@ impl Agent {
     /// Saves the workspace and home to the payload bucket.
     pub(super) async fn snapshot(&self) -> Result<String> {
         let file = self.cfg.root.join("snapshot.tar.gz");
-        let status = tokio::process::Command::new("tar")
-            .arg("-C")
-            .arg(&self.cfg.root)
-            .args(["-czf"])
-            .arg(&file)
-            .args(["workspace", "home"])
-            .status()
-            .await
-            .context("running tar")?;
-        if !status.success() {
-            anyhow::bail!("tar failed: {status}");
-        }
+        let (uid, gid) = (self.runner.env.uid, self.runner.env.gid);
+        archive_workspace(&self.cfg.root, &file, uid, gid).await?;
         let key = self.snapshot_key();
         let body = aws_sdk_s3::primitives::ByteStream::from_path(&file)
             .await

@@ -1,6 +1,8 @@
-//! A saved workspace, restored: the snapshot's members listed by tar,
-//! judged (nothing outside `workspace/` and `home/`, no special file,
-//! nothing written through a link), then extracted as the sandbox's uid.
+//! A workspace saved by tar running as the sandbox's uid (it reads only
+//! what the sandbox's calls could), and restored: the snapshot's members
+//! listed by tar, judged (nothing outside `workspace/` and `home/`, no
+//! special file, nothing written through a link), then extracted as the
+//! sandbox's uid.
 
 use std::path::Path;
 
@@ -17,6 +19,40 @@ pub(crate) struct Member {
     pub kind: char,
     pub name: Vec<u8>,
     pub link: Option<Vec<u8>>,
+}
+
+/// Saves the sandbox `root`'s trees into `archive` (a file the agent owns,
+/// handed to tar as its output). tar runs as the sandbox's uid: a hard link
+/// to a file only root may read, or anything else the calls could not
+/// read, is skipped with a warning rather than copied into a snapshot the
+/// calls would then own; links are stored as links, never followed.
+pub(crate) async fn archive_workspace(
+    root: &Path,
+    archive: &Path,
+    uid: u32,
+    gid: u32,
+) -> Result<()> {
+    let out = std::fs::File::create(archive).context("creating the snapshot file")?;
+    // The root itself is not readable by the uid (0711), so no `-C`: the
+    // process starts there (chdir comes after the uid change).
+    let status = tokio::process::Command::new("tar")
+        .current_dir(root)
+        .args(["--ignore-failed-read", "-czf", "-"])
+        .args(SNAPSHOT_TREES)
+        .env("LC_ALL", "C")
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .uid(uid)
+        .gid(gid)
+        .status()
+        .await
+        .context("running tar")?;
+    // 1: a file changed while it was read (a call still writing); the
+    // archive is still whole.
+    match status.code() {
+        Some(0 | 1) => Ok(()),
+        _ => Err(anyhow!("tar could not save the workspace: {status}")),
+    }
 }
 
 /// Restores the snapshot `archive` into the sandbox `root`. The archive
@@ -443,6 +479,44 @@ add("home/.bashrc", data=b"export A=1\n")
             let _ = std::fs::remove_dir_all(&p);
             let _ = std::fs::remove_file(&p);
         }
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_holds_only_what_the_sandbox_could_read() {
+        if crate::sys::geteuid() != 0 {
+            return; // tar cannot change uid
+        }
+        let (root, uid) = sandbox_root();
+        // A root-only file, hard-linked into the workspace (root can; a
+        // call could try where protected_hardlinks is off).
+        let secret = root.join("secret");
+        std::fs::write(&secret, "root only\n").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::hard_link(&secret, root.join("workspace/secret")).unwrap();
+        std::fs::write(root.join("workspace/mine.txt"), "mine\n").unwrap();
+        std::os::unix::fs::chown(root.join("workspace/mine.txt"), Some(uid), Some(uid)).unwrap();
+        let file = root.with_extension("tar.gz");
+        archive_workspace(&root, &file, uid, uid).await.unwrap();
+        let listed = std::process::Command::new("tar")
+            .args(["-tzf"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let names = String::from_utf8_lossy(&listed.stdout).to_string();
+        assert!(names.contains("workspace/mine.txt"), "{names}");
+        let contents = std::process::Command::new("tar")
+            .args(["-xzOf"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&contents.stdout);
+        assert!(text.contains("mine"), "{text}");
+        assert!(
+            !text.contains("root only"),
+            "the root-only file was saved: {text}"
+        );
+        let _ = std::fs::remove_dir_all(&root);
+        let _ = std::fs::remove_file(&file);
     }
 
     #[tokio::test]
