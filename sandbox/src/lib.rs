@@ -8,6 +8,7 @@
 //!   executes a call's command (cgroups, namespaces, Landlock, uid, seccomp)
 //! - [`entry`]: the program's modes (`agent`, `exec`), for `armada-sandbox`
 //!   and `armada sandbox` alike
+//! - [`bindguard`]: listening sockets on loopback only (cgroup eBPF)
 //! - [`cgroup`]: v1/v2 cgroups: limits, freezing, killing, OOM counts
 //! - [`env`]: one sandbox's directories, uid, capability set → jail specs
 //! - [`fargate`]: a sandbox task as Fargate runs one, made locally (`task`)
@@ -16,6 +17,7 @@
 //! - [`sys`]: the raw system calls, wrapped once
 
 pub mod agent;
+pub mod bindguard;
 pub mod cgroup;
 pub mod entry;
 pub mod env;
