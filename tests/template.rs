@@ -13,6 +13,17 @@ use armada_cli::local::emulator;
 use armada_cli::local::template::Template;
 use armada_tests::{root, TestStack};
 
+/// What a deployment must give (and the account CloudFormation knows).
+fn deploy_parameters() -> HashMap<String, String> {
+    armada_tests::params(&[
+        ("AdminKeySha256", &"0".repeat(64)),
+        ("CallbackSigningSecret", "0123456789abcdef"),
+        ("SandboxSubnets", "subnet-1"),
+        ("SandboxSecurityGroups", "sg-1"),
+        ("AWS::AccountId", "123456789012"),
+    ])
+}
+
 fn raw_template() -> Value {
     serde_yaml::from_str(&std::fs::read_to_string(root().join("infra/template.yaml")).unwrap())
         .unwrap()
@@ -313,13 +324,7 @@ fn queues_outlast_their_consumers_and_report_batch_failures() {
             q.name
         );
         if heartbeat {
-            let required = armada_tests::params(&[
-                ("AdminKeySha256", &"0".repeat(64)),
-                ("CallbackSigningSecret", "0123456789abcdef"),
-                ("SandboxSubnets", "subnet-1"),
-                ("SandboxSecurityGroups", "sg-1"),
-                ("AWS::AccountId", "123456789012"),
-            ]);
+            let required = deploy_parameters();
             let deployed = Template::parse(&text, "s", "us-east-1", &required).unwrap();
             let env = deployed.environment("harness").unwrap();
             assert_eq!(
@@ -393,13 +398,7 @@ fn sandbox_tasks_act_only_through_their_identitys_credentials() {
     };
     assert!(assumes("DispatcherFunction") && assumes("HarnessFunction"));
     assert!(!assumes("IngressFunction") && !assumes("HitlFunction"));
-    let required = armada_tests::params(&[
-        ("AdminKeySha256", &"0".repeat(64)),
-        ("CallbackSigningSecret", "0123456789abcdef"),
-        ("SandboxSubnets", "subnet-1"),
-        ("SandboxSecurityGroups", "sg-1"),
-        ("AWS::AccountId", "123456789012"),
-    ]);
+    let required = deploy_parameters();
     let text = std::fs::read_to_string(root().join("infra/template.yaml")).unwrap();
     let deployed = Template::parse(&text, "s", "us-east-1", &required).unwrap();
     assert_eq!(
