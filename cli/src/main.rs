@@ -40,6 +40,12 @@ enum Cmd {
         /// and private addresses are refused otherwise. Repeatable.
         #[arg(long = "allow-egress", value_name = "HOST:PORT")]
         allow_egress: Vec<String>,
+        /// How the local data plane runs sandbox tasks: `local` (processes
+        /// that may make namespaces and cgroups per call) or `fargate` (as
+        /// Fargate would: no CAP_SYS_ADMIN/NET_ADMIN, read-only root and
+        /// cgroupfs, a network namespace per isolated task).
+        #[arg(long, default_value = "local", value_name = "local|fargate")]
+        dataplane: armada_cli::local::dataplane::DataPlaneMode,
     },
     /// Stop everything `up` started.
     Down,
@@ -291,12 +297,14 @@ async fn run(cli: Cli) -> Result<()> {
             demo,
             port,
             allow_egress,
+            dataplane,
         } => {
             let root = local::find_root()?;
             let args = armada_cli::up::UpArgs {
                 demo,
                 port,
                 allow_egress,
+                dataplane,
             };
             if detach {
                 armada_cli::up::detached(&root, &args).await

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use crate::client::Client;
+use crate::local::dataplane::DataPlaneMode;
 use crate::local::{emulator, process, LocalOptions, LocalStack};
 
 /// What `armada up` was asked for.
@@ -19,6 +20,8 @@ pub struct UpArgs {
     /// Private targets tenants' outbound requests may reach
     /// (`--allow-egress HOST:PORT`, repeatable).
     pub allow_egress: Vec<String>,
+    /// How sandbox tasks run (`--dataplane local|fargate`).
+    pub dataplane: DataPlaneMode,
 }
 
 /// The template parameter `EgressAllow` for the listed targets, each one
@@ -41,6 +44,7 @@ pub async fn foreground(root: &Path, args: &UpArgs) -> Result<()> {
     opts.parameters
         .insert("EgressAllow".into(), egress_parameter(&args.allow_egress)?);
     opts.emulator_pid_file = Some(state.join("moto.pid"));
+    opts.dataplane = args.dataplane;
     eprintln!("armada: starting the emulator, the stack's resources and its functions ...");
     let stack = LocalStack::start(opts).await?;
     process::write_pid(&state.join("armada.pid"), std::process::id())?;
@@ -111,6 +115,9 @@ pub async fn detached(root: &Path, args: &UpArgs) -> Result<()> {
     }
     for a in &args.allow_egress {
         cmd.arg("--allow-egress").arg(a);
+    }
+    if args.dataplane == DataPlaneMode::Fargate {
+        cmd.arg("--dataplane").arg("fargate");
     }
     cmd.current_dir(root)
         .stdin(Stdio::null())

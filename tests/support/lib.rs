@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use armada_cli::client::Client;
+use armada_cli::local::dataplane::DataPlaneMode;
 use armada_cli::local::{emulator, LocalOptions, LocalStack};
 use armada_harness::StepHooks;
 
@@ -74,6 +75,16 @@ pub fn emulator_endpoint() -> String {
     .clone()
 }
 
+/// How this test process's stacks run sandbox tasks unless a test says:
+/// `ARMADA_TEST_DATAPLANE` (`local`, the default, or `fargate`), so every
+/// sandbox test file can be run as on Fargate.
+pub fn dataplane_mode() -> DataPlaneMode {
+    std::env::var("ARMADA_TEST_DATAPLANE")
+        .ok()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_default()
+}
+
 pub struct TestStack {
     pub stack: LocalStack,
     pub client: Client,
@@ -114,7 +125,21 @@ impl TestStack {
     /// A stack whose harness runs up to `pollers` batches at once (the
     /// default is 2): for Runs that must be in their steps together.
     pub async fn start_concurrent(pollers: usize) -> Self {
-        Self::start_opts(Self::stack_name(), HashMap::new(), None, vec![], pollers).await
+        Self::start_opts(
+            Self::stack_name(),
+            HashMap::new(),
+            None,
+            vec![],
+            pollers,
+            dataplane_mode(),
+        )
+        .await
+    }
+
+    /// A stack whose data plane runs sandbox tasks in `mode` (whatever
+    /// `ARMADA_TEST_DATAPLANE` says).
+    pub async fn start_in(mode: DataPlaneMode, parameters: HashMap<String, String>) -> Self {
+        Self::start_opts(Self::stack_name(), parameters, None, vec![], 2, mode).await
     }
 
     /// A stack of a given name: a second one of the same name takes over
@@ -125,7 +150,15 @@ impl TestStack {
         hooks: Option<Arc<dyn StepHooks>>,
         sandbox_env: Vec<(String, String)>,
     ) -> Self {
-        Self::start_opts(stack_name, parameters, hooks, sandbox_env, 2).await
+        Self::start_opts(
+            stack_name,
+            parameters,
+            hooks,
+            sandbox_env,
+            2,
+            dataplane_mode(),
+        )
+        .await
     }
 
     async fn start_opts(
@@ -134,6 +167,7 @@ impl TestStack {
         hooks: Option<Arc<dyn StepHooks>>,
         sandbox_env: Vec<(String, String)>,
         harness_pollers: usize,
+        mode: DataPlaneMode,
     ) -> Self {
         armada_core::telemetry::init_with("warn");
         let ep = emulator_endpoint();
@@ -154,6 +188,7 @@ impl TestStack {
             .entry("EgressAllow".into())
             .or_insert_with(|| "127.0.0.1:*".into());
         opts.sandbox_env = sandbox_env;
+        opts.dataplane = mode;
         let outbox = std::env::temp_dir().join(format!("armada-outbox-{}", opts.stack));
         opts.mail_outbox = Some(outbox.clone());
         if let Some(h) = hooks {

@@ -70,6 +70,8 @@ pub struct LocalOptions {
     pub sandbox_root: Option<PathBuf>,
     /// Added to every sandbox agent's environment (tests).
     pub sandbox_env: Vec<(String, String)>,
+    /// How the data plane runs sandbox tasks (`--dataplane`).
+    pub dataplane: dataplane::DataPlaneMode,
     /// Where every approval email is also written as an `.eml` file.
     pub mail_outbox: Option<PathBuf>,
 }
@@ -106,6 +108,7 @@ impl LocalOptions {
             data_plane: true,
             sandbox_root: None,
             sandbox_env: Vec::new(),
+            dataplane: dataplane::DataPlaneMode::Local,
             mail_outbox: Some(root.join(".armada/outbox")),
         }
     }
@@ -382,6 +385,7 @@ impl LocalStack {
                 region: opts.region.clone(),
                 extra_env: opts.sandbox_env.clone(),
                 poll: Duration::from_millis(200),
+                mode: opts.dataplane,
             };
             let plane = dataplane::DataPlane::new(provider, store, dp_opts, &opts.stack);
             tasks.push(tokio::spawn(plane.run(shutdown_rx.clone())));

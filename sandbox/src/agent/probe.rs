@@ -73,13 +73,13 @@ impl Agent {
         let processes = if !caps.enforce {
             off()
         } else if rep.status(Step::Processes) == Enforcement::NotEnforced
-            && std::process::id() == 1
+            && task_pid_namespace()
             && rep.status(Step::Uid) == Enforcement::Enforced
         {
             // Fargate: no /proc per call, but one per task.
             Control::partial(
-                "per task, not per call: the task's own pid namespace and /proc (the agent \
-                 is its pid 1), so a call lists the task's processes only, never another \
+                "per task, not per call: the task's own pid namespace and /proc (its pid 1 \
+                 is this agent's program), so a call lists the task's processes only, never another \
                  identity's; the agent's /proc files (its environment) are closed to the \
                  call's uid",
             )
@@ -136,4 +136,12 @@ impl Agent {
             disk: self.disk_control(),
         })
     }
+}
+
+/// Whether this agent runs in a pid namespace of its task's own: its pid 1
+/// is this program (the agent, or the supervisor that started it), not a
+/// host's init.
+fn task_pid_namespace() -> bool {
+    let cmdline = |p: &str| std::fs::read(format!("/proc/{p}/cmdline")).ok();
+    std::process::id() == 1 || (cmdline("1").is_some() && cmdline("1") == cmdline("self"))
 }

@@ -22,6 +22,7 @@
 //! pids) before it starts; inside, that cgroupfs is read-only, so the agent
 //! gets no cgroup per call.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
@@ -74,11 +75,18 @@ fn build(program: &Program, spec: &TaskSpec) -> Result<i32, String> {
     // The host's network, kept for the relay's outgoing side.
     let host_net =
         std::fs::File::open("/proc/self/ns/net").map_err(|e| format!("host netns: {e}"))?;
-    let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    // The pid namespace comes later, in a child: a process that has
+    // unshared one may not start threads (the relay's).
+    let mut flags = libc::CLONE_NEWNS;
     if spec.endpoint_port.is_some() {
         flags |= libc::CLONE_NEWNET;
     }
     crate::sys::unshare(flags).map_err(|e| format!("namespaces: {e}"))?;
+    // The program, reached by its descriptor once its path is covered (it
+    // may live in the repository, which is not in the task); opened in the
+    // task's mount namespace, where it is bound from.
+    let exe = crate::sys::open_path(&program.exe)
+        .map_err(|e| format!("{}: {e}", program.exe.display()))?;
     let endpoint = match spec.endpoint_port {
         Some(port) => {
             crate::sys::loopback_up().map_err(|e| format!("loopback: {e}"))?;
@@ -93,16 +101,10 @@ fn build(program: &Program, spec: &TaskSpec) -> Result<i32, String> {
         None => None,
     };
     read_only_root(spec)?;
+    let image = image_program(program, &exe, &spec.writable)?;
     let child = sys::fork_single_threaded().map_err(|e| format!("fork: {e}"))?;
     if child == 0 {
-        let e = become_agent(program);
-        eprintln!("armada-sandbox task: {e}");
-        // SAFETY: the forked child leaves without running the parent's
-        // destructors or atexit handlers.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::_exit(1)
-        };
+        sys::exit_now(pid_namespace(&image));
     }
     if let Some((listener, table, port)) = endpoint {
         std::thread::spawn(move || relay::serve(listener, table, host_net, port));
@@ -167,6 +169,53 @@ fn read_only_root(spec: &TaskSpec) -> Result<(), String> {
             .map_err(|e| format!("/dev/shm writable: {e}"))?;
     }
     Ok(())
+}
+
+/// The program as the task's image holds it: bound read-only at
+/// `<writable>/.image/<name>`, so the agent (and the jails it starts from
+/// its own executable) runs it from a path inside the task.
+fn image_program(program: &Program, exe: &OwnedFd, writable: &Path) -> Result<Program, String> {
+    use crate::sys::mount;
+    let name = program.exe.file_name().unwrap_or("armada-sandbox".as_ref());
+    let dir = writable.join(".image");
+    let target = dir.join(name);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::write(&target, b"").map_err(|e| format!("{}: {e}", target.display()))?;
+    let source = PathBuf::from(format!("/proc/self/fd/{}", exe.as_raw_fd()));
+    mount(Some(&source), &target, None, libc::MS_BIND, None)
+        .map_err(|e| format!("the program in the task: {e}"))?;
+    mount(
+        None,
+        &target,
+        None,
+        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+        None,
+    )
+    .map_err(|e| format!("the program read-only: {e}"))?;
+    Ok(Program {
+        exe: target,
+        prefix: program.prefix.clone(),
+    })
+}
+
+/// In the launcher's child: a pid namespace of the task's own, whose pid 1
+/// becomes the agent; its exit code.
+fn pid_namespace(image: &Program) -> i32 {
+    let r = sys::die_with_parent_now()
+        .and_then(|()| crate::sys::unshare(libc::CLONE_NEWPID))
+        .and_then(|()| sys::fork_single_threaded());
+    match r {
+        Ok(0) => {
+            let e = become_agent(image);
+            eprintln!("armada-sandbox task: {e}");
+            1
+        }
+        Ok(pid) => sys::wait_exit(pid),
+        Err(e) => {
+            eprintln!("armada-sandbox task: the task's pid namespace: {e}");
+            1
+        }
+    }
 }
 
 /// In the forked child, pid 1 of the task's pid namespace: its own /proc,

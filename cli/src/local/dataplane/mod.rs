@@ -9,8 +9,15 @@
 //! (its sandbox destroyed) gets its task stopped, as Fargate stops a task
 //! whose essential container exits. The control plane's code path —
 //! RunTask, StopTask, DescribeTasks — is the one that runs in AWS.
+//!
+//! In `fargate` mode ([`DataPlaneMode`]) the agent is started as Fargate
+//! starts a task's container instead ([`fargate`]): what a profile gets on
+//! Fargate is then what the tests measure.
 
+mod fargate;
 mod host;
+
+pub use fargate::DataPlaneMode;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -29,6 +36,7 @@ use armada_domain::sandbox::{host_port, Limits, CONTAINER_PORTS};
 use armada_sandbox::cgroup::Cgroup;
 use armada_sandbox::entry::Program;
 use armada_sandbox::env::HOST_DENY_ENV;
+use armada_sandbox::fargate::TASK_SPEC_ENV;
 
 /// Processes a sandbox may have at once.
 const PIDS_MAX: u32 = 512;
@@ -44,6 +52,8 @@ pub struct DataPlaneOptions {
     /// Added to every agent's environment (tests: fault injection, waits).
     pub extra_env: Vec<(String, String)>,
     pub poll: Duration,
+    /// Whether tasks run as local processes or as Fargate would run them.
+    pub mode: DataPlaneMode,
 }
 
 impl DataPlaneOptions {
@@ -320,7 +330,7 @@ impl DataPlane {
             None => None,
         };
         let log = std::fs::File::create(dir.join("agent.log"))?;
-        let mut cmd = self.opts.agent.command("agent");
+        let mut cmd = self.opts.agent.command(self.opts.mode.entry());
         cmd.env_clear()
             .envs(info.env.iter())
             .env("ARMADA_SANDBOX_ROOT", dir.join("sandbox"))
@@ -347,6 +357,13 @@ impl DataPlane {
         if !info.env.contains_key(task_env::ACCESS_KEY_ID) {
             cmd.env(task_env::ACCESS_KEY_ID, "test")
                 .env(task_env::SECRET_ACCESS_KEY, "test");
+        }
+        if self.opts.mode == DataPlaneMode::Fargate {
+            let spec =
+                fargate::task_spec(info, &self.opts.root, &dir, &data_root, &self.opts.endpoint)?;
+            // The host's paths are not in the task at all: nothing to deny.
+            cmd.env(TASK_SPEC_ENV, serde_json::to_string(&spec)?)
+                .env(HOST_DENY_ENV, "[]");
         }
         if let Some(cg) = &cgroup {
             armada_sandbox::sys::join_cgroups_before_exec(&mut cmd, &cg.join_files())?;

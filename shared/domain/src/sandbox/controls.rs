@@ -120,7 +120,11 @@ impl Required {
     /// pid namespace anyway. The disk limit holds for every profile, at
     /// least as the largest file: a filesystem of its own needs a sandbox
     /// that may mount, which a Fargate task may not (its ephemeral storage
-    /// is the cap there).
+    /// is the cap there). Memory, pids and mounts hold per call where the
+    /// sandbox may make cgroups and namespaces, and per task (partial) where
+    /// it may not, as on Fargate: the task's limits and per-process rlimits,
+    /// $TMPDIR and Landlock in place of the call's mount namespace. Either
+    /// serves; nothing of them serves not at all.
     pub fn of(caps: &CapabilitySet) -> Self {
         use Enforcement::*;
         let confine = if caps.enforce { Enforced } else { NotEnforced };
@@ -132,10 +136,10 @@ impl Required {
                 NotEnforced
             },
             syscalls: confine,
-            memory: Enforced,
+            memory: Partial,
             cpu: Partial,
-            pids: Enforced,
-            mounts: confine,
+            pids: Partial,
+            mounts: if caps.enforce { Partial } else { NotEnforced },
             processes: NotEnforced,
             disk: Partial,
         }
@@ -191,6 +195,30 @@ mod tests {
         none.cpu = Control::partial("");
         none.disk = Control::partial("RLIMIT_FSIZE only");
         assert!(off.unmet(&none).is_empty());
+    }
+
+    #[test]
+    fn what_a_fargate_task_measures_serves_every_profile_and_nothing_less_does() {
+        let p = Profiles::default();
+        let mut fargate = all(Enforcement::Partial);
+        fargate.filesystem = Control::enforced("landlock");
+        fargate.syscalls = Control::enforced("seccomp");
+        fargate.network = Control::enforced("per task");
+        for profile in ["workspace", "devbox", "read-only", "strict", "off"] {
+            let need = Required::of(&p.resolve(profile).unwrap());
+            assert!(need.unmet(&fargate).is_empty(), "{profile}");
+        }
+        for hole in ["memory", "pids", "mounts"] {
+            let mut weak = fargate.clone();
+            let c = match hole {
+                "memory" => &mut weak.memory,
+                "pids" => &mut weak.pids,
+                _ => &mut weak.mounts,
+            };
+            *c = Control::not_enforced("none");
+            let ws = Required::of(&p.resolve("workspace").unwrap());
+            assert_eq!(ws.unmet(&weak).len(), 1, "{hole}");
+        }
     }
 
     #[test]
