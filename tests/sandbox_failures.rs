@@ -68,7 +68,8 @@ async fn serve_starts_a_server_reachable_from_the_host() {
     let (_, run) = t
         .ask(
             "coder",
-            r#"/tool serve {"command": "cd site && exec python3 -m http.server $PORT --bind 127.0.0.1"}"#,
+            // Listening on every address, as servers do by default.
+            r#"/tool serve {"command": "cd site && exec python3 -m http.server $PORT"}"#,
         )
         .await;
     let r = tool_result(&run, "serve");
@@ -83,6 +84,41 @@ async fn serve_starts_a_server_reachable_from_the_host() {
     assert_eq!(body, "hello from the sandbox");
     let sb = sandbox_of(&t.client, "coder").await;
     assert_eq!(sb["ports"][0]["container"], 8081, "{sb}");
+    // The published port on loopback is the only way in: the host's other
+    // addresses do not answer, and a call may not bind them.
+    let host_ip = std::process::Command::new("hostname")
+        .arg("-I")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .find(|a| {
+                    a.parse::<std::net::Ipv4Addr>()
+                        .is_ok_and(|ip| !ip.is_loopback())
+                })
+                .map(str::to_string)
+        });
+    if let Some(ip) = host_ip {
+        let port = url.rsplit(':').next().unwrap();
+        let direct = std::net::TcpStream::connect_timeout(
+            &format!("{ip}:{port}").parse().unwrap(),
+            Duration::from_secs(2),
+        );
+        assert!(direct.is_err(), "the server answered on {ip}:{port}");
+        let (_, run) = t
+            .ask(
+                "coder",
+                &py(&format!(
+                    "import socket\ntry:\n    socket.socket().bind(('{ip}', 0)); print('bound')\nexcept OSError as e:\n    print('refused', e.errno)"
+                )),
+            )
+            .await;
+        // EPERM from the bind guard, or EACCES where Landlock holds binds
+        // to the granted ports first.
+        let said = tool_result(&run, "python_exec")["stdout"].clone();
+        assert!(said == "refused 1\n" || said == "refused 13\n", "{run}");
+    }
     t.stack.stop().await;
 }
 

@@ -14,6 +14,7 @@
 //! starts a task's container instead ([`fargate`]): what a profile gets on
 //! Fargate is then what the tests measure.
 
+mod binds;
 mod fargate;
 mod host;
 
@@ -75,6 +76,8 @@ struct LocalTask {
     agent: String,
     generation: u64,
     frozen: bool,
+    /// The v2 group judging its binds, when made for it ([`binds`]).
+    bind_group: Option<PathBuf>,
 }
 
 pub struct DataPlane {
@@ -89,6 +92,8 @@ pub struct DataPlane {
     /// agents read it ([`HOST_DENY_ENV`]).
     denied: String,
     ticks: u64,
+    /// The stack's name (its groups are named after it).
+    stack: String,
 }
 
 impl std::fmt::Debug for DataPlane {
@@ -182,6 +187,7 @@ impl DataPlane {
             })
             .map_err(|e| tracing::warn!(error = %e, "no cgroup for sandboxes: their limits will not be enforced"))
             .ok();
+        binds::clear_leftovers(stack);
         DataPlane {
             provider,
             store,
@@ -191,6 +197,7 @@ impl DataPlane {
             done: HashSet::new(),
             denied: "[]".into(),
             ticks: 0,
+            stack: stack.to_string(),
         }
     }
 
@@ -365,8 +372,17 @@ impl DataPlane {
             cmd.env(TASK_SPEC_ENV, serde_json::to_string(&spec)?)
                 .env(HOST_DENY_ENV, "[]");
         }
-        if let Some(cg) = &cgroup {
-            armada_sandbox::sys::join_cgroups_before_exec(&mut cmd, &cg.join_files())?;
+        let bind_group = match binds::guard(&self.stack, &id, cgroup.as_ref()) {
+            Ok(g) => g,
+            Err(why) => {
+                tracing::warn!(task = %info.arn, %why, "what this sandbox serves is not held to loopback");
+                None
+            }
+        };
+        let mut joins = cgroup.as_ref().map(Cgroup::join_files).unwrap_or_default();
+        joins.extend(bind_group.iter().map(|g| g.join("cgroup.procs")));
+        if !joins.is_empty() {
+            armada_sandbox::sys::join_cgroups_before_exec(&mut cmd, &joins)?;
         }
         // Should this process die without stopping its tasks, they go too.
         armada_sandbox::sys::die_with_parent(&mut cmd);
@@ -386,6 +402,7 @@ impl DataPlane {
                     .and_then(|g| g.parse().ok())
                     .unwrap_or(0),
                 frozen: false,
+                bind_group,
             },
         );
         Ok(())
@@ -457,6 +474,9 @@ impl DataPlane {
             }
         }
         let _ = t.child.wait().await;
+        if let Some(g) = &t.bind_group {
+            binds::release(g);
+        }
         for c in CONTAINER_PORTS {
             if let Some(h) = host_port(c) {
                 if let Err(e) = self.store.release_port("local", h, arn).await {
