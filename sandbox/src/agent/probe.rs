@@ -139,9 +139,45 @@ impl Agent {
 }
 
 /// Whether this agent runs in a pid namespace of its task's own: its pid 1
-/// is this program (the agent, or the supervisor that started it), not a
-/// host's init.
+/// is this program (the agent, or the supervisor that started it), or the
+/// container's init running it (`/dev/init -- <this program>`, ECS's
+/// `initProcessEnabled`), not a host's init.
 fn task_pid_namespace() -> bool {
     let cmdline = |p: &str| std::fs::read(format!("/proc/{p}/cmdline")).ok();
-    std::process::id() == 1 || (cmdline("1").is_some() && cmdline("1") == cmdline("self"))
+    if std::process::id() == 1 {
+        return true;
+    }
+    match (cmdline("1"), cmdline("self")) {
+        (Some(init), Some(me)) => runs_us(&init, &me),
+        _ => false,
+    }
+}
+
+/// `init` (a NUL-separated command line) is ours, or an init whose
+/// command after `--` is ours.
+fn runs_us(init: &[u8], me: &[u8]) -> bool {
+    if init == me {
+        return true;
+    }
+    let mut wrapped = b"--\0".to_vec();
+    wrapped.extend_from_slice(me);
+    init.ends_with(&wrapped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_us;
+
+    #[test]
+    fn the_task_init_is_recognised_running_the_agent() {
+        let me = b"/usr/local/bin/armada-sandbox\0agent\0";
+        assert!(runs_us(me, me));
+        assert!(runs_us(
+            b"/dev/init\0--\0/usr/local/bin/armada-sandbox\0agent\0",
+            me
+        ));
+        assert!(!runs_us(b"/sbin/init\0", me));
+        assert!(!runs_us(b"/dev/init\0--\0/bin/sh\0", me));
+        assert!(!runs_us(b"x/usr/local/bin/armada-sandbox\0agent\0", me));
+    }
 }
