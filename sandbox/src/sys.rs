@@ -8,7 +8,8 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
-fn check(rc: libc::c_int) -> io::Result<()> {
+/// An `rc` of -1 as the error `errno` says.
+pub(crate) fn check(rc: libc::c_int) -> io::Result<()> {
     if rc == -1 {
         Err(io::Error::last_os_error())
     } else {
@@ -16,7 +17,8 @@ fn check(rc: libc::c_int) -> io::Result<()> {
     }
 }
 
-fn cpath(p: &Path) -> io::Result<CString> {
+/// A path as the C string a system call takes.
+pub(crate) fn cpath(p: &Path) -> io::Result<CString> {
     use std::os::unix::ffi::OsStrExt;
     CString::new(p.as_os_str().as_bytes())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
@@ -47,6 +49,18 @@ pub fn setsid() -> io::Result<()> {
 pub fn unshare(flags: libc::c_int) -> io::Result<()> {
     // SAFETY: unshare(2) takes plain flags; called by a single-threaded process.
     check(unsafe { libc::unshare(flags) })
+}
+
+/// Makes every mount of this namespace private: nothing mounted from now
+/// on shows outside it.
+pub fn make_mounts_private() -> io::Result<()> {
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
 }
 
 /// mount(2). `source`/`fstype`/`data` may be absent.

@@ -116,14 +116,7 @@ fn build(program: &Program, spec: &TaskSpec) -> Result<i32, String> {
 /// /dev/shm, what is not the task's covered.
 fn read_only_root(spec: &TaskSpec) -> Result<(), String> {
     use crate::sys::mount;
-    mount(
-        None,
-        Path::new("/"),
-        None,
-        libc::MS_REC | libc::MS_PRIVATE,
-        None,
-    )
-    .map_err(|e| format!("making / private: {e}"))?;
+    crate::sys::make_mounts_private().map_err(|e| format!("making / private: {e}"))?;
     for path in &spec.hide {
         let Ok(meta) = std::fs::symlink_metadata(path) else {
             continue;

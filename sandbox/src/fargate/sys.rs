@@ -4,23 +4,10 @@
 
 #![allow(unsafe_code)]
 
-use std::ffi::CString;
 use std::io;
 use std::path::Path;
 
-fn check(rc: libc::c_int) -> io::Result<()> {
-    if rc == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-fn cpath(p: &Path) -> io::Result<CString> {
-    use std::os::unix::ffi::OsStrExt;
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
-}
+use crate::sys::{check, cpath};
 
 /// The capabilities a Fargate container keeps (Docker's default set; a
 /// task definition may add SYS_PTRACE and nothing else): no SYS_ADMIN (no

@@ -94,14 +94,7 @@ pub(super) fn mount_namespace(spec: &JailSpec) -> Result<String, StepError> {
         _ => StepError::Failed(format!("mount namespace: {e}")),
     })?;
     // Nothing done here may show outside the call.
-    mount(
-        None,
-        Path::new("/"),
-        None,
-        libc::MS_REC | libc::MS_PRIVATE,
-        None,
-    )
-    .map_err(|e| format!("making / private: {e}"))?;
+    crate::sys::make_mounts_private().map_err(|e| format!("making / private: {e}"))?;
     let mut done = Vec::new();
     if let Some(tmp) = &spec.private_tmp {
         mount(
