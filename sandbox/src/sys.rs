@@ -51,6 +51,28 @@ pub fn unshare(flags: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::unshare(flags) })
 }
 
+/// Covers `path` in this mount namespace: a directory by an empty,
+/// read-only tmpfs nobody may enter, a file by `/dev/null`.
+pub fn cover(path: &Path, is_dir: bool) -> io::Result<()> {
+    if is_dir {
+        mount(
+            Some(Path::new("none")),
+            path,
+            Some("tmpfs"),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("size=4k,mode=000"),
+        )
+    } else {
+        mount(
+            Some(Path::new("/dev/null")),
+            path,
+            None,
+            libc::MS_BIND,
+            None,
+        )
+    }
+}
+
 /// Makes every mount of this namespace private: nothing mounted from now
 /// on shows outside it.
 pub fn make_mounts_private() -> io::Result<()> {

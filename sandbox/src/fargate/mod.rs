@@ -121,24 +121,8 @@ fn read_only_root(spec: &TaskSpec) -> Result<(), String> {
         let Ok(meta) = std::fs::symlink_metadata(path) else {
             continue;
         };
-        let r = if meta.is_dir() {
-            mount(
-                Some(Path::new("none")),
-                path,
-                Some("tmpfs"),
-                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                Some("size=4k,mode=000"),
-            )
-        } else {
-            mount(
-                Some(Path::new("/dev/null")),
-                path,
-                None,
-                libc::MS_BIND,
-                None,
-            )
-        };
-        r.map_err(|e| format!("covering {}: {e}", path.display()))?;
+        crate::sys::cover(path, meta.is_dir())
+            .map_err(|e| format!("covering {}: {e}", path.display()))?;
     }
     let w = &spec.writable;
     mount(Some(w), w, None, libc::MS_BIND | libc::MS_REC, None)

@@ -135,24 +135,8 @@ pub(super) fn mount_namespace(spec: &JailSpec) -> Result<String, StepError> {
             .iter()
             .filter(|s| s.bind.path.starts_with(path) && s.bind.path != *path)
             .collect();
-        let covered = if !meta.is_dir() {
-            mount(
-                Some(Path::new("/dev/null")),
-                path,
-                None,
-                libc::MS_BIND,
-                None,
-            )
-            .map_err(|e| StepError::Failed(e.to_string()))
-        } else if inner.is_empty() {
-            mount(
-                Some(Path::new("none")),
-                path,
-                Some("tmpfs"),
-                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                Some("size=4k,mode=000"),
-            )
-            .map_err(|e| StepError::Failed(e.to_string()))
+        let covered = if !meta.is_dir() || inner.is_empty() {
+            crate::sys::cover(path, meta.is_dir()).map_err(|e| StepError::Failed(e.to_string()))
         } else {
             cover_keeping(path, &inner)
         };
