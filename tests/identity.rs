@@ -244,3 +244,101 @@ async fn a_task_signs_with_credentials_of_its_own_which_only_its_key_renews() {
     .await;
     t.stack.stop().await;
 }
+
+/// A task's credentials reach its own record, and there only what its
+/// session policy names: its report and the version
+/// (`armada_domain::sandbox::access::REPORT_ATTRIBUTES`; the emulator does
+/// not enforce IAM, so this test writes exactly that). Written as an
+/// escaped task would — naming another tenant's sandbox, its generation,
+/// task and hand queue, and saying its own sandbox is being destroyed —
+/// it harms only itself: the watchdog answers its call and destroys its
+/// own sandbox, while the other tenant's stays READY at its generation
+/// and serves its next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_writing_its_own_record_reaches_no_other_identity() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let t = start().await;
+    let acme = tenant_client(&t, "acme").await;
+    let first = ask_as(&acme, "coder", &sh("echo victim")).await;
+    assert_eq!(outcome(&first), "COMPLETED", "{first}");
+    let victim = sandbox_of(&acme, "coder").await;
+    assert_eq!(victim["state"], "READY", "{victim}");
+    let victim_task = tasks_of(&t, "acme", "coder").await;
+
+    // The attacker's sandbox, busy with a call.
+    let run_id = t
+        .client
+        .create_run("coder", &sh("sleep 30; echo late"))
+        .await
+        .unwrap();
+    let (_, call_id, _, _) = dispatched(&t, &run_id).await;
+    eventually("the attacker's call runs", || async {
+        sandbox_of(&t.client, "coder").await["state"] == "READY"
+            && t.event(&run_id, "tool_dispatched")
+                .await
+                .is_some_and(|e| e["call_id"] == call_id.as_str())
+    })
+    .await;
+    let table = t.stack.svc.cfg.sandboxes_table.clone();
+    let key = format!("{}#coder", t.stack.tenant);
+    let item = t
+        .stack
+        .aws
+        .dynamo
+        .get_item()
+        .table_name(&table)
+        .key("sandbox_key", AttributeValue::S(key.clone()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item()
+        .cloned()
+        .unwrap();
+    let version: u64 = item["version"].as_n().unwrap().parse().unwrap();
+    let forged = json!({
+        "state": "DESTROYING", "state_changed_at_ms": 1, "failure": "forged",
+        "tenant": "acme", "agent": "coder",
+        "generation": victim["generation"].as_u64().unwrap() + 1,
+        "task_arn": victim_task[0], "hand_queue_url": "https://forged/acme-hand.fifo",
+        "holder_run_id": run_id, "waiters": [],
+    });
+    t.stack
+        .aws
+        .dynamo
+        .update_item()
+        .table_name(&table)
+        .key("sandbox_key", AttributeValue::S(key))
+        .update_expression("SET report = :r, version = :nv")
+        .condition_expression("version = :v")
+        .expression_attribute_values(":r", AttributeValue::S(forged.to_string()))
+        .expression_attribute_values(":nv", AttributeValue::N((version + 1).to_string()))
+        .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
+        .send()
+        .await
+        .unwrap();
+
+    // The control plane took it as the attacker's own sandbox going: its
+    // Run's call is answered for and the Run ends.
+    let ended = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_ne!(outcome(&ended), "COMPLETED", "{ended}");
+    let own = sandbox_of(&t.client, "coder").await;
+    assert_eq!(own["tenant"], t.stack.tenant.as_str(), "{own}");
+
+    // The other tenant's sandbox is as it was, and works.
+    let after = sandbox_of(&acme, "coder").await;
+    assert_eq!(after["state"], "READY", "{after}");
+    assert_eq!(after["generation"], victim["generation"], "{after}");
+    assert_eq!(task_status(&t, &victim_task[0]).await, "RUNNING");
+    let next = ask_as(&acme, "coder", &sh("echo still")).await;
+    assert_eq!(outcome(&next), "COMPLETED", "{next}");
+    assert_eq!(tool_result(&next, "shell_exec")["stdout"], "still\n");
+    assert_eq!(
+        sandbox_of(&acme, "coder").await["generation"],
+        victim["generation"]
+    );
+}

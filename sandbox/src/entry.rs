@@ -14,7 +14,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use armada_core::ports::SandboxesExt as _;
+use armada_core::ports::SandboxReports as _;
 use armada_core::store::sandboxes::{Change, SandboxStore};
 
 use crate::agent::{Agent, AgentConfig, Exit};
@@ -184,7 +184,7 @@ async fn destroy_after_crashes() {
         .unwrap_or(0);
     let generation = cfg.generation;
     let r = store
-        .modify(&cfg.tenant, &cfg.agent, |rec| match rec {
+        .modify_report(&cfg.tenant, &cfg.agent, |rec| match rec {
             Some(mut r) if r.generation == generation => {
                 r.destroy("the sandbox agent crashed twice", now);
                 let _ = r.stopped(generation, now);

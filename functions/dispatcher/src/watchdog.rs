@@ -111,8 +111,12 @@ impl Dispatcher {
                         "the sandbox stopped answering during a call",
                     ),
                 };
-                if let Some(r) = rec.as_ref().filter(|r| !r.state.is_gone()) {
-                    tryo!(sandboxing::destroy(&self.svc, &r.tenant, &r.agent, why_destroy).await);
+                if rec.as_ref().is_some_and(|r| !r.state.is_gone()) {
+                    // The Run's own identity: nothing the sandbox wrote decides whose
+                    // sandbox goes.
+                    tryo!(
+                        sandboxing::destroy(&self.svc, &run.tenant, &run.agent, why_destroy).await
+                    );
                 }
                 tracing::warn!(run_id, call_id = %c.call_id, ?outcome, "watchdog answers for a sandbox call");
                 // The platform speaks for the generation the call went to,

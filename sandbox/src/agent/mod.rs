@@ -37,7 +37,7 @@ use serde_json::Value;
 
 use armada_core::aws::AwsClients;
 use armada_core::hands::task_env;
-use armada_core::ports::{Sandboxes as _, SandboxesExt as _};
+use armada_core::ports::{SandboxReports as _, Sandboxes as _};
 use armada_core::store::sandboxes::{CallRef, Change, SandboxStore};
 use armada_domain::messages::{HarnessMessage, ResultBody};
 use armada_domain::sandbox::controls::{Control, Controls, Enforcement, Required};
@@ -415,7 +415,7 @@ impl Agent {
         let generation = self.cfg.generation;
         let out = self
             .store
-            .modify(&self.cfg.tenant, &self.cfg.agent, |rec| match rec {
+            .modify_report(&self.cfg.tenant, &self.cfg.agent, |rec| match rec {
                 Some(mut r) if r.generation == generation => {
                     if f(&mut r) {
                         let copy = r.clone();
@@ -480,7 +480,7 @@ async fn heartbeat(
         let now = now_ms();
         let held_now = held.as_ref().map(|h| h.current().info());
         let r = store
-            .modify(&tenant, &agent, |rec| match rec {
+            .modify_report(&tenant, &agent, |rec| match rec {
                 Some(mut r) if r.generation == generation && !r.state.is_gone() => {
                     let _ = r.heartbeat(generation, now, held_now.clone());
                     Change::Write(Box::new(r), None)

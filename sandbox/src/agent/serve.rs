@@ -44,12 +44,8 @@ impl Agent {
                 .await;
         }
         let now = now_ms();
-        let arn = self.cfg.task_arn.clone();
         let ready = self
-            .update(|r| {
-                r.agent_ready(r.generation, &arn, controls.clone(), now)
-                    .is_ok()
-            })
+            .update(|r| r.agent_ready(r.generation, controls.clone(), now).is_ok())
             .await?;
         match ready {
             Some(r) if r.state == SandboxState::Ready => {}

@@ -45,7 +45,7 @@ use crate::tools::InlineTools;
 
 pub use crate::ports::{
     Also, Approvals, Blobs, Idempotency, Mail, Model, Provider, Queues, Registry, RunEvents, Runs,
-    Sandboxes, SandboxesExt, Sessions,
+    SandboxReports, Sandboxes, SandboxesExt, Sessions,
 };
 
 /// Everything a handler needs, built once per process: the ports (AWS

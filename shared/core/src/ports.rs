@@ -293,6 +293,14 @@ pub trait Sandboxes: Send + Sync + Debug {
         rec: &SandboxRecord,
         read_version: Option<u64>,
     ) -> Result<(), StoreError>;
+    /// The sandbox agent's write: the report half of `rec` only, with
+    /// version `read_version + 1`, if the stored version is still
+    /// `read_version`. (The control half is the control plane's.)
+    async fn put_report_if_version(
+        &self,
+        rec: &SandboxRecord,
+        read_version: u64,
+    ) -> Result<(), StoreError>;
     /// Removes a record, if unchanged since read.
     async fn delete(&self, rec: &SandboxRecord) -> Result<(), StoreError>;
     /// Marks a call once: `None` if this mark was written, else the mark
@@ -356,6 +364,46 @@ pub trait SandboxesExt: Sandboxes {
 }
 
 impl<S: Sandboxes + ?Sized> SandboxesExt for S {}
+
+/// The sandbox agent's read-modify-write: as [`SandboxesExt::modify`], but
+/// what is written is the record's report half only (whatever `f` did to
+/// the control half is not the agent's to write), and never a new record.
+#[async_trait]
+pub trait SandboxReports: Sandboxes {
+    async fn modify_report<T: Send>(
+        &self,
+        tenant: &str,
+        agent: &str,
+        mut f: impl FnMut(Option<SandboxRecord>) -> Change<T> + Send,
+    ) -> Result<T, StoreError> {
+        for _ in 0..CAS_ATTEMPTS {
+            let read = self.get(tenant, agent).await?;
+            let Some(read_version) = read.as_ref().map(|r| r.version) else {
+                return match f(None) {
+                    Change::Keep(out) => Ok(out),
+                    Change::Write(..) => Err(StoreError::Terminal(format!(
+                        "sandbox {tenant}#{agent}: an agent cannot create its record"
+                    ))),
+                };
+            };
+            let (mut rec, out) = match f(read) {
+                Change::Keep(out) => return Ok(out),
+                Change::Write(rec, out) => (rec, out),
+            };
+            rec.version = read_version + 1;
+            match self.put_report_if_version(&rec, read_version).await {
+                Ok(()) => return Ok(out),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Retryable(format!(
+            "sandbox {tenant}#{agent} kept changing under {CAS_ATTEMPTS} attempts"
+        )))
+    }
+}
+
+impl<S: Sandboxes + ?Sized> SandboxReports for S {}
 
 /// The sandbox provider: hand queues and the tasks sandboxes run in.
 #[async_trait]

@@ -196,6 +196,28 @@ impl Sandboxes for Memory {
         Ok(())
     }
 
+    async fn put_report_if_version(
+        &self,
+        rec: &SandboxRecord,
+        read_version: u64,
+    ) -> Result<(), StoreError> {
+        let mut st = self.state();
+        let key = rec.key();
+        let Some(stored) = st.sandboxes.get(&key).filter(|r| r.version == read_version) else {
+            return Err(conflict(None));
+        };
+        // Read back as the table's adapter reads it: the control half as
+        // stored, the report as written.
+        let control =
+            serde_json::to_string(stored).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let report =
+            serde_json::to_string(&rec.report()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let next = SandboxRecord::from_parts(&key, &control, Some(&report), rec.version)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        st.sandboxes.insert(key, next);
+        Ok(())
+    }
+
     async fn delete(&self, rec: &SandboxRecord) -> Result<(), StoreError> {
         let mut st = self.state();
         let key = rec.key();

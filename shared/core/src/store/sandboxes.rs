@@ -3,6 +3,9 @@
 //! - `<tenant>#<agent>`: the [`SandboxRecord`] of an agent identity. Every
 //!   write is conditional on the version read (creation on the key's
 //!   absence), so the lifecycle in the domain runs as compare-and-swap.
+//!   The control plane writes the whole item; the sandbox's agent writes
+//!   its `report` (and the version) only, which is read as untrusted
+//!   ([`armada_domain::sandbox::report`]).
 //! - `call#<run>#<call>#<attempt>`: the sandbox's mark of a call. Starting a
 //!   call is a conditional put, so a call runs at most once even if its
 //!   message is delivered twice or its agent restarts, and a call the control
@@ -17,7 +20,7 @@ use aws_sdk_dynamodb::Client;
 use armada_domain::sandbox::hand::CallMark;
 use armada_domain::sandbox::lifecycle::{sandbox_key, SandboxRecord};
 
-use super::item::{get_json, get_n, get_s, json, n, opt_s, s, ttl_after, Item};
+use super::item::{get_n, get_s, json, n, opt_s, s, ttl_after, Item};
 use crate::error::{classify, StoreError};
 use crate::ports;
 
@@ -60,6 +63,9 @@ impl SandboxStore {
         }
     }
 
+    /// The control plane's write of a whole record: the control half in
+    /// `doc` (with the report as it folded it), the report half again in
+    /// `report`, where the agent writes it next.
     fn record_item(rec: &SandboxRecord) -> Item {
         let mut item = Item::new();
         item.insert("sandbox_key".into(), s(rec.key()));
@@ -69,13 +75,19 @@ impl SandboxStore {
         item.insert("generation".into(), n(rec.generation));
         item.insert("version".into(), n(rec.version));
         item.insert("doc".into(), json(rec));
+        item.insert("report".into(), json(&rec.report()));
         item
     }
 
+    /// A record as stored: its identity from its key, its control half
+    /// from `doc`, its report half (untrusted) from `report`.
     fn from_item(item: &Item) -> Result<SandboxRecord, StoreError> {
-        let mut rec: SandboxRecord = get_json(item, "doc")?;
-        rec.version = get_n(item, "version")?;
-        Ok(rec)
+        let key = get_s(item, "sandbox_key")?;
+        let doc = get_s(item, "doc")?;
+        let report = opt_s(item, "report");
+        let version = get_n(item, "version")?;
+        SandboxRecord::from_parts(&key, &doc, report.as_deref(), version)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))
     }
 
     async fn get_item(&self, key: &str) -> Result<Option<Item>, StoreError> {
@@ -201,6 +213,28 @@ impl ports::Sandboxes for SandboxStore {
             None => put.condition_expression("attribute_not_exists(sandbox_key)"),
         };
         put.send().await.map_err(classify)?;
+        Ok(())
+    }
+
+    /// The agent's write: its report and the version, nothing else (what
+    /// its credentials allow), conditional on the version it read.
+    async fn put_report_if_version(
+        &self,
+        rec: &SandboxRecord,
+        read_version: u64,
+    ) -> Result<(), StoreError> {
+        self.dynamo
+            .update_item()
+            .table_name(&self.table)
+            .key("sandbox_key", s(rec.key()))
+            .update_expression("SET report = :r, version = :nv")
+            .condition_expression("version = :v")
+            .expression_attribute_values(":r", json(&rec.report()))
+            .expression_attribute_values(":nv", n(rec.version))
+            .expression_attribute_values(":v", n(read_version))
+            .send()
+            .await
+            .map_err(classify)?;
         Ok(())
     }
 

@@ -3,12 +3,21 @@
 //! only narrow the role's own). A task of tenant A, agent a, generation g
 //! may receive from its own hand queue only, post to the platform's queues
 //! (what it posts is judged there: answers are sealed), read and write its
-//! own sandbox record and call marks only (`dynamodb:LeadingKeys`), and its
-//! own objects only (`sandboxes/<tenant>/<agent>/`).
+//! own sandbox record and write its report there (never the control
+//! plane's half: `dynamodb:Attributes`), write its own call marks only
+//! (`dynamodb:LeadingKeys`), and its own objects only
+//! (`sandboxes/<tenant>/<agent>/`).
 
 use serde_json::{json, Value};
 
 use super::lifecycle::sandbox_key;
+
+/// The attributes of its own record a task may name in a write: its
+/// report (the half of the record the control plane reads as untrusted)
+/// and the version its write is conditional on (so its report never
+/// overwrites a change of the control plane's it did not see). The
+/// control half (`doc`, and the identity attributes) is out of reach.
+pub const REPORT_ATTRIBUTES: [&str; 3] = ["sandbox_key", "report", "version"];
 
 /// The ARNs a policy names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,16 +125,34 @@ pub fn session_policy(tenant: &str, agent: &str, hand_queue: &str, arns: &Platfo
                 "Resource": [arns.harness_queue, arns.dispatch_queue],
             },
             {
-                "Sid": "OwnRecordAndMarks",
+                "Sid": "OwnMarks",
                 "Effect": "Allow",
                 "Action": ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
                 "Resource": arns.sandboxes_table,
                 "Condition": {
                     "ForAllValues:StringLike": {
-                        "dynamodb:LeadingKeys": [
-                            sandbox_key(tenant, agent),
-                            format!("{}*", mark_prefix(tenant, agent)),
-                        ]
+                        "dynamodb:LeadingKeys": [format!("{}*", mark_prefix(tenant, agent))]
+                    }
+                }
+            },
+            {
+                "Sid": "OwnRecordRead",
+                "Effect": "Allow",
+                "Action": ["dynamodb:GetItem"],
+                "Resource": arns.sandboxes_table,
+                "Condition": {
+                    "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [sandbox_key(tenant, agent)]}
+                }
+            },
+            {
+                "Sid": "OwnReport",
+                "Effect": "Allow",
+                "Action": ["dynamodb:UpdateItem"],
+                "Resource": arns.sandboxes_table,
+                "Condition": {
+                    "ForAllValues:StringEquals": {
+                        "dynamodb:LeadingKeys": [sandbox_key(tenant, agent)],
+                        "dynamodb:Attributes": REPORT_ATTRIBUTES,
                     }
                 }
             },

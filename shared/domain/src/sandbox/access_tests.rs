@@ -29,19 +29,62 @@ fn strings(v: &Value) -> Vec<String> {
     }
 }
 
-/// Whether `policy` allows `action` on `resource` with these leading keys.
+/// Whether `policy` allows `action` on `resource` with these leading keys
+/// and, for a write, the attributes it names (a full record write names
+/// the control half; [`REPORT_ATTRIBUTES`] is the report's).
 fn allows(policy: &Value, action: &str, resource: &str, leading_keys: &[&str]) -> bool {
+    let attrs: &[&str] = if action == "dynamodb:GetItem" {
+        &[]
+    } else {
+        &[
+            "sandbox_key",
+            "doc",
+            "tenant",
+            "agent",
+            "state",
+            "generation",
+            "version",
+        ]
+    };
+    allows_naming(policy, action, resource, leading_keys, attrs)
+}
+
+fn allows_naming(
+    policy: &Value,
+    action: &str,
+    resource: &str,
+    leading_keys: &[&str],
+    attributes: &[&str],
+) -> bool {
     policy["Statement"].as_array().unwrap().iter().any(|st| {
         st["Effect"] == "Allow"
             && strings(&st["Action"]).iter().any(|a| glob(a, action))
             && strings(&st["Resource"]).iter().any(|r| glob(r, resource))
-            && match st["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"].clone() {
-                Value::Null => true,
-                keys => {
-                    let keys = strings(&keys);
-                    leading_keys.iter().all(|k| keys.iter().any(|p| glob(p, k)))
-                }
-            }
+            && conditions_hold(&st["Condition"], leading_keys, attributes)
+    })
+}
+
+/// `ForAllValues:` operators: every value the request has for the key
+/// matches one of the statement's.
+fn conditions_hold(condition: &Value, leading_keys: &[&str], attributes: &[&str]) -> bool {
+    let Some(ops) = condition.as_object() else {
+        return condition.is_null();
+    };
+    ops.iter().all(|(op, keys)| {
+        let matches: fn(&str, &str) -> bool = match op.as_str() {
+            "ForAllValues:StringLike" => glob,
+            "ForAllValues:StringEquals" => |p, t| p == t,
+            other => panic!("the evaluator does not know {other}"),
+        };
+        keys.as_object().unwrap().iter().all(|(key, allowed)| {
+            let given = match key.as_str() {
+                "dynamodb:LeadingKeys" => leading_keys,
+                "dynamodb:Attributes" => attributes,
+                other => panic!("the evaluator does not know {other}"),
+            };
+            let allowed = strings(allowed);
+            given.iter().all(|g| allowed.iter().any(|p| matches(p, g)))
+        })
     })
 }
 
@@ -86,12 +129,20 @@ fn a_task_does_its_own_work() {
         "dynamodb:PutItem",
         "dynamodb:UpdateItem",
     ] {
-        assert!(allows(&p, action, TABLE, &["acme#coder"]), "{action}");
         assert!(
             allows(&p, action, TABLE, &["call#acme#coder#run_1#c1#1"]),
             "{action}"
         );
     }
+    // Its record: read it, and write its report.
+    assert!(allows(&p, "dynamodb:GetItem", TABLE, &["acme#coder"]));
+    assert!(allows_naming(
+        &p,
+        "dynamodb:UpdateItem",
+        TABLE,
+        &["acme#coder"],
+        &REPORT_ATTRIBUTES
+    ));
     for key in ["g3/workspace.tar.gz", "outcomes/run_1/c1-1.json"] {
         let object = format!("arn:aws:s3:::armada-payloads/sandboxes/acme/coder/{key}");
         assert!(allows(&p, "s3:GetObject", &object, &[]));
@@ -157,6 +208,41 @@ fn a_task_can_touch_nothing_of_another_identity() {
         "arn:aws:s3:::armada-payloads/sandboxes/acme/coder/g3/workspace.tar.gz",
         &[]
     ));
+}
+
+#[test]
+fn a_task_cannot_write_the_control_half_of_its_record() {
+    let p = session_policy("acme", "coder", "armada-hand-aaaa-g3.fifo", &arns());
+    // A put replaces the whole item; an update may name the report only.
+    assert!(!allows(&p, "dynamodb:PutItem", TABLE, &["acme#coder"]));
+    assert!(!allows(&p, "dynamodb:UpdateItem", TABLE, &["acme#coder"]));
+    for control in [
+        "doc",
+        "tenant",
+        "agent",
+        "state",
+        "generation",
+        "expires_at",
+    ] {
+        assert!(
+            !allows_naming(
+                &p,
+                "dynamodb:UpdateItem",
+                TABLE,
+                &["acme#coder"],
+                &["sandbox_key", "report", control]
+            ),
+            "{control}"
+        );
+    }
+    // Nor another identity's report, nor a mark through the report's right.
+    for key in ["beta#coder", "acme#coder2", "uid#acme#coder", "uid-counter"] {
+        assert!(
+            !allows_naming(&p, "dynamodb:UpdateItem", TABLE, &[key], &REPORT_ATTRIBUTES),
+            "{key}"
+        );
+        assert!(!allows(&p, "dynamodb:GetItem", TABLE, &[key]), "{key}");
+    }
 }
 
 #[test]

@@ -198,6 +198,17 @@ impl SandboxRecord {
         }
     }
 
+    /// Asked for while asleep. A sandbox saved to a snapshot has no task
+    /// any more (its agent said so, and only the control plane writes which
+    /// task a sandbox runs in): a new one is started, its first attempt.
+    fn wake(&mut self, now_ms: i64) {
+        if self.state == SandboxState::Hibernated && self.snapshot_key.is_some() {
+            self.task_arn = None;
+            self.start_attempts = 1;
+        }
+        self.set_state(SandboxState::Waking, now_ms);
+    }
+
     /// Starts a new generation held by `run_id`.
     fn regenerate(&mut self, run_id: &str, profile: &str, now_ms: i64) {
         self.generation += 1;
@@ -241,7 +252,7 @@ impl SandboxRecord {
         let start = match self.state {
             SandboxState::Provisioning | SandboxState::Ready | SandboxState::Waking => None,
             SandboxState::Hibernating | SandboxState::Hibernated => {
-                self.set_state(SandboxState::Waking, now_ms);
+                self.wake(now_ms);
                 Some(Start::Wake)
             }
             SandboxState::Destroying | SandboxState::Destroyed | SandboxState::Failed => {
@@ -282,11 +293,11 @@ impl SandboxRecord {
         Ok(())
     }
 
-    /// The agent inside reported in, enforcing `controls`.
+    /// The agent inside reported in, enforcing `controls`. (Which task it
+    /// runs in is the control plane's to say: `task_started`.)
     pub fn agent_ready(
         &mut self,
         generation: u64,
-        task_arn: &str,
         controls: Controls,
         now_ms: i64,
     ) -> Result<(), LifecycleError> {
@@ -300,7 +311,6 @@ impl SandboxRecord {
                 })
             }
         }
-        self.task_arn = Some(task_arn.to_string());
         self.controls = Some(controls);
         self.heartbeat_at_ms = now_ms;
         self.set_state(SandboxState::Ready, now_ms);
@@ -426,7 +436,7 @@ impl SandboxRecord {
         match self.state {
             SandboxState::Provisioning | SandboxState::Ready | SandboxState::Waking => None,
             SandboxState::Hibernating | SandboxState::Hibernated => {
-                self.set_state(SandboxState::Waking, now_ms);
+                self.wake(now_ms);
                 Some(Start::Wake)
             }
             SandboxState::Destroying | SandboxState::Destroyed | SandboxState::Failed => {

@@ -45,10 +45,10 @@ fn a_gone_sandbox_comes_back_as_a_new_generation() {
     let mut r = rec();
     r.acquire("a", "workspace", 1);
     r.task_started(1, "arn1", "q1").unwrap();
-    r.agent_ready(1, "arn1", controls(), 2).unwrap();
+    r.agent_ready(1, controls(), 2).unwrap();
     assert!(r.destroy("OOM", 3));
     assert!(!r.destroy("again", 3));
-    assert!(r.agent_ready(1, "arn1", controls(), 4).is_err());
+    assert!(r.agent_ready(1, controls(), 4).is_err());
     r.stopped(1, 4).unwrap();
     assert_eq!(
         r.acquire("a", "strict", 5),
@@ -69,7 +69,7 @@ fn a_gone_sandbox_comes_back_as_a_new_generation() {
 fn hibernation_needs_idleness_and_a_wake_restarts_nothing_else() {
     let mut r = rec();
     r.acquire("a", "workspace", 0);
-    r.agent_ready(1, "arn", controls(), 0).unwrap();
+    r.agent_ready(1, controls(), 0).unwrap();
     assert!(r.hibernate(1, 100, 500).is_err(), "held");
     r.release("a", 1000);
     assert!(r.hibernate(1, 100, 1050).is_err(), "not idle long enough");
@@ -82,7 +82,7 @@ fn hibernation_needs_idleness_and_a_wake_restarts_nothing_else() {
         }
     );
     assert_eq!((r.state, r.generation), (SandboxState::Waking, 1));
-    r.agent_ready(1, "arn", controls(), 2100).unwrap();
+    r.agent_ready(1, controls(), 2100).unwrap();
     assert_eq!(r.state, SandboxState::Ready);
     // By snapshot: the task goes, the generation stays.
     r.release("b", 3000);

@@ -14,6 +14,7 @@ pub mod controls;
 pub mod credentials;
 pub mod hand;
 pub mod lifecycle;
+pub mod report;
 pub mod seal;
 
 use std::collections::BTreeMap;
