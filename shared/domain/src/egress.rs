@@ -6,9 +6,10 @@
 //! the port defaulting to the URL scheme's) says which hosts its skill may
 //! call at all. Then every address a target resolves to must be public:
 //! loopback, private, link-local, unique-local, shared (CGNAT), multicast,
-//! unspecified, IPv4-mapped and NAT64/6to4 forms of those are refused, unless the operator listed the target
-//! (`ARMADA_EGRESS_ALLOW`); the platform's own endpoints are refused even
-//! then.
+//! unspecified, IPv4-mapped and NAT64/6to4 forms of those, Teredo,
+//! IPv4-translated and local-use NAT64 are refused, unless the operator
+//! listed the target (`ARMADA_EGRESS_ALLOW`); the platform's own endpoints
+//! are refused even then.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -118,8 +119,12 @@ fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
 fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
     let s = ip.segments();
     // IPv4-mapped and -compatible forms are refused outright (a public
-    // IPv4 target is reached as IPv4); NAT64 and 6to4 are judged by the
-    // IPv4 address they carry.
+    // IPv4 target is reached as IPv4); well-known NAT64 and 6to4 are
+    // judged by the IPv4 address they carry. Teredo, IPv4-translated
+    // (SIIT) and local-use NAT64 are refused whatever they carry: each
+    // reaches an IPv4 host through a relay or translator the operator
+    // picks, so the carried address says nothing about where the packet
+    // ends up, and no public service needs to be reached that way.
     let embedded =
         |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
     if let Some(v4) = ip.to_ipv4_mapped() {
@@ -132,8 +137,21 @@ fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
     } else if s[0..6] == [0; 6] {
         // ::a.b.c.d, deprecated IPv4-compatible.
         return forbidden_v4(embedded(s[6], s[7])).or(Some("IPv4-compatible"));
-    } else if s[0] == 0x64 && s[1] == 0xff9b {
+    } else if s[0..4] == [0; 4] && s[4] == 0xffff && s[5] == 0 {
+        // ::ffff:0:a.b.c.d (RFC 2765).
+        "IPv4-translated"
+    } else if s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1 {
+        // 64:ff9b:1::/48 (RFC 8215), a network's own translators.
+        "local-use NAT64"
+    } else if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0; 4] {
+        // 64:ff9b::/96 (RFC 6052).
         return forbidden_v4(embedded(s[6], s[7]));
+    } else if s[0] == 0x64 && s[1] == 0xff9b {
+        // The rest of 64:ff9b::/32 is unassigned.
+        "reserved NAT64"
+    } else if s[0] == 0x2001 && s[1] == 0 {
+        // 2001::/32 (RFC 4380).
+        "Teredo"
     } else if s[0] == 0x2002 {
         return forbidden_v4(embedded(s[1], s[2]));
     } else if (s[0] & 0xfe00) == 0xfc00 {
@@ -182,6 +200,14 @@ mod tests {
             "::ffff:93.184.216.34",
             "::127.0.0.1",
             "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::a9fe:a9fe",
+            "64:ff9b:1::808:808",
+            "64:ff9b:1:ffff::1",
+            "64:ff9b:2::808:808",
+            "2001::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "::ffff:0:7f00:1",
+            "::ffff:0:808:808",
             "2002:7f00:1::",
             "fd00::1",
             "fd12:3456::1",
@@ -203,6 +229,7 @@ mod tests {
             "172.32.0.1",
             "2606:2800:220:1:248:1893:25c8:1946",
             "2001:4860:4860::8888",
+            "2001:500:2f::f",
             "64:ff9b::808:808",
         ] {
             assert!(!refused(ip), "{ip} is public");
