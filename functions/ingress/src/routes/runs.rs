@@ -80,7 +80,7 @@ pub(crate) async fn enqueue_start(svc: &Services, run: &Run) -> Result<(), ApiEr
 /// What a new Run is attached to.
 pub(crate) struct NewRun<'a> {
     pub(crate) tenant: &'a str,
-    /// The key id that asked: it may not approve the Run's own high-risk calls.
+    /// The key id that asked: it may not approve the Run's own gated calls.
     pub(crate) started_by: &'a str,
     pub(crate) agent: &'a AgentDefinition,
     pub(crate) input: String,

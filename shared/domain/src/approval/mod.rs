@@ -28,7 +28,8 @@ pub mod codes {
     pub const APPROVAL_REJECTED: &str = "APPROVAL_REJECTED";
     /// Its Run ended (cancelled) while it waited.
     pub const APPROVAL_CANCELLED: &str = "APPROVAL_CANCELLED";
-    /// The key that started the Run may not approve its high-risk calls.
+    /// The key that started the Run may not let it go on (approve, retry,
+    /// happened).
     pub const SELF_APPROVAL: &str = "SELF_APPROVAL_FORBIDDEN";
     /// A verdict this approval does not take (approve on an uncertain call).
     pub const INVALID_DECISION: &str = "INVALID_DECISION";
@@ -368,7 +369,8 @@ impl Approval {
     /// A human's decision. A token must be one of this approval's (a used
     /// one matches, but the approval is decided); a key is checked for its
     /// role by the caller, and here for self-approval: the key that started
-    /// the Run may reject its high-risk call, not approve it.
+    /// the Run may reject or fail its own calls, never approve, retry or
+    /// settle them as happened (unless the agent allows self-approval).
     pub fn decide(
         &mut self,
         verdict: Verdict,
@@ -400,15 +402,17 @@ impl Approval {
                 (r.to_string(), "token")
             }
             Decider::Key { key_id } => {
-                // Refusing one's own call is always allowed; approving it
-                // takes a second person unless the agent allows it.
+                // Four eyes: whatever made the Run ask (a risk, `medium:
+                // approve`, `require`, an unknown outcome), the key that
+                // started it gets what it wanted only from a second
+                // person, unless the agent allows it. Stopping one's own
+                // work (reject, fail) is always allowed.
                 let own = self.requested_by.as_deref() == Some(key_id.as_str());
-                let approves = verdict == Verdict::Approve;
-                if own && approves && self.risk == Risk::High && !self.allow_self_approval {
+                if own && verdict.goes_on() && !self.allow_self_approval {
                     return Err(refused(
                         403,
                         codes::SELF_APPROVAL,
-                        "the key that started the run cannot approve its high-risk calls",
+                        "the key that started the run cannot let its own run go on: another approver must decide",
                     ));
                 }
                 (key_id.clone(), "key")

@@ -29,6 +29,13 @@ fn pending(risk: Risk, allow_self: bool) -> Approval {
     )
 }
 
+/// An uncertain call of the same Run, asking whether it happened.
+fn uncertain(allow_self: bool) -> Approval {
+    let mut a = pending(Risk::Low, allow_self);
+    a.kind = ApprovalKind::Indeterminate;
+    a
+}
+
 fn key(id: &str) -> Decider {
     Decider::Key { key_id: id.into() }
 }
@@ -72,22 +79,55 @@ fn one_decision_and_only_one() {
 }
 
 #[test]
-fn the_starting_key_cannot_approve_its_own_high_risk_call_unless_allowed() {
-    let mut a = pending(Risk::High, false);
-    let e = a
-        .decide(Verdict::Approve, &key("key_starter"), None, None, 2_000)
-        .unwrap_err();
-    assert_eq!((e.status, e.code), (403, codes::SELF_APPROVAL));
-    assert_eq!(a.state, ApprovalState::Pending);
-    let mut refused = a.clone();
-    refused
+fn the_starting_key_lets_nothing_of_its_own_run_go_on_unless_allowed() {
+    // Every gate, whatever its risk (high, `medium: approve`, `require`d
+    // low), and the go-ahead answers to an uncertain call.
+    let own_go_aheads = [
+        (Risk::High, Verdict::Approve),
+        (Risk::Medium, Verdict::Approve),
+        (Risk::Low, Verdict::Approve),
+    ]
+    .into_iter()
+    .map(|(risk, v)| (pending(risk, false), v))
+    .chain([
+        (uncertain(false), Verdict::Retry),
+        (
+            uncertain(false),
+            Verdict::Happened {
+                result: json!("done"),
+            },
+        ),
+    ]);
+    for (a, v) in own_go_aheads {
+        let mut mine = a.clone();
+        let e = mine
+            .decide(v.clone(), &key("key_starter"), None, None, 2_000)
+            .unwrap_err();
+        assert_eq!((e.status, e.code), (403, codes::SELF_APPROVAL), "{v:?}");
+        assert_eq!((mine.state, mine.version), (ApprovalState::Pending, 0));
+        // A second person may; and so may the starter when allowed.
+        a.clone()
+            .decide(v.clone(), &key("key_boss"), None, None, 2_000)
+            .unwrap();
+        let mut allowed = a;
+        allowed.allow_self_approval = true;
+        allowed
+            .decide(v, &key("key_starter"), None, None, 2_000)
+            .unwrap();
+    }
+    // Stopping one's own work is always allowed.
+    let mut rejected = pending(Risk::High, false);
+    rejected
         .decide(Verdict::Reject, &key("key_starter"), None, None, 2_000)
         .unwrap();
-    let mut medium = pending(Risk::Medium, false);
-    medium
-        .decide(Verdict::Approve, &key("key_starter"), None, None, 2_000)
+    assert_eq!(rejected.state, ApprovalState::Rejected);
+    let mut failed = uncertain(false);
+    failed
+        .decide(Verdict::Fail, &key("key_starter"), None, None, 2_000)
         .unwrap();
-    let mut allowed = pending(Risk::High, true);
+    assert_eq!(failed.state, ApprovalState::Rejected);
+    // The policy's word is what the approval was created with.
+    let mut allowed = pending(Risk::Medium, true);
     allowed
         .decide(Verdict::Approve, &key("key_starter"), None, None, 2_000)
         .unwrap();

@@ -142,7 +142,7 @@ pub struct Run {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed: Option<ResumedFrom>,
     /// The API key id that started it (or its root): the key that may not
-    /// approve its own high-risk calls.
+    /// let its own Run go on past an approval (approve, retry, happened).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<String>,
     /// Since when it waits for a human: that wait does not count against
