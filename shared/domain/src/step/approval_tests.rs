@@ -347,7 +347,8 @@ fn a_write_the_sandbox_finds_destructive_waits_for_approval_then_may_overwrite()
     super::record_dispatch(&mut run, "c1", 1, "t#a", 6).unwrap();
     let refused = CallOutcome::NotRun {
         code: codes::APPROVAL_REQUIRED.into(),
-        message: "file_write would overwrite a.txt".into(),
+        // The sandbox's message names the file; the path is the tenant's.
+        message: "file_write would overwrite a.txt\nBcc: evil@example.com".into(),
     };
     let d = decide(
         &mut run,
@@ -364,6 +365,13 @@ fn a_write_the_sandbox_finds_destructive_waits_for_approval_then_may_overwrite()
     };
     assert_eq!((requests.len(), requests[0].risk), (1, Risk::High));
     assert!(requests[0].reasons[0].contains("overwrite"));
+    // What a human reads is fixed text; the path is in the arguments.
+    assert!(
+        !requests[0].reasons[0].contains("a.txt") && !requests[0].reasons[0].contains('\n'),
+        "{:?}",
+        requests[0].reasons
+    );
+    assert_eq!(requests[0].args["path"], "a.txt");
     assert_eq!(
         (run.ledger["c1"].state, run.ledger["c1"].attempt),
         (ToolCallState::Planned, 2)

@@ -6,6 +6,10 @@ use super::*;
 use crate::approval::policy::OnIndeterminate;
 use crate::approval::ApprovalKind;
 
+/// Why a call the sandbox answered `APPROVAL_REQUIRED` needs approval.
+const OVERWRITE_REASON: &str =
+    "the sandbox found it would overwrite a file that exists with other content (its path is in the arguments)";
+
 pub(super) fn sandbox_answered(
     run: &mut Run,
     agent: &AgentDefinition,
@@ -23,9 +27,16 @@ pub(super) fn sandbox_answered(
         CallOutcome::NotRun { code, message } => {
             if code == codes::APPROVAL_REQUIRED && rec.approval.is_none() {
                 // Destructive after all (the sandbox saw the file it would
-                // overwrite): it did not run, and waits for a human.
+                // overwrite): it did not run, and waits for a human. The
+                // sandbox's message names the file, a path the tenant's
+                // code chose (newlines and all): the reason a human reads
+                // is fixed text, and the path is in the call's arguments.
                 retried(run, &rec, &message, &mut events, now)?;
-                super::approvals::gate_after_the_fact(run, &rec.call_id, message);
+                super::approvals::gate_after_the_fact(
+                    run,
+                    &rec.call_id,
+                    OVERWRITE_REASON.to_string(),
+                );
                 return Ok(after_tools(run, events, now));
             }
             if code == SANDBOX_LOST && rec.attempt < MAX_SANDBOX_ATTEMPTS {
