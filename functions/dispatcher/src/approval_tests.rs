@@ -16,6 +16,11 @@ use super::*;
 /// A stack with agent `ops`, whose skill `launch` (it tells the time) is
 /// high-risk, approved by ops@example.com within `expires_s`.
 async fn stack(expires_s: u64) -> Stack {
+    stack_with(json!({"approvers": ["ops@example.com"], "expires_s": expires_s})).await
+}
+
+/// The same stack, with the agent's `approvals` block `approvals`.
+async fn stack_with(approvals: serde_json::Value) -> Stack {
     let s = Stack::new();
     let mut def = AgentDefinition::from_json(
         "ops",
@@ -23,7 +28,7 @@ async fn stack(expires_s: u64) -> Stack {
             "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 8192},
             "system_prompt": "You launch.",
             "skills": ["launch"],
-            "approvals": {"approvers": ["ops@example.com"], "expires_s": expires_s}
+            "approvals": approvals
         }),
     )
     .expect("agent");
@@ -210,4 +215,90 @@ async fn a_cancelled_runs_pending_approvals_are_cancelled() {
         approvals(&s)[0].decision.as_ref().map(|d| d.how.as_str()),
         Some("cancel")
     );
+}
+
+/// A loopback chat endpoint: answers one POST with 200 and hands over its
+/// `X-Armada-Signature` and body.
+async fn chat_endpoint() -> (String, tokio::sync::oneshot::Receiver<(String, String)>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bound");
+    let url = format!("http://{}/hook", l.local_addr().expect("an address"));
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let Ok((mut conn, _)) = l.accept().await else {
+            return;
+        };
+        let mut seen = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = conn.read(&mut chunk).await.unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            seen.extend_from_slice(&chunk[..n]);
+            let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = String::from_utf8_lossy(&seen[..end]).to_string();
+            let header = |name: &str| {
+                head.lines().find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.trim()
+                        .eq_ignore_ascii_case(name)
+                        .then(|| v.trim().to_string())
+                })
+            };
+            let len: usize = header("content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            if seen.len() < end + 4 + len {
+                continue;
+            }
+            let body = String::from_utf8_lossy(&seen[end + 4..end + 4 + len]).to_string();
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .await;
+            let _ = tx.send((header("x-armada-signature").unwrap_or_default(), body));
+            return;
+        }
+    });
+    (url, rx)
+}
+
+#[tokio::test]
+async fn a_chat_message_is_signed_so_no_callback_receiver_accepts_it() {
+    use armada_domain::api::{chat_signing_secret, digest_eq, hmac_sha256_hex};
+    let (url, received) = chat_endpoint().await;
+    let s = stack_with(json!({"chat_webhook_url": url})).await;
+    s.start("ops", "/tool launch {}", None).await;
+    s.to_harness(&s.mem.take_harness()[0]).await;
+    let chat: Vec<DispatchMessage> = s
+        .mem
+        .take_dispatch()
+        .into_iter()
+        .filter(|m| matches!(m, DispatchMessage::NotifyApproval { recipient, .. } if recipient == "chat"))
+        .collect();
+    assert_eq!(chat.len(), 1);
+    assert_eq!(s.to_dispatcher(&chat[0]).await, 0, "delivered");
+    let (sig, body) = received.await.expect("the chat message arrived");
+    assert!(body.contains("review?token="), "{body}");
+    let (t, mac) = sig
+        .strip_prefix("t=")
+        .and_then(|h| h.split_once(",v1="))
+        .expect("t=<seconds>,v1=<hex>");
+    let mac_with = |key: &str| hmac_sha256_hex(key.as_bytes(), format!("{t}.{body}").as_bytes());
+    let secret = s
+        .svc
+        .callbacks
+        .tenant_secret(s.svc.registry.as_ref(), TENANT)
+        .await
+        .expect("the tenant's secret");
+    // What the tenant's callback receiver checks: it must say no.
+    assert!(
+        !digest_eq(mac, &mac_with(&secret)),
+        "a chat message verifies as a callback"
+    );
+    assert_eq!(mac, mac_with(&chat_signing_secret(&secret)));
 }

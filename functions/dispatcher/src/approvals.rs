@@ -82,7 +82,14 @@ impl Dispatcher {
             .map_err(|e| e.to_string())?;
         let now = self.svc.clock.now_ms();
         let report = callbacks
-            .deliver(url, &delivery, &secret, &body, now / 1000)
+            .deliver(
+                Delivery::ChatMessage,
+                url,
+                &delivery,
+                &secret,
+                &body,
+                now / 1000,
+            )
             .await;
         if report.delivered {
             Ok(())

@@ -33,6 +33,7 @@ use armada_core::sandboxing::{self, CallWatch, SandboxError};
 use armada_core::sqs::{process_batch, receive_count, source_queue, BatchPolicy, Outcome};
 use armada_core::store::sandboxes::CallRef;
 use armada_core::Services;
+use armada_domain::api::Delivery;
 use armada_domain::ledger::ToolCallState;
 use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};
 use armada_domain::run::{
@@ -353,7 +354,14 @@ impl Dispatcher {
         let report = self
             .svc
             .callbacks
-            .deliver(url, delivery, &secret, &body, now / 1000)
+            .deliver(
+                Delivery::Callback,
+                url,
+                delivery,
+                &secret,
+                &body,
+                now / 1000,
+            )
             .await;
         let kind = if report.delivered {
             "callback_delivered"

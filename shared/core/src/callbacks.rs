@@ -1,15 +1,17 @@
-//! Result callbacks: a signed POST of a terminal Run's outcome to the
-//! `callback_url` its creator gave, retried a bounded number of times.
+//! Signed deliveries to a tenant's endpoints: a terminal Run's outcome to
+//! the `callback_url` its creator gave, and an approval's chat message to
+//! the agent's `chat_webhook_url`, retried a bounded number of times.
 //! Delivery is at least once: receivers deduplicate on `X-Armada-Delivery`.
-//! Every delivery goes through the egress guard and is signed with the
-//! tenant's own secret (`POST /v1/tenants/{t}/callback-secret` rotates it),
-//! so one tenant cannot sign as another.
+//! Every delivery goes through the egress guard and is signed with a key of
+//! the tenant's own secret (`POST /v1/tenants/{t}/callback-secret` rotates
+//! it), so one tenant cannot sign as another, and with a key of its kind
+//! ([`Delivery`]), so a chat message does not pass for a callback.
 
 use std::time::Duration;
 
 use serde_json::Value;
 
-use armada_domain::api::{callback_signature, tenant_callback_secret};
+use armada_domain::api::{tenant_callback_secret, Delivery};
 
 use crate::egress::{Egress, EgressError};
 use crate::error::StoreError;
@@ -55,9 +57,11 @@ impl Callbacks {
         Ok(tenant_callback_secret(&self.secret, tenant, &salt))
     }
 
-    /// Posts `body` signed with `secret` (the tenant's own).
+    /// Posts `body`, a delivery of `kind`, signed with its key of `secret`
+    /// (the tenant's own).
     pub async fn deliver(
         &self,
+        kind: Delivery,
         url: &str,
         delivery_id: &str,
         secret: &str,
@@ -73,7 +77,7 @@ impl Callbacks {
         let text = body.to_string();
         let mut last = fail(0, None, "not attempted".into());
         for attempt in 1..=self.attempts {
-            let sig = callback_signature(secret, now_s, &text);
+            let sig = kind.signature(secret, now_s, &text);
             // A target the guard refuses is refused for good: no retry.
             let req = match self.egress.request(reqwest::Method::POST, url) {
                 Ok(r) => r,

@@ -359,6 +359,43 @@ pub fn callback_signature(secret: &str, timestamp_s: i64, body: &str) -> String 
     format!("t={timestamp_s},v1={mac}")
 }
 
+/// What a signed delivery to a tenant's endpoint is. Each kind has its own
+/// key, so a receiver that checks one kind never accepts the other: a chat
+/// endpoint that replays an approval's chat message to the tenant's
+/// callback receiver is refused there, however it frames the headers and
+/// the body (a type inside the signed string would hold only against
+/// receivers that parse the timestamp strictly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// A Run's outcome to its `callback_url`, signed with the tenant's
+    /// callback secret exactly as receivers verify it today.
+    Callback,
+    /// An approval's message to its `chat_webhook_url`, signed with
+    /// [`chat_signing_secret`].
+    ChatMessage,
+}
+
+impl Delivery {
+    /// The `X-Armada-Signature` of this kind of delivery of `body`, for
+    /// the tenant whose callback secret is `tenant_secret`.
+    pub fn signature(self, tenant_secret: &str, timestamp_s: i64, body: &str) -> String {
+        match self {
+            Delivery::Callback => callback_signature(tenant_secret, timestamp_s, body),
+            Delivery::ChatMessage => {
+                callback_signature(&chat_signing_secret(tenant_secret), timestamp_s, body)
+            }
+        }
+    }
+}
+
+/// The key a tenant's chat messages are signed with: the hex HMAC-SHA256
+/// of `armada-chat-webhook` keyed with the tenant's callback secret. The
+/// tenant computes it from the secret it was shown; rotating that secret
+/// rotates this one.
+pub fn chat_signing_secret(tenant_secret: &str) -> String {
+    hmac_sha256_hex(tenant_secret.as_bytes(), b"armada-chat-webhook")
+}
+
 /// A tenant's callback signing secret: derived from the deployment's
 /// secret, the tenant and the salt of its last rotation (`""` before the
 /// first), so the secret itself is stored nowhere; only the salt is, and it
@@ -468,6 +505,56 @@ mod tests {
         assert_ne!(a, tenant_callback_secret("deployment secret", "a", "s1"));
         assert_ne!(a, tenant_callback_secret("another deployment", "a", ""));
         assert!(a.starts_with("whsec_") && a.len() == 6 + 64);
+    }
+
+    /// What a callback receiver does (README): `t` and `v1` from the
+    /// header, the HMAC of `"<t>.<body>"` with the tenant's secret.
+    fn callback_receiver_accepts(secret: &str, header: &str, body: &str) -> bool {
+        let Some((t, mac)) = header.strip_prefix("t=").and_then(|h| h.split_once(",v1=")) else {
+            return false;
+        };
+        digest_eq(
+            mac,
+            &hmac_sha256_hex(secret.as_bytes(), format!("{t}.{body}").as_bytes()),
+        )
+    }
+
+    #[test]
+    fn a_chat_message_never_verifies_as_a_callback() {
+        let secret = tenant_callback_secret("deployment secret", "acme", "s1");
+        let body = r#"{"text":"Approval needed","tenant":"acme"}"#;
+        // Callbacks are signed as they always were.
+        let callback = Delivery::Callback.signature(&secret, 1_700_000_000, body);
+        assert_eq!(callback, callback_signature(&secret, 1_700_000_000, body));
+        assert_eq!(
+            callback,
+            format!(
+                "t=1700000000,v1={}",
+                hmac_sha256_hex(secret.as_bytes(), format!("1700000000.{body}").as_bytes())
+            )
+        );
+        assert!(callback_receiver_accepts(&secret, &callback, body));
+        // A chat message replayed to the callback receiver, as sent or
+        // with its timestamp moved into the body, is refused there.
+        let chat = Delivery::ChatMessage.signature(&secret, 1_700_000_000, body);
+        let mac = chat.split_once(",v1=").map(|(_, m)| m).unwrap_or_default();
+        for (header, replayed) in [
+            (chat.clone(), body.to_string()),
+            (format!("t=,v1={mac}"), format!("1700000000.{body}")),
+        ] {
+            assert!(!callback_receiver_accepts(&secret, &header, &replayed));
+        }
+        // The chat endpoint verifies with its own key, derived from the
+        // tenant's secret.
+        assert!(callback_receiver_accepts(
+            &chat_signing_secret(&secret),
+            &chat,
+            body
+        ));
+        assert_ne!(
+            chat_signing_secret(&secret),
+            chat_signing_secret(&tenant_callback_secret("deployment secret", "acme", "s2"))
+        );
     }
 
     #[test]
