@@ -51,6 +51,29 @@ async fn scenario_a_single_answer_and_an_inline_tool() {
     assert_eq!(run["usage"]["model_turns"], 2);
     let types = t.event_types(&run_id).await;
     assert!(types.contains(&"tool_call".to_string()) && types.contains(&"tool_result".to_string()));
+
+    // Arguments nested 125 levels (serde_json parses 128) once made a Run
+    // whose record could never be read, cancelled or ended. They never
+    // enter it now: the call is refused and the model reads why.
+    let deep = (0..125).fold(json!(1), |v, _| json!([v]));
+    let (run_id, run) = t
+        .ask(
+            "assistant",
+            &format!("/tool current_time {}", json!({ "x": deep })),
+        )
+        .await;
+    let out = run["output"].as_str().unwrap();
+    assert!(out.contains("INVALID_ARGUMENTS"), "{out}");
+    let (status, read) = t
+        .raw(
+            Method::GET,
+            &format!("/v1/runs/{run_id}/events"),
+            Some(&t.stack.tenant_key),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200, "{read}");
     t.stack.stop().await;
 }
 

@@ -125,8 +125,7 @@ async fn list(svc: &Services, req: &Request, tenant: &str) -> ApiResult {
 /// `POST /v1/approvals/{id}/decision`: by an approver key, or by a link's
 /// token (in the body) instead of a key.
 async fn decision(svc: &Services, req: &Request, id: &str) -> ApiResult {
-    let bytes: &[u8] = req.body().as_ref();
-    let body: Value = serde_json::from_slice(bytes).map_err(ApiError::invalid_json)?;
+    let body = ApiError::json_body(req.body().as_ref())?;
     let f = Fields::new(&body)?;
     f.only(&["decision", "comment", "token", "result"])?;
     let verdict = Verdict::parse(f.req_str("decision")?, body.get("result").cloned())

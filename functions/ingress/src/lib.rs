@@ -170,11 +170,7 @@ async fn route(svc: &Arc<Services>, req: &Request, method: &str, path: &str) -> 
 }
 
 fn body_json(req: &Request) -> Result<Value, ApiError> {
-    let bytes: &[u8] = req.body().as_ref();
-    if bytes.is_empty() {
-        return Err(ApiError::invalid_json("the body is empty"));
-    }
-    serde_json::from_slice(bytes).map_err(ApiError::invalid_json)
+    ApiError::json_body(req.body().as_ref())
 }
 
 fn query(req: &Request) -> HashMap<String, String> {

@@ -184,6 +184,25 @@ async fn bad_input_gets_a_named_error_and_writes_nothing() {
         assert!(matches!(status, 400 | 404), "{status} {resp}");
         assert!(!code(&resp).is_empty(), "{resp}");
     }
+    // A body nested deeper than a record may hold is refused as a whole.
+    let deep = (0..40).fold(json!("x"), |v, _| json!({ "k": v }));
+    let (status, resp) = api
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(&key),
+            &[],
+            Some(json!({"agent": "assistant", "input": "hi", "metadata": deep})),
+        )
+        .await;
+    assert_eq!((status, code(&resp)), (400, "INVALID_JSON"), "{resp}");
+    assert!(
+        resp["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("over the limit of 32"),
+        "{resp}"
+    );
     assert!(api.mem.state().runs.is_empty());
     assert!(api.mem.take_dispatch().is_empty());
 }

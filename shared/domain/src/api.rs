@@ -32,6 +32,18 @@ impl ApiError {
             format!("the body is not valid JSON: {detail}"),
         )
     }
+    /// A request body as JSON within [`crate::fields::MAX_JSON_DEPTH`]
+    /// levels: whatever a body holds may end up in a Run's record.
+    pub fn json_body(bytes: &[u8]) -> Result<serde_json::Value, Self> {
+        if bytes.is_empty() {
+            return Err(Self::invalid_json("the body is empty"));
+        }
+        let v: serde_json::Value = serde_json::from_slice(bytes).map_err(Self::invalid_json)?;
+        match crate::fields::too_deep(&v) {
+            Some(why) => Err(Self::invalid_json(why)),
+            None => Ok(v),
+        }
+    }
     pub fn unauthorized() -> Self {
         Self::new(
             401,

@@ -144,3 +144,58 @@ impl<'a> Fields<'a> {
         }
     }
 }
+
+/// How deeply JSON that enters a Run may nest (DynamoDB's own limit for
+/// a document): arguments the model gives, results tools give back, API
+/// bodies. A Run's record nests them a few levels deeper still, and must
+/// stay readable by the parsers that read it again.
+pub const MAX_JSON_DEPTH: usize = 32;
+
+/// How many levels of arrays and objects `v` nests (a scalar is 0).
+pub fn json_depth(v: &Value) -> usize {
+    // Iterative: the value may be as deep as its parser allowed.
+    let mut deepest = 0;
+    let mut stack = vec![(v, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        match v {
+            Value::Array(items) => {
+                deepest = deepest.max(d + 1);
+                stack.extend(items.iter().map(|x| (x, d + 1)));
+            }
+            Value::Object(m) => {
+                deepest = deepest.max(d + 1);
+                stack.extend(m.values().map(|x| (x, d + 1)));
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+        }
+    }
+    deepest
+}
+
+/// Why `v` may not enter a Run, if it nests deeper than [`MAX_JSON_DEPTH`].
+pub fn too_deep(v: &Value) -> Option<String> {
+    let depth = json_depth(v);
+    (depth > MAX_JSON_DEPTH)
+        .then(|| format!("nested {depth} levels deep, over the limit of {MAX_JSON_DEPTH}"))
+}
+
+#[cfg(test)]
+mod depth_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn nested(levels: usize) -> Value {
+        (0..levels).fold(json!(1), |v, _| json!([v]))
+    }
+
+    #[test]
+    fn depth_counts_arrays_and_objects() {
+        assert_eq!(json_depth(&json!(1)), 0);
+        assert_eq!(json_depth(&json!({"a": [1, {"b": 2}]})), 3);
+        assert_eq!(json_depth(&nested(MAX_JSON_DEPTH)), MAX_JSON_DEPTH);
+        assert_eq!(too_deep(&nested(MAX_JSON_DEPTH)), None);
+        assert!(too_deep(&nested(MAX_JSON_DEPTH + 1))
+            .unwrap()
+            .contains("33 levels"));
+    }
+}

@@ -15,9 +15,10 @@ use serde_json::{json, Value};
 
 use crate::agent::{AgentDefinition, Provisioning};
 use crate::approval::{Approval, ApprovalRequest};
-use crate::chat::ModelReply;
+use crate::chat::{ModelReply, ToolCall};
 use crate::collab::delegate::CallError;
 use crate::collab::resume::ResumePlan;
+use crate::fields;
 use crate::ledger::ToolCallState;
 use crate::ledger::{self, IllegalToolTransition, Recovery, ToolCallEvent, ToolCallRecord};
 use crate::run::{clip, Run, RunError, RunEvent, RunEventRecord};
@@ -33,6 +34,13 @@ pub const EVENT_PREVIEW_BYTES: usize = 8 * 1024;
 /// 64 KiB of JSON, else the start of it, marked truncated. Events are items
 /// of at most 400 KB, and a model's context is smaller still.
 pub const EVENT_RESULT_BYTES: usize = 64 * 1024;
+/// What a call's arguments are recorded as when they nest too deeply.
+pub const TOO_DEEP_ARGS: &str = "[arguments nested too deeply]";
+/// A call whose arguments nest deeper than [`fields::MAX_JSON_DEPTH`].
+pub const INVALID_ARGUMENTS: &str = "INVALID_ARGUMENTS";
+/// A tool result nested deeper than [`fields::MAX_JSON_DEPTH`].
+pub const RESULT_TOO_DEEP: &str = "RESULT_TOO_DEEP";
+
 /// Attempts of a call whose sandbox died before it started.
 pub const MAX_SANDBOX_ATTEMPTS: u32 = 3;
 
@@ -259,9 +267,25 @@ fn replied(
     run.usage.input_tokens += reply.usage.input_tokens;
     run.usage.output_tokens += reply.usage.output_tokens;
     let (preview, truncated) = clip(&reply.content, EVENT_PREVIEW_BYTES);
+    // Arguments nested too deeply never enter the record (it would not
+    // parse again): the call is refused with a result the model can read.
+    let too_deep: BTreeMap<&str, String> = reply
+        .tool_calls
+        .iter()
+        .filter_map(|c| fields::too_deep(&c.args).map(|why| (c.id.as_str(), why)))
+        .collect();
+    let args_of = |c: &ToolCall| match too_deep.get(c.id.as_str()) {
+        Some(_) => json!(TOO_DEEP_ARGS),
+        None => c.args.clone(),
+    };
+    let listed: Vec<Value> = reply
+        .tool_calls
+        .iter()
+        .map(|c| json!({"id": c.id, "name": c.name, "args": args_of(c)}))
+        .collect();
     let mut events = vec![run.push_event(
         "model_reply",
-        json!({"content": preview, "truncated": truncated, "tool_calls": reply.tool_calls}),
+        json!({"content": preview, "truncated": truncated, "tool_calls": listed}),
         now,
     )];
     if reply.tool_calls.is_empty() {
@@ -283,6 +307,32 @@ fn replied(
     // the sandbox is held).
     let mut inline = Vec::new();
     for c in &reply.tool_calls {
+        if let Some(why) = too_deep.get(c.id.as_str()) {
+            let mut rec = ToolCallRecord::planned(
+                &c.id,
+                &c.name,
+                json!(TOO_DEEP_ARGS),
+                run.step,
+                false,
+                false,
+            );
+            let result = json!({"error": {"code": INVALID_ARGUMENTS, "message": format!("the arguments are {why}")}});
+            rec.apply(ToolCallEvent::Refused {
+                result: result.clone(),
+            })
+            .map_err(|source| StepRefused::Tool {
+                call_id: c.id.clone(),
+                source,
+            })?;
+            run.ledger.insert(c.id.clone(), rec.clone());
+            events.push(run.push_event(
+                "tool_call",
+                json!({"call_id": c.id, "name": c.name, "args": TOO_DEEP_ARGS}),
+                now,
+            ));
+            push_result(run, &rec, result, &mut events, now);
+            continue;
+        }
         let manifest = manifest_for(run, agent, &c.name);
         let in_sandbox = manifest.as_ref().is_some_and(|m| m.in_sandbox());
         let by_children = manifest
@@ -442,6 +492,14 @@ fn answered(
     events: &mut Vec<RunEventRecord>,
     now: i64,
 ) -> Result<(), StepRefused> {
+    // A result nested too deeply never enters the record: the call failed.
+    let (ok, result) = match fields::too_deep(&result) {
+        Some(why) => (
+            false,
+            json!({"error": {"code": RESULT_TOO_DEEP, "message": format!("the tool's result is {why}")}}),
+        ),
+        None => (ok, result),
+    };
     let rec = apply_to(
         run,
         call_id,

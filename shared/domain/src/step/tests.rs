@@ -384,3 +384,52 @@ fn only_an_agent_with_the_skill_delegates_and_only_a_lead_plans() {
     assert!(manifest_for(&lead, &agent(), "plan").is_some());
     assert!(manifest_for(&run, &agent(), "plan").is_none());
 }
+
+/// The poison Run of issue 19: arguments nested 125 levels deep (within
+/// serde_json's 128) sat three levels deeper in the ledger, and the
+/// record no longer parsed. They never enter it now, nor do results
+/// nested as deeply; the Run goes on and the model reads why.
+#[test]
+fn json_nested_too_deeply_never_enters_the_record() {
+    let deep = (0..125).fold(json!(1), |v, _| json!([v]));
+    let mut run = test_run();
+    let mut r = reply(&[("c1", "current_time"), ("c2", "current_time")]);
+    r.tool_calls[0].args = json!({ "x": deep.clone() });
+    let d = decide(&mut run, &agent(), StepInput::Replied(&r), 1).unwrap();
+    let refused = &run.ledger["c1"];
+    assert_eq!(refused.state, ToolCallState::Failed);
+    assert_eq!(refused.args, json!(TOO_DEEP_ARGS));
+    assert_eq!(
+        refused.result.as_ref().unwrap()["error"]["code"],
+        INVALID_ARGUMENTS
+    );
+    // The other call runs as it would have.
+    assert!(
+        matches!(&d.next, Next::RunInline(calls) if calls.len() == 1 && calls[0].call_id == "c2")
+    );
+    // A result as deep is refused too.
+    decide(
+        &mut run,
+        &agent(),
+        StepInput::InlineRan(vec![InlineAnswer {
+            call_id: "c2".into(),
+            ok: true,
+            result: deep,
+        }]),
+        2,
+    )
+    .unwrap();
+    let answered = &run.ledger["c2"];
+    assert_eq!(answered.state, ToolCallState::Failed);
+    assert_eq!(
+        answered.result.as_ref().unwrap()["error"]["code"],
+        RESULT_TOO_DEEP
+    );
+    // Everything the record and its events hold reads back.
+    let text = serde_json::to_string(&run).unwrap();
+    let back: Run = serde_json::from_str(&text).unwrap();
+    assert!(crate::fields::json_depth(&serde_json::to_value(&back).unwrap()) <= 40);
+    for e in &d.events {
+        assert!(crate::fields::json_depth(&e.data) <= crate::fields::MAX_JSON_DEPTH + 4);
+    }
+}
