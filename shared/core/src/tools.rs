@@ -128,15 +128,91 @@ impl InlineTools {
         }
         let resp = Egress::send(req).await.map_err(refused)?;
         let status = resp.status().as_u16();
-        let text = resp
-            .text()
+        let (bytes, truncated) = read_capped(resp, MAX_BODY)
             .await
             .map_err(|_| refused(EgressError::ConnectFailed))?;
-        let truncated = text.len() > MAX_BODY;
+        let text = String::from_utf8_lossy(&bytes);
         let mut cut = text.len().min(MAX_BODY);
         while !text.is_char_boundary(cut) {
             cut -= 1;
         }
         Ok(json!({"status": status, "body": &text[..cut], "truncated": truncated}))
+    }
+}
+
+/// The first `cap` bytes of a response's body, and whether there was
+/// more: the rest is never read (a remote answering gigabytes, or never
+/// ending, costs a harness no more than `cap`).
+async fn read_capped(
+    mut resp: reqwest::Response,
+    cap: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await? {
+        body.extend_from_slice(&chunk);
+        if body.len() > cap {
+            body.truncate(cap);
+            return Ok((body, true));
+        }
+    }
+    Ok((body, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::egress::EgressPolicy;
+
+    /// A server whose body never ends.
+    async fn endless() -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 2048];
+                    let _ = s.read(&mut buf).await;
+                    let head = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n";
+                    if s.write_all(head).await.is_err() {
+                        return;
+                    }
+                    let block = vec![b'a'; 64 * 1024];
+                    while s.write_all(&block).await.is_ok() {}
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_body_is_read_only_as_far_as_the_cap() {
+        let port = endless().await;
+        let allow = vec![format!("127.0.0.1:{port}")];
+        let tools = InlineTools::new(Egress::new(EgressPolicy::new(&allow, &[]).unwrap()));
+        let agent = AgentDefinition::from_json(
+            "fetcher",
+            &json!({
+                "model": {"provider": "scripted", "model_id": "m", "context_window": 4096},
+                "system_prompt": "You fetch.",
+                "skills": ["http_request"],
+                "http_allow_hosts": [format!("127.0.0.1:{port}")],
+            }),
+        )
+        .unwrap();
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "http_request".into(),
+            args: json!({"url": format!("http://127.0.0.1:{port}/")}),
+        };
+        // Read whole, a body that never ends would never be answered.
+        let got = tokio::time::timeout(Duration::from_secs(10), tools.execute(&agent, &call, 0))
+            .await
+            .expect("answered without reading the whole body")
+            .unwrap();
+        assert_eq!(got["status"], 200);
+        assert_eq!(got["truncated"], true);
+        assert_eq!(got["body"].as_str().unwrap().len(), MAX_BODY);
     }
 }
