@@ -37,8 +37,7 @@ fn egress_parameter(allow: &[String]) -> Result<String> {
 
 pub async fn foreground(root: &Path, args: &UpArgs) -> Result<()> {
     let (demo, port) = (args.demo, args.port);
-    let state = emulator::state_dir(root);
-    std::fs::create_dir_all(&state)?;
+    let state = emulator::ensure_state_dir(root)?;
     let mut opts = LocalOptions::new(root);
     opts.api_port = port;
     opts.parameters
@@ -99,8 +98,7 @@ async fn run_demo(stack: &LocalStack) -> Result<()> {
 pub async fn detached(root: &Path, args: &UpArgs) -> Result<()> {
     let (demo, port) = (args.demo, args.port);
     egress_parameter(&args.allow_egress)?;
-    let state = emulator::state_dir(root);
-    std::fs::create_dir_all(&state)?;
+    let state = emulator::ensure_state_dir(root)?;
     let env_path = state.join("local.env");
     let _ = std::fs::remove_file(&env_path);
     let exe = std::env::current_exe()?;

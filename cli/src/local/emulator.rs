@@ -18,6 +18,20 @@ pub fn state_dir(root: &Path) -> PathBuf {
     root.join(".armada")
 }
 
+/// Makes the stack's state directory, its owner's alone (0700): it holds
+/// keys, the emulator's state and approval links.
+pub fn ensure_state_dir(root: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let dir = state_dir(root);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    Ok(dir)
+}
+
 fn moto_bin(root: &Path) -> PathBuf {
     state_dir(root).join("venv/bin/moto_server")
 }
@@ -41,8 +55,7 @@ fn write_entry_point(root: &Path) -> Result<PathBuf> {
 /// Installs moto into `.armada/venv` unless the pinned version is there.
 /// A lock file keeps concurrent installers (parallel test binaries) apart.
 pub fn install(root: &Path) -> Result<PathBuf> {
-    let dir = state_dir(root);
-    std::fs::create_dir_all(&dir)?;
+    let dir = ensure_state_dir(root)?;
     let marker = dir.join(format!("venv/.moto-{MOTO_VERSION}"));
     let bin = moto_bin(root);
     if marker.exists() && bin.exists() {

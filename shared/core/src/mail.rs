@@ -96,12 +96,7 @@ impl Mail for SesMail {
         let id = out.message_id().unwrap_or(&local_id).to_string();
         if let Some(dir) = &self.outbox {
             let file = dir.join(format!("{now_ms}-{local_id}.eml"));
-            let written = tokio::fs::create_dir_all(dir).await;
-            let written = match written {
-                Ok(()) => tokio::fs::write(&file, raw.as_bytes()).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = written {
+            if let Err(e) = write_private(dir, &file, raw.as_bytes()).await {
                 tracing::warn!(file = %file.display(), error = %e, "email sent but not written to the outbox");
             }
         }
@@ -109,9 +104,47 @@ impl Mail for SesMail {
     }
 }
 
+/// Writes an outbox file its owner alone may read (0600, in a 0700
+/// directory): it holds live approval links.
+async fn write_private(
+    dir: &std::path::Path,
+    file: &std::path::Path,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    use tokio::io::AsyncWriteExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    // A directory made before (by an older stack) is closed too.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    let mut f = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .await?;
+    f.write_all(bytes).await?;
+    f.flush().await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn outbox_files_are_the_owners_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("armada-outbox-{}", std::process::id()));
+        let dir = base.join("outbox");
+        let file = dir.join("1-a.eml");
+        write_private(&dir, &file, b"To: x").await.unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&dir), mode(&file)), (0o700, 0o600));
+        assert_eq!(std::fs::read(&file).unwrap(), b"To: x");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn messages_are_whole_and_headers_cannot_be_injected() {
