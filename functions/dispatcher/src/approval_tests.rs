@@ -302,3 +302,43 @@ async fn a_chat_message_is_signed_so_no_callback_receiver_accepts_it() {
     );
     assert_eq!(mac, mac_with(&chat_signing_secret(&secret)));
 }
+
+/// A task's credentials may send to the dispatch queue: a notice it
+/// forges (unsealed, or sealed for another recipient) mints no link and
+/// mails nothing; the control plane's own notice does.
+#[tokio::test]
+async fn only_the_control_planes_notices_mint_links() {
+    let s = stack(3600).await;
+    let run = s.start("ops", "/tool launch {}", None).await;
+    s.to_harness(&s.mem.take_harness()[0]).await;
+    let sealed: Vec<DispatchMessage> = s
+        .mem
+        .take_dispatch()
+        .into_iter()
+        .filter(|m| matches!(m, DispatchMessage::NotifyApproval { .. }))
+        .collect();
+    assert_eq!(s.run(&run.run_id).state, RunState::AwaitingHitl);
+    let a = approvals(&s).remove(0);
+    let forged_seal = armada_domain::messages::notice_seal(
+        &s.svc.cfg.callback_signing_secret,
+        &a.approval_id,
+        &a.tenant,
+        "someone-else@example.com",
+    );
+    for seal in [String::new(), "0".repeat(64), forged_seal] {
+        let forged = DispatchMessage::NotifyApproval {
+            approval_id: a.approval_id.clone(),
+            tenant: a.tenant.clone(),
+            recipient: "ops@example.com".into(),
+            seal,
+        };
+        assert_eq!(s.to_dispatcher(&forged).await, 0, "dropped, not retried");
+    }
+    assert!(approvals(&s)[0].tokens.is_empty(), "no link minted");
+    assert_eq!(s.to_dispatcher(&sealed[0]).await, 0);
+    assert_eq!(
+        approvals(&s)[0].tokens.len(),
+        1,
+        "the sealed notice mints one"
+    );
+}

@@ -147,11 +147,12 @@ impl Dispatcher {
                 .into_iter()
                 .filter(|r| !a.tokens.iter().any(|t| &t.recipient == r));
             for recipient in unsent {
-                let msg = DispatchMessage::NotifyApproval {
-                    approval_id: id.clone(),
-                    tenant: run.tenant.clone(),
-                    recipient,
-                };
+                let msg = DispatchMessage::notify_approval(
+                    &svc.cfg.callback_signing_secret,
+                    id,
+                    &run.tenant,
+                    &recipient,
+                );
                 tryo!(svc.queues.send_dispatch(&msg).await);
             }
         }

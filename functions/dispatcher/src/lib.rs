@@ -95,6 +95,7 @@ impl Dispatcher {
             }
         };
         let subject = parsed.subject().to_string();
+        let sealed = parsed.sealed_by_control_plane(&self.svc.cfg.callback_signing_secret);
         let span = tracing::info_span!("dispatch", %subject);
         let work = async {
             match parsed {
@@ -117,7 +118,15 @@ impl Dispatcher {
                     approval_id,
                     tenant,
                     recipient,
-                } => self.notify(&approval_id, &tenant, &recipient).await,
+                    ..
+                } => {
+                    if !sealed {
+                        self.svc.counters.forged_drops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tracing::error!(security = true, %approval_id, %tenant, "an approval notice not sealed by the control plane was dropped");
+                        return Outcome::Done;
+                    }
+                    self.notify(&approval_id, &tenant, &recipient).await
+                }
                 DispatchMessage::RenewCredentials {
                     tenant,
                     agent,

@@ -48,11 +48,12 @@ impl Harness {
         svc.runs.save(prev, &run, &events, also).await?;
         for a in &approvals {
             for recipient in a.recipients() {
-                let msg = DispatchMessage::NotifyApproval {
-                    approval_id: a.approval_id.clone(),
-                    tenant: a.tenant.clone(),
-                    recipient,
-                };
+                let msg = DispatchMessage::notify_approval(
+                    &svc.cfg.callback_signing_secret,
+                    &a.approval_id,
+                    &a.tenant,
+                    &recipient,
+                );
                 // A link not sent now is sent by the watchdog, which finds
                 // a recipient without a token.
                 if let Err(e) = svc.queues.send_dispatch(&msg).await {

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::{digest_eq, hmac_sha256_hex};
 use crate::sandbox::hand::CallOutcome;
 
 /// On the dispatch queue (ingress → dispatcher, harness → dispatcher).
@@ -26,10 +27,17 @@ pub enum DispatchMessage {
     /// address, or the chat webhook): a token is minted for it, its hash
     /// stored, and the message sent. A failure is retried by the queue; the
     /// approval exists before anything is sent.
+    ///
+    /// Only the control plane sends it: `seal` is [`notice_seal`] under
+    /// the deployment's secret, which no sandbox holds (a task's
+    /// credentials may send to the dispatch queue, and would otherwise
+    /// have links minted and mailed again at will).
     NotifyApproval {
         approval_id: String,
         tenant: String,
         recipient: String,
+        #[serde(default)]
+        seal: String,
     },
     /// A Run waits on a sandbox at `step` (for the sandbox to be free, to
     /// start, or for a call's answer): check on it. Sent with a delay and
@@ -55,7 +63,45 @@ pub enum DispatchMessage {
     },
 }
 
+/// The seal of a control plane's `NotifyApproval`: an HMAC of its fields
+/// under a key of its own derived from the deployment's secret.
+pub fn notice_seal(secret: &str, approval_id: &str, tenant: &str, recipient: &str) -> String {
+    let key = hmac_sha256_hex(secret.as_bytes(), b"armada-approval-notices");
+    hmac_sha256_hex(
+        key.as_bytes(),
+        format!("{approval_id}\n{tenant}\n{recipient}").as_bytes(),
+    )
+}
+
 impl DispatchMessage {
+    /// A sealed `NotifyApproval`.
+    pub fn notify_approval(secret: &str, approval_id: &str, tenant: &str, recipient: &str) -> Self {
+        DispatchMessage::NotifyApproval {
+            approval_id: approval_id.to_string(),
+            tenant: tenant.to_string(),
+            recipient: recipient.to_string(),
+            seal: notice_seal(secret, approval_id, tenant, recipient),
+        }
+    }
+
+    /// Whether a `NotifyApproval` was sealed by the control plane (any
+    /// other message: true, it is judged on its own terms).
+    pub fn sealed_by_control_plane(&self, secret: &str) -> bool {
+        match self {
+            DispatchMessage::NotifyApproval {
+                approval_id,
+                tenant,
+                recipient,
+                seal,
+            } => digest_eq(seal, &notice_seal(secret, approval_id, tenant, recipient)),
+            DispatchMessage::StartRun { .. }
+            | DispatchMessage::RunTerminal { .. }
+            | DispatchMessage::SpawnChildren { .. }
+            | DispatchMessage::CheckRun { .. }
+            | DispatchMessage::RenewCredentials { .. } => true,
+        }
+    }
+
     /// What the message is about: its Run, or for `NotifyApproval` the
     /// approval and for `RenewCredentials` the agent (it names the
     /// handling's log span and call accounting).
