@@ -279,6 +279,79 @@ async fn a_message_that_keeps_failing_is_dead_lettered_and_its_run_fails() {
     t.stack.stop().await;
 }
 
+/// Damages the document of a `corrupt-me` Run after its model call, as a
+/// bug or a bad migration would (JSON nested past what the reader parses),
+/// and crashes the step.
+struct Corrupt {
+    aws: Arc<OnceLock<(aws_sdk_dynamodb::Client, String)>>,
+}
+
+impl StepHooks for Corrupt {
+    fn after_model_call<'a>(&'a self, run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
+        Box::pin(async move {
+            if !input_of(run).contains("corrupt-me") {
+                return Ok(());
+            }
+            if let Some((dynamo, table)) = self.aws.get() {
+                let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+                let written = dynamo
+                    .update_item()
+                    .table_name(table)
+                    .key(
+                        "run_id",
+                        aws_sdk_dynamodb::types::AttributeValue::S(run.run_id.clone()),
+                    )
+                    .update_expression("SET #doc = :doc")
+                    .expression_attribute_names("#doc", "doc")
+                    .expression_attribute_values(
+                        ":doc",
+                        aws_sdk_dynamodb::types::AttributeValue::S(deep),
+                    )
+                    .send()
+                    .await;
+                written.map_err(|e| Aborted(format!("could not damage the record: {e}")))?;
+            }
+            Err(Aborted("injected crash after damaging the record".into()))
+        })
+    }
+}
+
+/// A Run whose record can no longer be read fails every delivery and
+/// reaches the dead-letter queue, where it is rebuilt from the attributes
+/// beside its document, failed with CORRUPT_RECORD and closed: `GET`
+/// answers it all along (never a 500), and nothing is left waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_whose_record_cannot_be_read_is_still_read_and_ended() {
+    let slot = Arc::new(OnceLock::new());
+    let t = TestStack::start_with(
+        fast_redelivery("2"),
+        Some(Arc::new(Corrupt { aws: slot.clone() })),
+    )
+    .await;
+    let _ = slot.set((
+        t.stack.aws.dynamo.clone(),
+        t.stack.svc.cfg.runs_table.clone(),
+    ));
+    let run_id = t
+        .client
+        .create_run("assistant", "corrupt-me")
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(90))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "CORRUPT_RECORD", "{run}");
+    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_FAILED");
+    assert!(t
+        .event_types(&run_id)
+        .await
+        .contains(&"run_failed".to_string()));
+    t.stack.stop().await;
+}
+
 /// Freezes the first attempt of a `stall-once` Run until a second worker has
 /// completed it, then lets the stale worker try to commit. The whole
 /// invocation is frozen, its visibility heartbeat and lease renewal too (as

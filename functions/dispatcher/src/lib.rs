@@ -32,6 +32,7 @@ use armada_core::error::StoreError;
 use armada_core::sandboxing::{self, CallWatch, SandboxError};
 use armada_core::sqs::{process_batch, receive_count, source_queue, BatchPolicy, Outcome};
 use armada_core::store::sandboxes::CallRef;
+use armada_core::unreadable::{self, Ending};
 use armada_core::Services;
 use armada_domain::api::Delivery;
 use armada_domain::ledger::ToolCallState;
@@ -527,8 +528,19 @@ impl Dispatcher {
         };
         tracing::error!(run_id, queue, what, "dead letter received");
         for _ in 0..5 {
-            let Some(run) = tryo!(self.load(&run_id, &tenant).await) else {
-                return Outcome::Done;
+            let run = match self.load(&run_id, &tenant).await {
+                Ok(Some(run)) => run,
+                Ok(None) => return Outcome::Done,
+                // Its document cannot be read (which is likely why every
+                // delivery failed): it is rebuilt from its head and ended.
+                Err(StoreError::Corrupt(why)) => {
+                    match unreadable::end(&self.svc, &run_id, &tenant, &why, Ending::Fail).await {
+                        Ok(_) => return self.settle(&run_id, &tenant).await,
+                        Err(StoreError::Conflict { .. }) => continue,
+                        Err(e) => return retry(e),
+                    }
+                }
+                Err(e) => return retry(e),
             };
             if run.state.is_terminal() {
                 return self.settle(&run_id, &tenant).await;

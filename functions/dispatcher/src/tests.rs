@@ -121,6 +121,33 @@ async fn a_dead_lettered_step_fails_its_run_fenced_and_closes_it() {
     assert_eq!(after.error.map(|e| e.code), Some("DEAD_LETTERED".into()));
 }
 
+/// A Run whose document cannot be read: every delivery of its step fails
+/// and it reaches the dead-letter queue, where it is rebuilt from what
+/// its item says beside the document, failed with CORRUPT_RECORD, settled
+/// and closed: readable again, nothing left waiting.
+#[tokio::test]
+async fn a_dead_lettered_run_whose_record_cannot_be_read_is_still_ended() {
+    let (svc, mem, d, def) = setup().await;
+    let run = accepted_run(&svc, TENANT, &def, "hi").await;
+    step_to(&mem, &run.run_id, Some(RunEvent::AwaitTool));
+    mem.state().corrupt_runs.insert(run.run_id.clone());
+    assert!(svc.runs.get(&run.run_id).await.is_err());
+    let dlq = svc.cfg.harness_dlq.clone();
+    assert_eq!(deliver(&d, &dlq, &first_step(&run)).await, 0);
+    let after = svc.runs.get(&run.run_id).await.unwrap().unwrap();
+    assert_eq!(after.state, RunState::ClosedFailed);
+    assert_eq!(after.epoch, 2, "a worker still on the step is fenced out");
+    assert_eq!(
+        after.error.map(|e| e.code),
+        Some(armada_domain::run::CORRUPT_RECORD.into())
+    );
+    let kinds: Vec<String> = mem.state().events[&run.run_id]
+        .values()
+        .map(|e| e.kind.clone())
+        .collect();
+    assert!(kinds.contains(&"run_failed".to_string()), "{kinds:?}");
+}
+
 #[tokio::test]
 async fn the_watchdog_times_out_a_waiting_run_past_its_deadline() {
     let (svc, mem, d, def) = setup().await;

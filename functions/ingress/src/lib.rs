@@ -17,6 +17,7 @@ use armada_core::error::StoreError;
 use armada_core::ports::StoredKey;
 use armada_core::ports::{Also, IdemRecord};
 use armada_core::sandboxing;
+use armada_core::unreadable::{self, Ending};
 use armada_core::Services;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::api::{
@@ -25,7 +26,9 @@ use armada_domain::api::{
 use armada_domain::collab::chain::{step_run_id, ChainLink};
 use armada_domain::collab::{Lineage, RunKind};
 use armada_domain::messages::DispatchMessage;
-use armada_domain::run::{NewRun as NewRunRecord, Payload, Run, RunEvent, RunState};
+use armada_domain::run::{
+    NewRun as NewRunRecord, Payload, Run, RunEvent, RunHead, RunState, CORRUPT_RECORD,
+};
 use armada_domain::sandbox::{ProfileDef, Profiles};
 use armada_domain::session::SessionHeader;
 use armada_domain::team::{Strategy, TeamDefinition};

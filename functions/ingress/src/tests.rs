@@ -169,6 +169,57 @@ async fn a_cancel_fences_the_run_is_announced_once_and_cannot_be_repeated() {
     assert!(api.mem.take_dispatch().is_empty());
 }
 
+/// A Run whose document cannot be read answers GET with its state and
+/// CORRUPT_RECORD (not a 500), and a cancel ends it, announced once.
+#[tokio::test]
+async fn a_run_whose_record_cannot_be_read_is_read_and_cancelled() {
+    let api = Api::new().await;
+    let key = api.key("acme").await;
+    let (status, created) = api
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(&key),
+            &[],
+            Some(json!({"agent": "assistant", "input": "hi"})),
+        )
+        .await;
+    assert_eq!(status, 202, "{created}");
+    let run_id = created["run_id"].as_str().unwrap().to_string();
+    api.mem.take_dispatch();
+    api.mem.state().corrupt_runs.insert(run_id.clone());
+    let path = format!("/v1/runs/{run_id}");
+    let (status, view) = api.call("GET", &path, Some(&key), &[], None).await;
+    assert_eq!((status, code(&view)), (200, "CORRUPT_RECORD"), "{view}");
+    assert_eq!(view["state"], "PENDING");
+    let other = api.key("other").await;
+    let (status, _) = api.call("GET", &path, Some(&other), &[], None).await;
+    assert_eq!(
+        status, 404,
+        "another tenant's unreadable Run does not exist"
+    );
+    let (status, _) = api
+        .call("GET", &format!("{path}/events"), Some(&key), &[], None)
+        .await;
+    assert_eq!(status, 200);
+    let (status, cancelled) = api
+        .call("POST", &format!("{path}/cancel"), Some(&key), &[], None)
+        .await;
+    assert_eq!(
+        (status, &cancelled["state"]),
+        (200, &json!("CANCELLED")),
+        "{cancelled}"
+    );
+    assert_eq!(api.mem.take_dispatch().len(), 1, "its end is announced");
+    let (status, view) = api.call("GET", &path, Some(&key), &[], None).await;
+    assert_eq!(
+        (status, &view["state"]),
+        (200, &json!("CANCELLED")),
+        "{view}"
+    );
+    assert_eq!(code(&view), "CORRUPT_RECORD");
+}
+
 #[tokio::test]
 async fn bad_input_gets_a_named_error_and_writes_nothing() {
     let api = Api::new().await;

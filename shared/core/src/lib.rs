@@ -23,6 +23,7 @@ pub mod sqs;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod unreadable;
 
 use std::sync::Arc;
 

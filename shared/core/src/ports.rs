@@ -19,7 +19,7 @@ use armada_domain::chat::{ChatMessage, ModelReply, Role, ToolSpec};
 use armada_domain::context::HistoryTurn;
 use armada_domain::fields::FieldError;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
-use armada_domain::run::{Payload, Run, RunEventRecord, Stamp};
+use armada_domain::run::{Payload, Run, RunEventRecord, RunHead, Stamp};
 use armada_domain::sandbox::credentials::TaskCredentials;
 use armada_domain::sandbox::hand::{CallMark, HandMessage};
 use armada_domain::sandbox::lifecycle::SandboxRecord;
@@ -89,6 +89,9 @@ pub struct StoredKey {
 pub trait Runs: Send + Sync + Debug {
     /// Reads a Run (strongly consistent).
     async fn get(&self, run_id: &str) -> Result<Option<Run>, StoreError>;
+    /// What a Run's item says outside its document: readable when `get`
+    /// finds the document corrupt.
+    async fn head(&self, run_id: &str) -> Result<Option<RunHead>, StoreError>;
     /// Creates a Run with its first events and `also`, atomically.
     async fn create(
         &self,

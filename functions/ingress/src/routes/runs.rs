@@ -11,6 +11,50 @@ pub(crate) async fn load_run(svc: &Services, tenant: &str, run_id: &str) -> Resu
     }
 }
 
+/// A Run as [`load_run`] reads it, or, when its document cannot be read,
+/// what its item says beside it.
+pub(crate) enum Loaded {
+    Run(Box<Run>),
+    Unreadable { head: RunHead, why: String },
+}
+
+pub(crate) async fn load_any(
+    svc: &Services,
+    tenant: &str,
+    run_id: &str,
+) -> Result<Loaded, ApiError> {
+    let not_found = || ApiError::not_found(&format!("run '{run_id}'"));
+    match svc.runs.get(run_id).await {
+        // Another tenant's Run does not exist for this caller.
+        Ok(Some(run)) if run.tenant == tenant => Ok(Loaded::Run(Box::new(run))),
+        Ok(_) => Err(not_found()),
+        Err(StoreError::Corrupt(why)) => {
+            match unreadable::head_of(svc, run_id, tenant)
+                .await
+                .map_err(store_err)?
+            {
+                Some(head) => Ok(Loaded::Unreadable { head, why }),
+                None => Err(not_found()),
+            }
+        }
+        Err(e) => Err(store_err(e)),
+    }
+}
+
+/// The view of a Run whose document cannot be read: its head, and why.
+fn unreadable_view(head: &RunHead) -> Value {
+    json!({
+        "run_id": head.run_id,
+        "agent": head.agent,
+        "state": head.state,
+        "created_at": rfc3339(head.created_at_ms),
+        "updated_at": rfc3339(head.updated_at_ms),
+        "step": head.step,
+        "epoch": head.epoch,
+        "error": {"code": CORRUPT_RECORD, "message": "the run's record could not be read"},
+    })
+}
+
 /// A Run's public view.
 pub async fn run_view(svc: &Services, run: &Run) -> Value {
     let input = payload_json(svc, &run.input).await;
@@ -343,8 +387,10 @@ pub(crate) async fn create_run(svc: &Services, req: &Request, key: &TenantKey) -
 }
 
 pub(crate) async fn get_run(svc: &Services, tenant: &str, run_id: &str) -> ApiResult {
-    let run = load_run(svc, tenant, run_id).await?;
-    Ok((200, run_view(svc, &run).await))
+    match load_any(svc, tenant, run_id).await? {
+        Loaded::Run(run) => Ok((200, run_view(svc, &run).await)),
+        Loaded::Unreadable { head, .. } => Ok((200, unreadable_view(&head))),
+    }
 }
 
 pub(crate) async fn run_events(
@@ -367,7 +413,7 @@ pub(crate) async fn run_events(
             .map_err(|_| ApiError::new(400, "INVALID_QUERY", "wait must be a number of seconds"))?
             .min(MAX_EVENTS_WAIT_S),
     };
-    load_run(svc, tenant, run_id).await?;
+    load_any(svc, tenant, run_id).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_s);
     loop {
         let events = svc
@@ -395,6 +441,19 @@ pub(crate) async fn run_events(
     }
 }
 
+/// Tells the dispatcher a Run ended, so it settles it.
+async fn announce_end(svc: &Services, run: &Run) {
+    let msg = DispatchMessage::RunTerminal {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+    };
+    if let Err(e) = svc.queues.send_dispatch(&msg).await {
+        // The Run is cancelled; its post-terminal duties are
+        // retried when the dispatcher next sees this Run.
+        tracing::error!(error = %e, run_id = %run.run_id, "cancel recorded but not announced");
+    }
+}
+
 pub(crate) async fn cancel_run(svc: &Services, tenant: &str, run_id: &str) -> ApiResult {
     cancel_run_by(svc, tenant, run_id, "api").await
 }
@@ -408,7 +467,26 @@ pub(crate) async fn cancel_run_by(
     by: &str,
 ) -> ApiResult {
     for _ in 0..5 {
-        let run = load_run(svc, tenant, run_id).await?;
+        let run = match load_any(svc, tenant, run_id).await? {
+            Loaded::Run(run) => *run,
+            Loaded::Unreadable { head, why } => {
+                if head.state.is_terminal() {
+                    return Err(ApiError::conflict(
+                        "RUN_TERMINAL",
+                        format!("the run is already {}", head.state),
+                    ));
+                }
+                match unreadable::end(svc, run_id, tenant, &why, Ending::Cancel { by }).await {
+                    Ok(Some(ended)) => {
+                        announce_end(svc, &ended).await;
+                        return Ok((200, json!({"run_id": run_id, "state": ended.state})));
+                    }
+                    Ok(None) => return Err(ApiError::not_found(&format!("run '{run_id}'"))),
+                    Err(StoreError::Conflict { .. }) => continue,
+                    Err(e) => return Err(store_err(e)),
+                }
+            }
+        };
         if run.state.is_terminal() {
             return Err(ApiError::conflict(
                 "RUN_TERMINAL",
@@ -427,15 +505,7 @@ pub(crate) async fn cancel_run_by(
             .collect();
         match svc.runs.save(prev, &next, &ended, vec![]).await {
             Ok(()) => {
-                let msg = DispatchMessage::RunTerminal {
-                    run_id: next.run_id.clone(),
-                    tenant: next.tenant.clone(),
-                };
-                if let Err(e) = svc.queues.send_dispatch(&msg).await {
-                    // The Run is cancelled; its post-terminal duties are
-                    // retried when the dispatcher next sees this Run.
-                    tracing::error!(error = %e, run_id, "cancel recorded but not announced");
-                }
+                announce_end(svc, &next).await;
                 return Ok((200, json!({"run_id": run_id, "state": next.state})));
             }
             Err(StoreError::Conflict { .. }) => continue,

@@ -20,7 +20,7 @@ use armada_domain::approval::{Approval, ApprovalState};
 use armada_domain::chat::Role;
 use armada_domain::context::HistoryTurn;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
-use armada_domain::run::{Payload, Run, RunEventRecord, Stamp};
+use armada_domain::run::{Payload, Run, RunEventRecord, RunHead, Stamp};
 use armada_domain::sandbox::hand::HandMessage;
 use armada_domain::sandbox::lifecycle::SandboxRecord;
 use armada_domain::sandbox::ProfileDef;
@@ -47,6 +47,8 @@ mod others;
 #[derive(Debug, Default)]
 pub struct State {
     pub runs: HashMap<String, Run>,
+    /// Runs whose document reads as corrupt (until a save rewrites it).
+    pub corrupt_runs: std::collections::HashSet<String>,
     pub events: HashMap<String, BTreeMap<u64, RunEventRecord>>,
     pub sessions: HashMap<String, SessionHeader>,
     /// (session, seq) → the Run of that message.
@@ -336,7 +338,28 @@ fn write_events(st: &mut State, run_id: &str, events: &[RunEventRecord]) {
 #[async_trait]
 impl Runs for Memory {
     async fn get(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
-        Ok(self.state().runs.get(run_id).cloned())
+        let st = self.state();
+        if st.corrupt_runs.contains(run_id) {
+            return Err(StoreError::Corrupt(format!("run {run_id}: attribute doc")));
+        }
+        Ok(st.runs.get(run_id).cloned())
+    }
+
+    async fn head(&self, run_id: &str) -> Result<Option<RunHead>, StoreError> {
+        Ok(self.state().runs.get(run_id).map(|r| RunHead {
+            run_id: r.run_id.clone(),
+            tenant: r.tenant.clone(),
+            agent: r.agent.clone(),
+            state: r.state,
+            step: r.step,
+            epoch: r.epoch,
+            event_seq: r.event_seq,
+            created_at_ms: r.created_at_ms,
+            updated_at_ms: r.updated_at_ms,
+            parent_run_id: r.parent_run_id.clone(),
+            session_id: r.session_id.clone(),
+            session_seq: r.session_seq,
+        }))
     }
 
     async fn create(
@@ -422,6 +445,7 @@ impl Runs for Memory {
             next.lease_until_ms = lease;
         }
         st.runs.insert(run.run_id.clone(), next);
+        st.corrupt_runs.remove(&run.run_id);
         write_events(&mut st, &run.run_id, events);
         write_also(&mut st, also);
         Ok(())

@@ -9,13 +9,29 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 
-use armada_domain::run::{Run, RunEventRecord, RunState};
+use armada_domain::run::{Run, RunEventRecord, RunHead, RunState};
 
 use super::approvals::ApprovalStore;
-use super::item::{get_json, get_n, get_s, json, n, s, ttl_after, Item};
+use super::item::{get_json, get_n, get_s, json, n, opt_s, s, ttl_after, Item};
 use super::{idempotency, sessions};
 use crate::error::{classify, StoreError};
 use crate::ports::{self, Also};
+
+/// The attributes beside a Run's document ([`RunHead`]).
+const HEAD_ATTRIBUTES: [&str; 12] = [
+    "run_id",
+    "tenant",
+    "agent",
+    "state",
+    "step",
+    "epoch",
+    "event_seq",
+    "created_at",
+    "updated_at",
+    "parent_run_id",
+    "session_id",
+    "session_seq",
+];
 
 /// How long events are kept.
 const EVENT_TTL_DAYS: i64 = 30;
@@ -132,8 +148,33 @@ impl RunStore {
         if let Some(p) = &run.parent_run_id {
             item.insert("parent_run_id".into(), s(p));
         }
+        // Beside the document too, so a Run whose document cannot be read
+        // still lets its session go on (`RunHead`).
+        if let (Some(id), Some(seq)) = (&run.session_id, run.session_seq) {
+            item.insert("session_id".into(), s(id));
+            item.insert("session_seq".into(), n(seq));
+        }
         item.insert("doc".into(), json(run));
         item
+    }
+
+    fn head_of(item: &Item) -> Result<RunHead, StoreError> {
+        let state = get_s(item, "state")?;
+        Ok(RunHead {
+            run_id: get_s(item, "run_id")?,
+            tenant: get_s(item, "tenant")?,
+            agent: get_s(item, "agent")?,
+            state: RunState::parse(&state)
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown run state {state}")))?,
+            step: get_n(item, "step")?,
+            epoch: get_n(item, "epoch")?,
+            event_seq: get_n(item, "event_seq")?,
+            created_at_ms: get_n(item, "created_at")?,
+            updated_at_ms: get_n(item, "updated_at")?,
+            parent_run_id: opt_s(item, "parent_run_id"),
+            session_id: opt_s(item, "session_id"),
+            session_seq: get_n(item, "session_seq").ok(),
+        })
     }
 
     fn from_item(item: &Item) -> Result<Run, StoreError> {
@@ -258,6 +299,34 @@ impl ports::Runs for RunStore {
             .await
             .map_err(classify)?;
         out.item().map(Self::from_item).transpose()
+    }
+    async fn head(&self, run_id: &str) -> Result<Option<RunHead>, StoreError> {
+        let out = self
+            .dynamo
+            .get_item()
+            .table_name(&self.runs_table)
+            .key("run_id", s(run_id))
+            // Every name aliased: some are DynamoDB reserved words.
+            .projection_expression(
+                HEAD_ATTRIBUTES
+                    .iter()
+                    .enumerate()
+                    .map(|(i, _)| format!("#h{i}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+            .set_expression_attribute_names(Some(
+                HEAD_ATTRIBUTES
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| (format!("#h{i}"), (*a).to_string()))
+                    .collect(),
+            ))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        out.item().map(Self::head_of).transpose()
     }
     async fn create(
         &self,

@@ -19,7 +19,9 @@ use crate::collab::{Children, Lineage};
 use crate::ledger::ToolCallRecord;
 use crate::team::TeamDefinition;
 
+mod corrupt;
 mod machine;
+pub use corrupt::{RunHead, CORRUPT_RECORD};
 
 pub use machine::{
     transition, IllegalTransition, RunAction, RunEvent, RunState, Transition, TERMINAL_EVENTS,
