@@ -342,3 +342,64 @@ async fn a_task_writing_its_own_record_reaches_no_other_identity() {
         victim["generation"]
     );
 }
+
+/// A sandbox learns its Runs' ids and steps, and its credentials may send
+/// to the harness queue with any deduplication id. Its (sealed, genuine)
+/// answer sent with the id of its Run's next step (`<run>-step-<n+1>`),
+/// which the control plane sends while that answer is being handled, once
+/// made SQS drop the step as a duplicate and the Run stall. The control
+/// plane's ids are keyed now: the step goes out and the Run completes.
+/// (The emulator forgets an id once its message is deleted, where SQS
+/// keeps it five minutes; an answer still in flight shows it here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sandbox_cannot_squat_the_next_step_of_its_run() {
+    let t = start().await;
+    let run_id = t
+        .client
+        .create_run("coder", &sh("sleep 20; echo late"))
+        .await
+        .unwrap();
+    let (step, call_id, attempt, generation) = dispatched(&t, &run_id).await;
+    let secret = t.stack.svc.cfg.callback_signing_secret.clone();
+    let key = answer_key(&secret, &t.stack.tenant, "coder", generation);
+    let body = ResultBody::Inline {
+        outcome: CallOutcome::Finished {
+            result: json!({"exit_code": 0, "stdout": "early\n", "stderr": ""}),
+        },
+    };
+    let answer = Answer {
+        run_id: &run_id,
+        tenant: &t.stack.tenant,
+        step,
+        call_id: &call_id,
+        attempt,
+        body: &body,
+    };
+    let msg = HarnessMessage::ToolResult {
+        run_id: run_id.clone(),
+        tenant: t.stack.tenant.clone(),
+        step,
+        call_id: call_id.clone(),
+        attempt,
+        body: body.clone(),
+        seal: Some(answer.seal(&key, generation)),
+    };
+    t.stack
+        .aws
+        .sqs
+        .send_message()
+        .queue_url(t.stack.svc.queues.harness_url())
+        .message_body(serde_json::to_string(&msg).unwrap())
+        .message_group_id(&run_id)
+        .message_deduplication_id(format!("{run_id}-step-{}", step + 1))
+        .send()
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(15))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(tool_result(&run, "shell_exec")["stdout"], "early\n");
+}

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use aws_sdk_sqs::Client;
 
+use armada_domain::api::hmac_sha256_hex;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
 
 use async_trait::async_trait;
@@ -12,6 +13,21 @@ use async_trait::async_trait;
 use crate::config::Config;
 use crate::error::{classify, StoreError};
 use crate::ports;
+
+/// The key of the harness queue's deduplication ids, from the deployment
+/// secret.
+fn dedup_key(secret: &str) -> String {
+    hmac_sha256_hex(secret.as_bytes(), b"armada-fifo-dedup")
+}
+
+/// A deduplication id no sandbox can predict. A sandbox's credentials may
+/// send to the harness queue and it learns its Runs' ids: with ids such as
+/// `<run>-step-<n>` it could send one first and have SQS drop the real
+/// step as a duplicate within its five-minute window. Keyed, the ids are
+/// still one per message (a duplicate send is still dropped).
+pub fn keyed_dedup_id(key: &str, natural: &str) -> String {
+    hmac_sha256_hex(key.as_bytes(), natural.as_bytes())
+}
 
 #[derive(Debug, Clone)]
 pub struct Queues {
@@ -22,6 +38,8 @@ pub struct Queues {
     urls: HashMap<String, String>,
     pub dispatch_dlq: String,
     pub harness_dlq: String,
+    /// Keys the harness queue's deduplication ids (see [`keyed_dedup_id`]).
+    dedup_key: String,
 }
 
 impl Queues {
@@ -51,7 +69,13 @@ impl Queues {
             sqs,
             dispatch_dlq: cfg.dispatch_dlq.clone(),
             harness_dlq: cfg.harness_dlq.clone(),
+            dedup_key: dedup_key(&cfg.callback_signing_secret),
         })
+    }
+
+    /// The deduplication id the control plane sends `msg` with.
+    pub fn dedup_id(&self, msg: &HarnessMessage) -> String {
+        keyed_dedup_id(&self.dedup_key, &msg.dedup_id())
     }
 
     pub fn queue_name(arn: &str) -> &str {
@@ -88,7 +112,7 @@ impl ports::Queues for Queues {
             .queue_url(&self.harness_url)
             .message_body(body)
             .message_group_id(msg.run_id())
-            .message_deduplication_id(msg.dedup_id())
+            .message_deduplication_id(self.dedup_id(msg))
             .send()
             .await
             .map_err(classify)?;
