@@ -165,20 +165,55 @@ async fn a_task_signs_with_credentials_of_its_own_which_only_its_key_renews() {
     let t = armada_tests::TestStack::start_full(fast(), None, env).await;
     let first: Value = ask_as(&t.client, "coder", &sh("echo one")).await;
     assert_eq!(outcome(&first), "COMPLETED", "{first}");
-    // The task was handed credentials assumed for it (and no others).
+    // The task was handed credentials assumed for it (and no others), in
+    // its bootstrap file: its overrides, which any reader of ECS sees,
+    // hold no secret, only the file's name.
     let arns = tasks_of(&t, &t.stack.tenant, "coder").await;
     let task = describe_task(&t, &arns[0]).await;
-    let env: std::collections::HashMap<String, String> =
-        task.overrides().unwrap().container_overrides()[0]
-            .environment()
-            .iter()
-            .map(|kv| {
-                (
-                    kv.name().unwrap().to_string(),
-                    kv.value().unwrap().to_string(),
-                )
-            })
-            .collect();
+    let container = &task.overrides().unwrap().container_overrides()[0];
+    let mut env: std::collections::HashMap<String, String> = container
+        .environment()
+        .iter()
+        .map(|kv| {
+            (
+                kv.name().unwrap().to_string(),
+                kv.value().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for secret in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "ARMADA_SANDBOX_ANSWER_KEY",
+    ] {
+        assert!(
+            !env.contains_key(secret),
+            "{secret} in the task's overrides"
+        );
+    }
+    let file = container.environment_files()[0].value().to_string();
+    let key = file.split_once(":::").unwrap().1.split_once('/').unwrap().1;
+    assert!(key.starts_with("bootstrap/"), "{file}");
+    let text = t
+        .stack
+        .aws
+        .s3
+        .get_object()
+        .bucket(&t.stack.svc.cfg.payload_bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes();
+    env.extend(armada_core::hands::parse_env_file(
+        &String::from_utf8_lossy(&text),
+    ));
+    assert!(env.contains_key("ARMADA_SANDBOX_ANSWER_KEY"));
     let given = env["AWS_ACCESS_KEY_ID"].clone();
     assert!(given.starts_with("ASIA"), "temporary credentials: {given}");
     assert!(!env["AWS_SESSION_TOKEN"].is_empty());
@@ -242,6 +277,29 @@ async fn a_task_signs_with_credentials_of_its_own_which_only_its_key_renews() {
         counted.load(Ordering::Relaxed) >= before + 2
     })
     .await;
+
+    // The generation's secrets go with its sandbox.
+    destroy_sandbox(&t, &t.stack.tenant, "coder").await;
+    let bucket = t.stack.svc.cfg.payload_bucket.clone();
+    let listed = t
+        .stack
+        .aws
+        .s3
+        .list_objects_v2()
+        .bucket(&bucket)
+        .prefix("bootstrap/")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        listed.contents().is_empty(),
+        "left: {:?}",
+        listed
+            .contents()
+            .iter()
+            .map(|o| o.key())
+            .collect::<Vec<_>>()
+    );
     t.stack.stop().await;
 }
 

@@ -406,3 +406,33 @@ fn sandbox_tasks_act_only_through_their_identitys_credentials() {
         "arn:aws:iam::123456789012:role/s-sandboxidentityrole"
     );
 }
+
+/// A generation's secrets reach its task in a bootstrap file, not in the
+/// task's overrides: only the sandbox execution role (ECS starting the
+/// task) may read `bootstrap/`, which it may; the files expire in a day.
+#[test]
+fn bootstrap_files_are_read_by_the_execution_role_alone() {
+    let doc = raw_template();
+    let res = &doc["Resources"];
+    let policy = &res["PayloadBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"][0];
+    assert_eq!(policy["Effect"].as_str(), Some("Deny"));
+    assert_eq!(policy["Principal"].as_str(), Some("*"));
+    assert_eq!(policy["Action"].as_str(), Some("s3:GetObject"));
+    assert!(policy["Resource"]["Fn::Sub"]
+        .as_str()
+        .unwrap()
+        .ends_with("/bootstrap/*"));
+    assert_eq!(
+        policy["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]["Fn::GetAtt"][0].as_str(),
+        Some("SandboxExecutionRole")
+    );
+    let reads =
+        serde_yaml::to_string(&res["SandboxExecutionRole"]["Properties"]["Policies"]).unwrap();
+    assert!(
+        reads.contains("s3:GetObject") && reads.contains("/bootstrap/*"),
+        "{reads}"
+    );
+    let rules = &res["PayloadBucket"]["Properties"]["LifecycleConfiguration"]["Rules"][0];
+    assert_eq!(rules["Prefix"].as_str(), Some("bootstrap/"));
+    assert_eq!(rules["ExpirationInDays"].as_u64(), Some(1));
+}

@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 
 use aws_sdk_ecs::types::{
-    AssignPublicIp, AwsVpcConfiguration, ContainerOverride, KeyValuePair, NetworkConfiguration,
-    Tag, TaskOverride,
+    AssignPublicIp, AwsVpcConfiguration, ContainerOverride, EnvironmentFile, EnvironmentFileType,
+    KeyValuePair, NetworkConfiguration, Tag, TaskOverride,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use sha2::{Digest, Sha256};
@@ -70,6 +70,38 @@ pub mod task_env {
     pub const CREDENTIALS_EXPIRE_MS: &str = "ARMADA_SANDBOX_CREDENTIALS_EXPIRE_MS";
     /// Variables whose values are secrets (never logged or shown).
     pub const SECRETS: [&str; 3] = [ANSWER_KEY, SECRET_ACCESS_KEY, SESSION_TOKEN];
+    /// Variables handed over in the generation's bootstrap file, never in
+    /// the task's overrides (see [`super::bootstrap_key`]).
+    pub const BOOTSTRAP: [&str; 4] = [ANSWER_KEY, ACCESS_KEY_ID, SECRET_ACCESS_KEY, SESSION_TOKEN];
+}
+
+/// Where a generation's bootstrap file lives in the payload bucket. The
+/// task's credentials and answer key are secrets, and RunTask's container
+/// overrides are not: `ecs:DescribeTasks` (any read-only principal) shows
+/// them and CloudTrail records them. So they are written to this object
+/// and named in the overrides as an environment file, which ECS fetches
+/// with the task's execution role as it starts the task; the bucket
+/// policy lets no one else read `bootstrap/`, and the object is deleted
+/// with its generation (and expires after a day in any case). The nonce
+/// makes each start's file its own.
+pub fn bootstrap_key(tenant: &str, agent: &str, generation: u64, nonce: &str) -> String {
+    format!("{}{nonce}.env", bootstrap_prefix(tenant, agent, generation))
+}
+
+/// The prefix of a generation's bootstrap files.
+pub fn bootstrap_prefix(tenant: &str, agent: &str, generation: u64) -> String {
+    format!("bootstrap/{}/g{generation}-", started_by(tenant, agent))
+}
+
+/// An environment file as ECS reads one: `NAME=value` lines; blank lines
+/// and `#` comments are skipped.
+pub fn parse_env_file(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 #[derive(Debug, Clone)]
@@ -77,6 +109,7 @@ pub struct SandboxProvider {
     ecs: aws_sdk_ecs::Client,
     sqs: aws_sdk_sqs::Client,
     sts: aws_sdk_sts::Client,
+    s3: aws_sdk_s3::Client,
     cfg: SandboxConfig,
     harness_queue_url: String,
     dispatch_queue_url: String,
@@ -112,6 +145,8 @@ pub struct TaskInfo {
     pub tags: HashMap<String, String>,
     /// The sandbox container's environment overrides.
     pub env: HashMap<String, String>,
+    /// The environment files its overrides name (S3 object ARNs).
+    pub env_files: Vec<String>,
     pub task_definition: String,
 }
 
@@ -188,6 +223,7 @@ impl SandboxProvider {
             ecs: aws.ecs.clone(),
             sqs: aws.sqs.clone(),
             sts: aws.sts.clone(),
+            s3: aws.s3.clone(),
             cfg: cfg.sandbox.clone(),
             harness_queue_url: harness_queue_url.to_string(),
             dispatch_queue_url: dispatch_queue_url.to_string(),
@@ -234,6 +270,64 @@ impl SandboxProvider {
         } else {
             &self.cfg.task_large
         }
+    }
+
+    /// Writes a generation's bootstrap file; returns its ARN.
+    async fn write_bootstrap(
+        &self,
+        tenant: &str,
+        agent: &str,
+        generation: u64,
+        vars: &[(&str, String)],
+    ) -> Result<String, StoreError> {
+        let nonce = hex::encode(rand::random::<[u8; 8]>());
+        let key = bootstrap_key(tenant, agent, generation, &nonce);
+        let text: String = vars.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        self.s3
+            .put_object()
+            .bucket(&self.payload_bucket)
+            .key(&key)
+            .body(text.into_bytes().into())
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(format!("arn:aws:s3:::{}/{key}", self.payload_bucket))
+    }
+
+    /// The environment a task's container gets, as ECS gives it: its
+    /// environment files (fetched from the payload bucket), then its
+    /// overrides, which win. The local data plane starts agents with it.
+    pub async fn task_environment(
+        &self,
+        info: &TaskInfo,
+    ) -> Result<HashMap<String, String>, StoreError> {
+        let mut env = HashMap::new();
+        for arn in &info.env_files {
+            let Some((bucket, key)) = arn
+                .splitn(6, ':')
+                .nth(5)
+                .and_then(|path| path.split_once('/'))
+            else {
+                return Err(StoreError::Terminal(format!("not an S3 object ARN: {arn}")));
+            };
+            let out = self
+                .s3
+                .get_object()
+                .bucket(bucket)
+                .key(key)
+                .send()
+                .await
+                .map_err(classify)?;
+            let bytes = out
+                .body
+                .collect()
+                .await
+                .map_err(|e| StoreError::Retryable(e.to_string()))?
+                .into_bytes();
+            env.extend(parse_env_file(&String::from_utf8_lossy(&bytes)));
+        }
+        env.extend(info.env.clone());
+        Ok(env)
     }
 }
 
@@ -335,6 +429,36 @@ impl Provider for SandboxProvider {
         }))
     }
 
+    /// Deletes a generation's bootstrap files (its task has started, or
+    /// its sandbox is gone).
+    async fn delete_bootstrap(
+        &self,
+        tenant: &str,
+        agent: &str,
+        generation: u64,
+    ) -> Result<(), StoreError> {
+        let listed = self
+            .s3
+            .list_objects_v2()
+            .bucket(&self.payload_bucket)
+            .prefix(bootstrap_prefix(tenant, agent, generation))
+            .send()
+            .await
+            .map_err(classify)?;
+        for o in listed.contents() {
+            if let Some(key) = o.key() {
+                self.s3
+                    .delete_object()
+                    .bucket(&self.payload_bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .map_err(classify)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Starts a generation's task; returns its ARN.
     async fn start(&self, req: &TaskRequest<'_>) -> Result<String, StoreError> {
         use task_env::*;
@@ -386,15 +510,28 @@ impl Provider for SandboxProvider {
                 (CREDENTIALS_EXPIRE_MS, c.expires_at_ms.to_string()),
             ]);
         }
+        let (secret, public): (Vec<_>, Vec<_>) =
+            env.into_iter().partition(|(k, _)| BOOTSTRAP.contains(k));
+        let file = self
+            .write_bootstrap(req.tenant, req.agent, req.generation, &secret)
+            .await?;
         let overrides = TaskOverride::builder()
             .container_overrides(
                 ContainerOverride::builder()
                     .name(&self.cfg.container)
                     .set_environment(Some(
-                        env.into_iter()
+                        public
+                            .into_iter()
                             .map(|(k, v)| KeyValuePair::builder().name(k).value(v).build())
                             .collect(),
                     ))
+                    .environment_files(
+                        EnvironmentFile::builder()
+                            .r#type(EnvironmentFileType::S3)
+                            .value(file)
+                            .build()
+                            .map_err(|e| StoreError::Terminal(e.to_string()))?,
+                    )
                     .build(),
             )
             .build();
@@ -500,14 +637,22 @@ impl Provider for SandboxProvider {
                 .await
                 .map_err(classify)?;
             for t in resp.tasks() {
-                let env = t
+                let container: Vec<&ContainerOverride> = t
                     .overrides()
                     .map(|o| o.container_overrides())
                     .unwrap_or_default()
                     .iter()
                     .filter(|c| c.name() == Some(self.cfg.container.as_str()))
+                    .collect();
+                let env = container
+                    .iter()
                     .flat_map(|c| c.environment())
                     .filter_map(|kv| Some((kv.name()?.to_string(), kv.value()?.to_string())))
+                    .collect();
+                let env_files = container
+                    .iter()
+                    .flat_map(|c| c.environment_files())
+                    .map(|f| f.value().to_string())
                     .collect();
                 out.push(TaskInfo {
                     arn: t.task_arn().unwrap_or_default().to_string(),
@@ -520,6 +665,7 @@ impl Provider for SandboxProvider {
                         .filter_map(|tag| Some((tag.key()?.to_string(), tag.value()?.to_string())))
                         .collect(),
                     env,
+                    env_files,
                     task_definition: t.task_definition_arn().unwrap_or_default().to_string(),
                 });
             }

@@ -420,6 +420,14 @@ pub trait Provider: Send + Sync + Debug {
         generation: u64,
     ) -> Result<String, StoreError>;
     async fn delete_hand_queue(&self, url: &str) -> Result<(), StoreError>;
+    /// Deletes a generation's bootstrap files (its secrets, handed to its
+    /// task as an environment file), once the sandbox is gone.
+    async fn delete_bootstrap(
+        &self,
+        tenant: &str,
+        agent: &str,
+        generation: u64,
+    ) -> Result<(), StoreError>;
     async fn send(&self, queue_url: &str, msg: &HandMessage) -> Result<(), StoreError>;
     /// Starts a generation's task; returns its ARN.
     async fn start(&self, req: &TaskRequest<'_>) -> Result<String, StoreError>;

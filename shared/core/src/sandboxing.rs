@@ -322,6 +322,14 @@ pub async fn destroy(
     if let Some(q) = &old.hand_queue_url {
         svc.provider.delete_hand_queue(q).await?;
     }
+    // Its secrets go with it (they also expire on their own).
+    if let Err(e) = svc
+        .provider
+        .delete_bootstrap(tenant, agent, old.generation)
+        .await
+    {
+        tracing::warn!(sandbox = %old.key(), error = %e, "a destroyed sandbox's bootstrap file was not deleted; it expires in a day");
+    }
     let generation = old.generation;
     let after = svc
         .sandboxes

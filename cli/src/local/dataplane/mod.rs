@@ -263,6 +263,20 @@ impl DataPlane {
                 }
                 self.done.insert(info.arn);
             } else if info.is_running() && !self.tasks.contains_key(&info.arn) {
+                // As ECS does when it starts a task, the host fetches the
+                // environment files the task's overrides name (its
+                // generation's secrets) and gives the agent the lot.
+                let info = match self.provider.task_environment(&info).await {
+                    Ok(env) => TaskInfo { env, ..info },
+                    Err(e) if e.is_retryable() => {
+                        tracing::debug!(task = %info.arn, error = %e, "a sandbox task's environment is not readable yet");
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::error!(task = %info.arn, error = %e, "a sandbox task's environment files cannot be read");
+                        info
+                    }
+                };
                 let started = match self.identity_uid(&info).await {
                     Ok(uid) => self.start(&info, uid),
                     // The table is briefly unreachable: the next tick tries again.

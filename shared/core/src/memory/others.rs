@@ -332,6 +332,15 @@ impl Provider for Memory {
         Ok(())
     }
 
+    async fn delete_bootstrap(
+        &self,
+        _tenant: &str,
+        _agent: &str,
+        _generation: u64,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     async fn send(&self, queue_url: &str, msg: &HandMessage) -> Result<(), StoreError> {
         self.state()
             .hands
@@ -373,6 +382,7 @@ impl Provider for Memory {
             started_by: Some(started_by(req.tenant, req.agent)),
             tags: HashMap::new(),
             env: HashMap::new(),
+            env_files: vec![],
             task_definition: "memory".into(),
         };
         st.tasks.insert(arn.clone(), info);
