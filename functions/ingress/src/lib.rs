@@ -113,8 +113,8 @@ async fn route(svc: &Arc<Services>, req: &Request, method: &str, path: &str) -> 
         (["v1", "sessions", id, "messages"], "POST") => {
             session_message(svc, req, who.tenant_key()?, id).await
         }
-        (["v1", "agents"], "GET") => list_agents(svc).await,
-        (["v1", "agents", name], "GET") => get_agent(svc, name).await,
+        (["v1", "agents"], "GET") => list_agents(svc, &who).await,
+        (["v1", "agents", name], "GET") => get_agent(svc, &who, name).await,
         (["v1", "agents", name], "PUT") => {
             admin(&who)?;
             put_agent(svc, req, name).await

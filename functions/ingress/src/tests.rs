@@ -4,7 +4,7 @@
 
 use armada_core::memory::fixtures::agent;
 use armada_core::memory::{test_config, Memory};
-use armada_domain::api::ApiKey;
+use armada_domain::api::{ApiKey, KeyRole};
 use armada_domain::messages::DispatchMessage;
 
 use super::*;
@@ -28,13 +28,17 @@ impl Api {
 
     /// A tenant's bearer token, as `POST /v1/tenants/{t}/keys` would mint.
     async fn key(&self, tenant: &str) -> String {
+        self.key_with_role(tenant, KeyRole::Member).await
+    }
+
+    async fn key_with_role(&self, tenant: &str, role: KeyRole) -> String {
         let key = ApiKey::mint();
         let stored = StoredKey {
             key_id: key.key_id.clone(),
             tenant: tenant.into(),
             secret_sha256: key.secret_hash(),
             revoked: false,
-            role: armada_domain::api::KeyRole::Member,
+            role,
         };
         self.svc
             .registry
@@ -312,4 +316,62 @@ async fn teams_are_admin_data_naming_registered_agents() {
         .call("DELETE", "/v1/teams/soc", Some(ADMIN), &[], None)
         .await;
     assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_tenant_key_reads_an_agent_without_the_operators_secrets() {
+    let api = Api::new().await;
+    let def = json!({
+        "model": {"provider": "openai", "model_id": "gpt-x", "context_window": 8192,
+                  "base_url": "https://models.internal.example/v1",
+                  "api_key_env": "OPS_MODEL_KEY"},
+        "system_prompt": "Be careful.",
+        "skills": ["current_time"],
+        "approvals": {"require": ["current_time"],
+                      "approvers": ["ops-lead@example.com"],
+                      "chat_webhook_url": "https://chat.example.com/hook/SECRET-TOKEN"}
+    });
+    let (status, body) = api
+        .call("PUT", "/v1/agents/careful", Some(ADMIN), &[], Some(def))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let secrets = [
+        "models.internal.example",
+        "OPS_MODEL_KEY",
+        "ops-lead@example.com",
+        "SECRET-TOKEN",
+    ];
+    let member = api.key("acme").await;
+    let approver = api.key_with_role("acme", KeyRole::Approver).await;
+    for key in [member.as_str(), approver.as_str()] {
+        let (status, one) = api
+            .call("GET", "/v1/agents/careful", Some(key), &[], None)
+            .await;
+        assert_eq!(status, 200, "{one}");
+        let (status, all) = api.call("GET", "/v1/agents", Some(key), &[], None).await;
+        assert_eq!(status, 200, "{all}");
+        for body in [one.to_string(), all.to_string()] {
+            for secret in secrets {
+                assert!(!body.contains(secret), "{secret} shown to a tenant: {body}");
+            }
+        }
+        // What a tenant needs to call the agent is still there.
+        assert_eq!(one["model"]["model_id"], "gpt-x");
+        assert_eq!(one["approvals"]["require"], json!(["current_time"]));
+        assert_eq!(one["version"], 1);
+    }
+    // The admin key reads the whole definition.
+    let (status, one) = api
+        .call("GET", "/v1/agents/careful", Some(ADMIN), &[], None)
+        .await;
+    assert_eq!(status, 200, "{one}");
+    let (_, all) = api.call("GET", "/v1/agents", Some(ADMIN), &[], None).await;
+    for body in [one.to_string(), all.to_string()] {
+        for secret in secrets {
+            assert!(
+                body.contains(secret),
+                "{secret} hidden from the admin: {body}"
+            );
+        }
+    }
 }

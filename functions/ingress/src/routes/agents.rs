@@ -17,15 +17,42 @@ pub(crate) fn agent_json(def: &AgentDefinition, version: u64) -> Value {
     v
 }
 
-pub(crate) async fn list_agents(svc: &Services) -> ApiResult {
+/// The definition as a tenant's key sees it. Agents are shared by every
+/// tenant, and some fields are the operator's: the chat webhook URL is a
+/// bearer secret (whoever holds it posts to the channel), the approvers'
+/// addresses are people's, and the model's endpoint and key variable map
+/// the deployment. What a tenant needs to call the agent stays.
+pub(crate) fn tenant_agent_json(def: &AgentDefinition, version: u64) -> Value {
+    let mut v = agent_json(def, version);
+    if let Some(model) = v.get_mut("model").and_then(Value::as_object_mut) {
+        model.remove("base_url");
+        model.remove("api_key_env");
+    }
+    if let Some(approvals) = v.get_mut("approvals").and_then(Value::as_object_mut) {
+        approvals.remove("chat_webhook_url");
+        approvals.remove("approvers");
+    }
+    v
+}
+
+/// The whole definition for the admin key, the tenant's view otherwise.
+fn view(who: &Principal) -> fn(&AgentDefinition, u64) -> Value {
+    match who {
+        Principal::Admin => agent_json,
+        Principal::Tenant(_) => tenant_agent_json,
+    }
+}
+
+pub(crate) async fn list_agents(svc: &Services, who: &Principal) -> ApiResult {
     let agents = svc.registry.list_agents().await.map_err(store_err)?;
-    let list: Vec<Value> = agents.iter().map(|(d, v)| agent_json(d, *v)).collect();
+    let json = view(who);
+    let list: Vec<Value> = agents.iter().map(|(d, v)| json(d, *v)).collect();
     Ok((200, json!({"agents": list})))
 }
 
-pub(crate) async fn get_agent(svc: &Services, name: &str) -> ApiResult {
+pub(crate) async fn get_agent(svc: &Services, who: &Principal, name: &str) -> ApiResult {
     match svc.registry.agent_version(name).await.map_err(store_err)? {
-        Some((def, v)) => Ok((200, agent_json(&def, v))),
+        Some((def, v)) => Ok((200, view(who)(&def, v))),
         None => Err(ApiError::not_found(&format!("agent '{name}'"))),
     }
 }
