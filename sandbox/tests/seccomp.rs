@@ -200,6 +200,87 @@ print(json.dumps({
     assert_eq!(r["stdout"], "True\n", "{r}");
 }
 
+/// TCP Fast Open connects without connect(2), where Landlock's port rule
+/// sits: a send with MSG_FASTOPEN and the TCP_FASTOPEN_CONNECT option are
+/// refused, even towards a port the call may reach; the ordinary ways of
+/// connecting and sending are not.
+#[tokio::test]
+async fn tcp_fast_open_is_refused_and_ordinary_sends_are_not() {
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = tcp.local_addr().unwrap().port();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
+    // The port is allowed: without the filter's rule each Fast Open send
+    // would connect (and answer 0), so only seccomp can make it EPERM.
+    let mut f = fixture("workspace");
+    f.runner.env.egress_ports = vec![port];
+    let code = format!(
+        r#"
+import ctypes, json, socket
+MSG_FASTOPEN, TCP_FASTOPEN_CONNECT = 0x20000000, 30
+ADDR, UDP = ("127.0.0.1", {port}), ("127.0.0.1", {udp_port})
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def attempt(f):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        f(s)
+        return 0
+    except OSError as e:
+        return e.errno
+    finally:
+        s.close()
+def sendmmsg(s):
+    ctypes.set_errno(0)
+    args = [{sendmmsg}, s.fileno(), 0, 0, MSG_FASTOPEN]
+    if libc.syscall(*[ctypes.c_long(a) for a in args]) == -1:
+        raise OSError(ctypes.get_errno(), "sendmmsg")
+def udp_sendto():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.sendto(b"plain", UDP)
+        return 0
+    except OSError as e:
+        return e.errno
+    finally:
+        u.close()
+print(json.dumps({{
+    "sendto_fastopen": attempt(lambda s: s.sendto(b"x", MSG_FASTOPEN, ADDR)),
+    "sendto_fastopen_nosignal": attempt(
+        lambda s: s.sendto(b"x", MSG_FASTOPEN | socket.MSG_NOSIGNAL, ADDR)),
+    "sendmsg_fastopen": attempt(lambda s: s.sendmsg([b"x"], [], MSG_FASTOPEN, ADDR)),
+    "sendmmsg_fastopen": attempt(sendmmsg),
+    "fastopen_connect": attempt(
+        lambda s: s.setsockopt(socket.IPPROTO_TCP, TCP_FASTOPEN_CONNECT, 1)),
+    "nodelay": attempt(lambda s: s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)),
+    "connect_send": attempt(lambda s: (s.connect(ADDR), s.send(b"plain"))),
+    "connect_sendto": attempt(lambda s: (s.connect(ADDR), s.sendto(b"plain", 0, ADDR))),
+    "udp_sendto": udp_sendto(),
+}}))
+"#,
+        sendmmsg = libc::SYS_sendmmsg,
+    );
+    let out = py_json(&f, &code).await;
+    for denied in [
+        "sendto_fastopen",
+        "sendto_fastopen_nosignal",
+        "sendmsg_fastopen",
+        "sendmmsg_fastopen",
+        "fastopen_connect",
+    ] {
+        assert_eq!(out[denied], EPERM, "{denied}: {out}");
+    }
+    for allowed in ["nodelay", "connect_send", "connect_sendto", "udp_sendto"] {
+        assert_eq!(out[allowed], 0, "{allowed}: {out}");
+    }
+    // Sent is not yet received: the datagram must have arrived as well.
+    udp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    let (n, _) = udp.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"plain");
+}
+
 #[tokio::test]
 async fn ordinary_workloads_still_run_under_the_filters() {
     let f = fixture("workspace");

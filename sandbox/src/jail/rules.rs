@@ -86,6 +86,15 @@ pub(super) const SOCKET_FAMILIES: [i32; 4] = [
     libc::AF_NETLINK,
 ];
 
+/// MSG_FASTOPEN, not in `libc` for every target: a send with it connects
+/// the socket first (TCP Fast Open) without calling connect(2), which is
+/// where Landlock's TCP rule is checked.
+const MSG_FASTOPEN: u64 = 0x2000_0000;
+
+/// TCP_FASTOPEN_CONNECT (setsockopt at IPPROTO_TCP): connect(2) then only
+/// records the address and the first write makes the connection.
+const TCP_FASTOPEN_CONNECT: u64 = 30;
+
 /// personality(2) arguments allowed: the query (0xffffffff) and plain
 /// PER_LINUX, which only clears flags. Setting ADDR_NO_RANDOMIZE (ASLR off
 /// for what the call executes next) or READ_IMPLIES_EXEC is denied.
@@ -138,6 +147,29 @@ pub(super) fn seccomp_filters() -> Result<Vec<seccompiler::BpfProgram>, String> 
             Op::Ne,
             libc::AF_UNIX as u64,
         )?])?],
+    );
+    // TCP Fast Open connects outside connect(2): a send carrying
+    // MSG_FASTOPEN, or any write after TCP_FASTOPEN_CONNECT. Landlock's
+    // port rule hooks connect(2) alone, so both are refused and a call
+    // connects the ordinary way. The flags are the `int` at argument 3 of
+    // sendto and sendmmsg and at 2 of sendmsg.
+    let fastopen = |arg| -> Result<Vec<SeccompRule>, String> {
+        Ok(vec![rule(vec![cond(
+            arg,
+            Len::Dword,
+            Op::MaskedEq(MSG_FASTOPEN),
+            MSG_FASTOPEN,
+        )?])?])
+    };
+    deny.insert(libc::SYS_sendto, fastopen(3)?);
+    deny.insert(libc::SYS_sendmsg, fastopen(2)?);
+    deny.insert(libc::SYS_sendmmsg, fastopen(3)?);
+    deny.insert(
+        libc::SYS_setsockopt,
+        vec![rule(vec![
+            cond(1, Len::Dword, Op::Eq, libc::IPPROTO_TCP as u64)?,
+            cond(2, Len::Dword, Op::Eq, TCP_FASTOPEN_CONNECT)?,
+        ])?],
     );
     // personality(2) takes an `unsigned int` as well.
     let other_persona = PERSONALITY_ALLOWED
