@@ -228,3 +228,71 @@ async fn a_run_whose_agent_was_deleted_fails_with_a_reason() {
     assert_eq!(after.state, RunState::Failed);
     assert_eq!(after.error.map(|e| e.code), Some("AGENT_NOT_FOUND".into()));
 }
+
+/// A sandbox's answer stored in the bucket is read only up to the bound:
+/// a bigger one fails its call with a named code, the Run goes on.
+#[tokio::test]
+async fn a_stored_outcome_over_the_bound_fails_its_call_unread() {
+    use armada_domain::sandbox::access::outcome_key;
+    use armada_domain::sandbox::hand::{codes, MAX_STORED_OUTCOME_BYTES};
+    use armada_domain::sandbox::seal::{answer_key, Answer};
+
+    let (svc, mem, h) = setup().await;
+    let mut run = new_run(&svc, "hello").await;
+    let prev = Stamp {
+        epoch: run.epoch,
+        event_seq: run.event_seq,
+    };
+    // The call went to the agent's sandbox, generation 1, and waits.
+    let mut rec = ToolCallRecord::planned("c1", "shell_exec", json!({}), 0, false, true);
+    rec.state = ToolCallState::Dispatched;
+    rec.generation = Some(1);
+    let attempt = rec.attempt;
+    run.ledger.insert("c1".into(), rec);
+    run.state = RunState::AwaitingTool;
+    svc.runs.save(prev, &run, &[], vec![]).await.expect("saved");
+    // The sandbox stored an outcome one byte over the bound, under its
+    // own prefix, and sealed its answer as it does.
+    let key = outcome_key(TENANT, "assistant", &run.run_id, "c1", attempt);
+    let huge = "x".repeat(usize::try_from(MAX_STORED_OUTCOME_BYTES).unwrap_or_default() + 1);
+    svc.payloads.put_text(&key, &huge).await.expect("stored");
+    let body = ResultBody::Stored {
+        key,
+        sha256: armada_domain::api::sha256_hex(huge.as_bytes()),
+    };
+    let seal = Answer {
+        run_id: &run.run_id,
+        tenant: TENANT,
+        step: 0,
+        call_id: "c1",
+        attempt,
+        body: &body,
+    }
+    .seal(
+        &answer_key(&svc.cfg.callback_signing_secret, TENANT, "assistant", 1),
+        1,
+    );
+    let msg = HarnessMessage::ToolResult {
+        run_id: run.run_id.clone(),
+        tenant: TENANT.into(),
+        step: 0,
+        call_id: "c1".into(),
+        attempt,
+        body,
+        seal: Some(seal),
+    };
+    let failed = deliver(&h, &svc, &[serde_json::to_string(&msg).unwrap_or_default()]).await;
+    assert!(failed.is_empty(), "refused, not retried");
+    let after = run_of(&svc, &run.run_id).await;
+    let c1 = &after.ledger["c1"];
+    assert!(c1.state.is_settled(), "{:?}", c1.state);
+    let result = c1.result.clone().unwrap_or_default();
+    assert_eq!(result["error"]["code"], codes::RESULT_TOO_LARGE, "{result}");
+    assert!(
+        !after.state.is_terminal(),
+        "the Run carries on: {}",
+        after.state
+    );
+    assert_eq!(svc.counters.forged_drops.load(Ordering::Relaxed), 0);
+    assert!(!mem.take_harness().is_empty(), "its next step is asked for");
+}

@@ -5,8 +5,10 @@
 //! sealed by the generation the call was sent to
 //! (`armada_domain::sandbox::seal`): one sandbox cannot answer for another.
 
+use armada_core::ports::Bounded;
 use armada_domain::api::{digest_eq, sha256_hex};
 use armada_domain::sandbox::access::object_prefix;
+use armada_domain::sandbox::hand::{CallOutcome, MAX_STORED_OUTCOME_BYTES};
 use armada_domain::sandbox::seal::{answer_key, Answer, Seal};
 
 use super::*;
@@ -83,14 +85,33 @@ impl Harness {
                     tracing::error!(security = true, run_id, call_id, %key, "a stored answer outside its sandbox's own prefix was refused");
                     return Ok(());
                 }
-                let text = svc.payloads.get_text(&key).await?;
-                if !digest_eq(&sha256_hex(text.as_bytes()), &sha256) {
-                    svc.counters.forged_drops.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(security = true, run_id, call_id, %key, "a stored answer changed after it was sealed was refused");
-                    return Ok(());
+                match svc
+                    .payloads
+                    .get_text_bounded(&key, MAX_STORED_OUTCOME_BYTES)
+                    .await?
+                {
+                    Bounded::Text(text) => {
+                        if !digest_eq(&sha256_hex(text.as_bytes()), &sha256) {
+                            svc.counters.forged_drops.fetch_add(1, Ordering::Relaxed);
+                            tracing::error!(security = true, run_id, call_id, %key, "a stored answer changed after it was sealed was refused");
+                            return Ok(());
+                        }
+                        serde_json::from_str(&text)
+                            .map_err(|e| StepError::Retry(format!("stored outcome {key}: {e}")))?
+                    }
+                    // The call ran (its effects stand); only its answer is
+                    // refused, as a failed result the Run reads and goes on
+                    // from. Its digest is not checked: it was never read.
+                    Bounded::TooLarge { bytes } => {
+                        tracing::warn!(run_id, call_id, %key, bytes, "a stored outcome over the bound was not read");
+                        CallOutcome::error(
+                            codes::RESULT_TOO_LARGE,
+                            format!(
+                                "the call's result is {bytes} bytes, over the limit of {MAX_STORED_OUTCOME_BYTES}; ask for less output (write it to a file and read parts of it)"
+                            ),
+                        )
+                    }
                 }
-                serde_json::from_str(&text)
-                    .map_err(|e| StepError::Retry(format!("stored outcome {key}: {e}")))?
             }
         };
         // The answer belongs to the Run as just read: claim that version.

@@ -7,7 +7,7 @@ use aws_sdk_s3::Client;
 use async_trait::async_trait;
 
 use crate::error::{classify, StoreError};
-use crate::ports::Blobs;
+use crate::ports::{Blobs, Bounded};
 
 #[derive(Debug, Clone)]
 pub struct Payloads {
@@ -55,5 +55,40 @@ impl Blobs for Payloads {
             .map_err(|e| StoreError::Retryable(e.to_string()))?
             .into_bytes();
         String::from_utf8(bytes.to_vec()).map_err(|e| StoreError::Corrupt(e.to_string()))
+    }
+
+    async fn get_text_bounded(&self, key: &str, max: u64) -> Result<Bounded, StoreError> {
+        let out = self
+            .s3
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(classify)?;
+        // The stored length refuses most oversized objects before a byte
+        // of them is read; the count below holds when it is absent or
+        // wrong (the body is what is read, not what was announced).
+        if let Some(len) = out.content_length().and_then(|l| u64::try_from(l).ok()) {
+            if len > max {
+                return Ok(Bounded::TooLarge { bytes: len });
+            }
+        }
+        let mut body = out.body;
+        let mut buf = Vec::new();
+        while let Some(chunk) = body
+            .try_next()
+            .await
+            .map_err(|e| StoreError::Retryable(e.to_string()))?
+        {
+            let read = (buf.len() + chunk.len()) as u64;
+            if read > max {
+                return Ok(Bounded::TooLarge { bytes: read });
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        String::from_utf8(buf)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))
+            .map(Bounded::Text)
     }
 }

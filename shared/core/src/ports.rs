@@ -485,11 +485,26 @@ pub trait Queues: Send + Sync + Debug {
     }
 }
 
+/// A stored text read no further than a bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bounded {
+    Text(String),
+    /// Over the bound: `bytes` is its stored size when that was told, or
+    /// how much had been read when the bound was passed.
+    TooLarge {
+        bytes: u64,
+    },
+}
+
 /// Large bodies (inputs, outputs, turns, results) in the payload bucket.
 #[async_trait]
 pub trait Blobs: Send + Sync + Debug {
     async fn put_text(&self, key: &str, text: &str) -> Result<(), StoreError>;
     async fn get_text(&self, key: &str) -> Result<String, StoreError>;
+    /// Reads at most `max` bytes of the object: for objects someone other
+    /// than the platform wrote (a sandbox's outcomes), whose size it does
+    /// not control.
+    async fn get_text_bounded(&self, key: &str, max: u64) -> Result<Bounded, StoreError>;
 
     /// Inline when at most `limit` bytes, else stored under `key`.
     async fn spill(&self, key: &str, text: &str, limit: usize) -> Result<Payload, StoreError> {

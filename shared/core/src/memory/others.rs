@@ -22,7 +22,7 @@ use crate::error::StoreError;
 use crate::hands::{started_by, TaskInfo, TaskRequest};
 use crate::models::ModelError;
 use crate::ports::{
-    Blobs, CallRef, Model, Provider, Queues, Registry, Sandboxes, StoredKey, StoredMark,
+    Blobs, Bounded, CallRef, Model, Provider, Queues, Registry, Sandboxes, StoredKey, StoredMark,
 };
 use armada_domain::sandbox::credentials::TaskCredentials;
 
@@ -475,6 +475,16 @@ impl Blobs for Memory {
             .get(key)
             .cloned()
             .ok_or_else(|| StoreError::Terminal(format!("NoSuchKey: {key}")))
+    }
+
+    async fn get_text_bounded(&self, key: &str, max: u64) -> Result<Bounded, StoreError> {
+        let text = self.get_text(key).await?;
+        let bytes = text.len() as u64;
+        Ok(if bytes > max {
+            Bounded::TooLarge { bytes }
+        } else {
+            Bounded::Text(text)
+        })
     }
 }
 

@@ -105,6 +105,13 @@ pub const SANDBOX_LOST: &str = "SANDBOX_LOST";
 pub const SECURITY_VIOLATION: &str = "SECURITY_VIOLATION";
 
 /// Stable error codes a sandbox skill may answer with.
+/// The largest outcome the harness reads back from the payload bucket. An
+/// outcome there was written by the sandbox, whose size no one else set:
+/// a bigger one fails its call ([`codes::RESULT_TOO_LARGE`]) rather than
+/// fill the harness's memory. Far above what a skill answers (their
+/// outputs are cut to a few hundred KiB).
+pub const MAX_STORED_OUTCOME_BYTES: u64 = 8 * 1024 * 1024;
+
 pub mod codes {
     pub const OOM: &str = "OOM";
     pub const TIMEOUT: &str = "TIMEOUT";
@@ -113,6 +120,9 @@ pub mod codes {
     pub const INVALID_ARGS: &str = "INVALID_ARGS";
     pub const NOT_FOUND: &str = "NOT_FOUND";
     pub const TOO_LARGE: &str = "TOO_LARGE";
+    /// The call's outcome, stored in the bucket, is over
+    /// [`super::MAX_STORED_OUTCOME_BYTES`]: it was not read.
+    pub const RESULT_TOO_LARGE: &str = "RESULT_TOO_LARGE";
     pub const IO: &str = "IO_ERROR";
     /// The call would be destructive (a `file_write` over an existing file
     /// with other content) and was not approved: it did not run.
