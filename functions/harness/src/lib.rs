@@ -32,6 +32,7 @@ use armada_core::{Also, Services};
 use armada_domain::agent::AgentDefinition;
 use armada_domain::chat::{ModelReply, Role, ToolCall};
 use armada_domain::collab::resume::RunIdentity;
+use armada_domain::collab::ChildLimits;
 use armada_domain::context;
 use armada_domain::ledger::ToolCallRecord;
 use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};

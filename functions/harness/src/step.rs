@@ -109,10 +109,13 @@ impl Harness {
                 Next::Delegate(calls) => {
                     let known = self.known_agents(&run, agent, &calls).await?;
                     let resumes = self.resume_checks(&run, agent, &calls).await?;
-                    let max_depth = svc.cfg.max_delegation_depth;
+                    let limits = ChildLimits {
+                        max_depth: svc.cfg.max_delegation_depth,
+                        max_children_per_wait: svc.cfg.max_children_per_wait,
+                    };
                     let input = StepInput::Delegations {
                         known: &known,
-                        max_depth,
+                        limits,
                         resumes: &resumes,
                     };
                     decide(&mut run, agent, input, svc.clock.now_ms())?

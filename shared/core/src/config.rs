@@ -60,6 +60,11 @@ pub struct Config {
     /// How deep delegation may go below a root Run
     /// (`ARMADA_MAX_DELEGATION_DEPTH`, default 4).
     pub max_delegation_depth: u32,
+    /// How many child Runs one waiting point may have: one step's
+    /// `delegate` and `plan` calls together (`ARMADA_MAX_CHILDREN_PER_WAIT`,
+    /// default 64, one full `plan`); a call past it is answered
+    /// `TOO_MANY_CHILDREN`.
+    pub max_children_per_wait: u32,
     /// Signs result callbacks (`ARMADA_CALLBACK_SIGNING_SECRET`, at least 16 bytes).
     pub callback_signing_secret: String,
     /// The sender of approval emails (`ARMADA_APPROVAL_SENDER`), an SES
@@ -221,6 +226,11 @@ impl Config {
                 u64::from(armada_domain::collab::DEFAULT_MAX_DEPTH),
             )?
             .min(64) as u32,
+            max_children_per_wait: num(
+                "ARMADA_MAX_CHILDREN_PER_WAIT",
+                u64::from(armada_domain::collab::DEFAULT_MAX_CHILDREN_PER_WAIT),
+            )?
+            .clamp(1, 1024) as u32,
             callback_signing_secret: {
                 let s = req("ARMADA_CALLBACK_SIGNING_SECRET")?;
                 if s.len() < 16 {

@@ -29,7 +29,7 @@ pub struct CallError {
 }
 
 impl CallError {
-    fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: &'static str, message: impl Into<String>) -> Self {
         CallError {
             code,
             message: message.into(),

@@ -36,6 +36,29 @@ pub const DEFAULT_MAX_PARALLEL: u32 = crate::team::DEFAULT_MAX_PARALLEL;
 pub const MAX_TASK_BYTES: usize = 16 * 1024;
 /// The most tasks one `plan` call may hand out.
 pub const MAX_PLAN_TASKS: usize = crate::team::MAX_MEMBERS;
+/// Children one waiting point may have unless the deployment says
+/// otherwise (`ARMADA_MAX_CHILDREN_PER_WAIT`): one full `plan`. The limit
+/// of one call alone would let a step of many calls start thousands.
+pub const DEFAULT_MAX_CHILDREN_PER_WAIT: u32 = MAX_PLAN_TASKS as u32;
+
+/// The deployment's bounds on the children a step may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChildLimits {
+    /// How deep below its root a child may be.
+    pub max_depth: u32,
+    /// How many children one waiting point (one step's `delegate` and
+    /// `plan` calls together) may have.
+    pub max_children_per_wait: u32,
+}
+
+impl Default for ChildLimits {
+    fn default() -> Self {
+        ChildLimits {
+            max_depth: DEFAULT_MAX_DEPTH,
+            max_children_per_wait: DEFAULT_MAX_CHILDREN_PER_WAIT,
+        }
+    }
+}
 
 /// Stable codes of collaboration errors (tool results and Run errors).
 pub mod codes {
@@ -44,6 +67,7 @@ pub mod codes {
     pub const AGENT_NOT_FOUND: &str = "AGENT_NOT_FOUND";
     pub const NOT_A_MEMBER: &str = "NOT_A_MEMBER";
     pub const PLAN_NOT_ALLOWED: &str = "PLAN_NOT_ALLOWED";
+    pub const TOO_MANY_CHILDREN: &str = "TOO_MANY_CHILDREN";
     pub const INVALID_ARGS: &str = "INVALID_ARGS";
     pub const CHILD_FAILED: &str = "CHILD_FAILED";
     pub const CHILD_CANCELLED: &str = "CHILD_CANCELLED";

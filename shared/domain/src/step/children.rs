@@ -1,18 +1,19 @@
 //! The step's calls answered by child Runs (`delegate`, `plan`): checked
-//! against the registry's agents, the Run's path and the depth limit. A
-//! refused call is answered with its error at once (the Run carries on);
-//! the others become the children of a new waiting point, which the
-//! dispatcher creates and starts once the step has committed it.
+//! against the registry's agents, the Run's path, the depth limit and the
+//! children one waiting point may have. A refused call is answered with
+//! its error at once (the Run carries on); the others become the children
+//! of a new waiting point, which the dispatcher creates and starts once
+//! the step has committed it.
 
 use super::*;
 use crate::collab::children::open_round;
-use crate::collab::{delegate, DEFAULT_MAX_PARALLEL};
+use crate::collab::{codes, delegate, ChildSlot, DEFAULT_MAX_PARALLEL};
 
 pub(super) fn delegations(
     run: &mut Run,
     agent: &AgentDefinition,
     known: &BTreeSet<String>,
-    max_depth: u32,
+    limits: ChildLimits,
     resumes: &BTreeMap<String, Result<ResumePlan, CallError>>,
     now: i64,
 ) -> Result<Decision, StepRefused> {
@@ -26,11 +27,13 @@ pub(super) fn delegations(
         let executor = manifest_for(run, agent, &rec.skill)
             .map(|m| m.executor().to_string())
             .unwrap_or_default();
+        let max_depth = limits.max_depth;
         let asked = if executor == skills::PLAN {
             delegate::plan_slots(run, &rec.call_id, &rec.args, known, max_depth)
         } else {
             delegate::delegate_slots(run, &rec.call_id, &rec.args, known, max_depth, resumes)
-        };
+        }
+        .and_then(|s| within_wait(s, slots.len(), limits.max_children_per_wait));
         match asked {
             Ok(mut s) => {
                 apply_to(
@@ -62,4 +65,25 @@ pub(super) fn delegations(
         .map_or(DEFAULT_MAX_PARALLEL, |t| t.max_parallel);
     open_round(run, slots, max_parallel);
     Ok(Decision::new(events, Next::AwaitChildren))
+}
+
+/// The call's children, unless with those the step's earlier calls asked
+/// for they pass the waiting point's limit: then the call is refused whole
+/// (a call's children are all or none), and the calls before it keep theirs.
+fn within_wait(
+    slots: Vec<ChildSlot>,
+    earlier: usize,
+    max: u32,
+) -> Result<Vec<ChildSlot>, CallError> {
+    let max = max as usize;
+    if earlier + slots.len() <= max {
+        return Ok(slots);
+    }
+    Err(CallError::new(
+        codes::TOO_MANY_CHILDREN,
+        format!(
+            "this call asks for {} child runs and this step's earlier calls for {earlier}: one step may start at most {max} (this deployment's limit); ask for fewer, or wait for these to end and ask again",
+            slots.len()
+        ),
+    ))
 }

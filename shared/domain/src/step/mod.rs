@@ -18,6 +18,7 @@ use crate::approval::{Approval, ApprovalRequest};
 use crate::chat::{ModelReply, ToolCall};
 use crate::collab::delegate::CallError;
 use crate::collab::resume::ResumePlan;
+use crate::collab::ChildLimits;
 use crate::fields;
 use crate::ledger::ToolCallState;
 use crate::ledger::{self, IllegalToolTransition, Recovery, ToolCallEvent, ToolCallRecord};
@@ -62,7 +63,7 @@ pub enum StepInput<'a> {
     /// `known` are the registered ones.
     Delegations {
         known: &'a BTreeSet<String>,
-        max_depth: u32,
+        limits: ChildLimits,
         /// Verdicts on the calls that resume a finished Run, by call id.
         resumes: &'a BTreeMap<String, Result<ResumePlan, CallError>>,
     },
@@ -168,9 +169,9 @@ pub fn decide(
         }
         StepInput::Delegations {
             known,
-            max_depth,
+            limits,
             resumes,
-        } => children::delegations(run, agent, known, max_depth, resumes, now_ms),
+        } => children::delegations(run, agent, known, limits, resumes, now_ms),
         StepInput::ApprovalsDecided(decided) => approvals::approvals_decided(run, decided, now_ms),
     }
 }

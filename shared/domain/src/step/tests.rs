@@ -308,7 +308,7 @@ fn delegate_calls_become_children_of_one_waiting_point() {
     let none = BTreeMap::new();
     let input = StepInput::Delegations {
         known: &known,
-        max_depth: 4,
+        limits: ChildLimits::default(),
         resumes: &none,
     };
     let d = decide(&mut run, &a, input, 2).unwrap();
@@ -346,7 +346,7 @@ fn a_refused_delegation_is_the_calls_error_and_the_run_carries_on() {
     let none = BTreeMap::new();
     let input = StepInput::Delegations {
         known: &known,
-        max_depth: 4,
+        limits: ChildLimits::default(),
         resumes: &none,
     };
     let d = decide(&mut run, &a, input, 2).unwrap();
@@ -432,4 +432,99 @@ fn json_nested_too_deeply_never_enters_the_record() {
     for e in &d.events {
         assert!(crate::fields::json_depth(&e.data) <= crate::fields::MAX_JSON_DEPTH + 4);
     }
+}
+
+/// The children of one step's calls, offered in order: `limits` decides.
+fn delegated(run: &mut Run, a: &AgentDefinition, r: &ModelReply, limits: ChildLimits) -> Decision {
+    run.apply(RunEvent::Claimed { lease_until_ms: 9 }, 1)
+        .unwrap();
+    let d = decide(run, a, StepInput::Replied(r), 1).unwrap();
+    assert!(matches!(d.next, Next::Delegate(_)), "{:?}", d.next);
+    let known = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+    let none = BTreeMap::new();
+    let input = StepInput::Delegations {
+        known: &known,
+        limits,
+        resumes: &none,
+    };
+    decide(run, a, input, 2).unwrap()
+}
+
+fn refused_codes(d: &Decision) -> Vec<(String, String)> {
+    d.events
+        .iter()
+        .filter(|e| e.kind == "tool_result")
+        .map(|e| {
+            (
+                e.data["call_id"].as_str().unwrap_or_default().to_string(),
+                e.data["result"]["error"]["code"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+/// 16 `plan` calls of 64 tasks in one turn would be 1,024 children of one
+/// POST: the waiting point takes 64 (one full plan) and every call past
+/// that is refused whole, as an error the lead reads.
+#[test]
+fn one_waiting_point_holds_at_most_its_limit_of_children() {
+    let mut lead = test_run();
+    lead.team = Some(
+        crate::team::TeamDefinition::from_json(
+            "eng",
+            &json!({"members": ["b", "c"], "strategy": "lead", "lead": "a"}),
+        )
+        .unwrap(),
+    );
+    let tasks = |n: usize| -> Value {
+        let t: Vec<Value> = (0..n)
+            .map(|i| json!({"agent": if i % 2 == 0 { "b" } else { "c" }, "task": format!("part {i}")}))
+            .collect();
+        json!({ "tasks": t })
+    };
+    let mut r = reply(&[]);
+    r.tool_calls = [("p0", 64), ("p1", 64), ("p2", 1)]
+        .iter()
+        .map(|(id, n)| ToolCall {
+            id: (*id).into(),
+            name: "plan".into(),
+            args: tasks(*n),
+        })
+        .collect();
+    let d = delegated(&mut lead, &agent(), &r, ChildLimits::default());
+    assert_eq!(d.next, Next::AwaitChildren);
+    let children = lead.children.clone().unwrap();
+    assert_eq!((children.slots.len(), children.outstanding), (64, 64));
+    assert!(children
+        .slots
+        .iter()
+        .all(|s| s.call_id.as_deref() == Some("p0")));
+    assert_eq!(
+        refused_codes(&d),
+        [
+            ("p1".to_string(), "TOO_MANY_CHILDREN".to_string()),
+            ("p2".to_string(), "TOO_MANY_CHILDREN".to_string())
+        ]
+    );
+    assert_eq!(lead.ledger["p0"].state, ToolCallState::Dispatched);
+    assert!(lead.ledger["p1"].state.is_settled());
+
+    // The deployment's limit, not the plan's, decides: with 2, a third
+    // delegate of the same step is refused and the first two go.
+    let mut run = test_run();
+    let limits = ChildLimits {
+        max_children_per_wait: 2,
+        ..ChildLimits::default()
+    };
+    let r = delegations(&[("b", "x"), ("c", "y"), ("b", "z")]);
+    let d = delegated(&mut run, &delegating_agent(), &r, limits);
+    assert_eq!(d.next, Next::AwaitChildren);
+    assert_eq!(run.children.clone().unwrap().outstanding, 2);
+    assert_eq!(
+        refused_codes(&d),
+        [("d2".to_string(), "TOO_MANY_CHILDREN".to_string())]
+    );
 }
