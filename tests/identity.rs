@@ -21,6 +21,19 @@ use armada_domain::sandbox::seal::{answer_key, Answer};
 use armada_tests::outcome;
 use armada_tests::sandbox::*;
 
+/// The salt of the stack tenant's sandbox record of `agent` (in its
+/// generations' keys), as the control plane reads it.
+async fn salt_of(t: &armada_tests::TestStack, agent: &str) -> String {
+    t.stack
+        .svc
+        .sandboxes
+        .get(&t.stack.tenant, agent)
+        .await
+        .unwrap()
+        .unwrap()
+        .salt
+}
+
 /// The dispatched call of a Run that waits on its sandbox.
 async fn dispatched(t: &armada_tests::TestStack, run_id: &str) -> (u32, String, u32, u64) {
     for _ in 0..300 {
@@ -64,8 +77,9 @@ async fn an_answer_not_sealed_by_the_calls_own_sandbox_is_refused() {
     };
     // Another identity's sandbox (its own key, even of the same generation
     // number), one with no seal, and a right key over another answer.
-    let other = answer_key(&secret, "another-tenant", "coder", generation);
-    let real_key = answer_key(&secret, &t.stack.tenant, "coder", generation);
+    let salt = salt_of(&t, "coder").await;
+    let other = answer_key(&secret, "another-tenant", "coder", generation, &salt);
+    let real_key = answer_key(&secret, &t.stack.tenant, "coder", generation, &salt);
     let tampered = ResultBody::Inline {
         outcome: CallOutcome::Finished {
             result: json!({"stdout": "something else"}),
@@ -246,7 +260,8 @@ async fn a_task_signs_with_credentials_of_its_own_which_only_its_key_renews() {
         .unwrap()
         .as_millis() as i64;
     let secret = t.stack.svc.cfg.callback_signing_secret.clone();
-    let other_key = answer_key(&secret, "another-tenant", "coder", generation);
+    let salt = salt_of(&t, "coder").await;
+    let other_key = answer_key(&secret, "another-tenant", "coder", generation, &salt);
     let req = Renewal {
         tenant: &t.stack.tenant,
         agent: "coder",
@@ -419,7 +434,13 @@ async fn a_sandbox_cannot_squat_the_next_step_of_its_run() {
         .unwrap();
     let (step, call_id, attempt, generation) = dispatched(&t, &run_id).await;
     let secret = t.stack.svc.cfg.callback_signing_secret.clone();
-    let key = answer_key(&secret, &t.stack.tenant, "coder", generation);
+    let key = answer_key(
+        &secret,
+        &t.stack.tenant,
+        "coder",
+        generation,
+        &salt_of(&t, "coder").await,
+    );
     let body = ResultBody::Inline {
         outcome: CallOutcome::Finished {
             result: json!({"exit_code": 0, "stdout": "early\n", "stderr": ""}),
@@ -460,4 +481,96 @@ async fn a_sandbox_cannot_squat_the_next_step_of_its_run() {
         .unwrap();
     assert_eq!(outcome(&run), "COMPLETED", "{run}");
     assert_eq!(tool_result(&run, "shell_exec")["stdout"], "early\n");
+}
+
+/// Deleting an agent deletes its sandbox records, so its identity starts
+/// again at generation 1. The record's salt makes that generation 1 a new
+/// one: its hand queue has another name, and an answer sealed with the
+/// key the old generation 1's task held is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_recreated_identitys_generation_one_is_not_the_old_one() {
+    let t = start().await;
+    put_agent(&t, "twice", json!({})).await;
+    let first = ask_as(&t.client, "twice", &sh("echo one")).await;
+    assert_eq!(outcome(&first), "COMPLETED", "{first}");
+    let old = t
+        .stack
+        .svc
+        .sandboxes
+        .get(&t.stack.tenant, "twice")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(old.generation, 1);
+    t.admin
+        .call(reqwest::Method::DELETE, "/v1/agents/twice", None, true)
+        .await
+        .unwrap();
+    put_agent(&t, "twice", json!({})).await;
+    let run_id = t
+        .client
+        .create_run("twice", &sh("sleep 3; echo new"))
+        .await
+        .unwrap();
+    let (step, call_id, attempt, generation) = dispatched(&t, &run_id).await;
+    assert_eq!(generation, 1, "a new record starts at generation 1 again");
+    let new = salt_of(&t, "twice").await;
+    assert_ne!(new, old.salt);
+    let now_queue = t
+        .stack
+        .svc
+        .sandboxes
+        .get(&t.stack.tenant, "twice")
+        .await
+        .unwrap()
+        .unwrap()
+        .hand_queue_url;
+    assert_ne!(now_queue, old.hand_queue_url);
+    let secret = t.stack.svc.cfg.callback_signing_secret.clone();
+    let old_key = answer_key(&secret, &t.stack.tenant, "twice", 1, &old.salt);
+    let body = ResultBody::Inline {
+        outcome: CallOutcome::Finished {
+            result: json!({"exit_code": 0, "stdout": "old\n", "stderr": ""}),
+        },
+    };
+    let answer = Answer {
+        run_id: &run_id,
+        tenant: &t.stack.tenant,
+        step,
+        call_id: &call_id,
+        attempt,
+        body: &body,
+    };
+    let msg = HarnessMessage::ToolResult {
+        run_id: run_id.clone(),
+        tenant: t.stack.tenant.clone(),
+        step,
+        call_id: call_id.clone(),
+        attempt,
+        body: body.clone(),
+        seal: Some(answer.seal(&old_key, 1)),
+    };
+    let counted = &t.stack.svc.counters.forged_drops;
+    let before = counted.load(Ordering::Relaxed);
+    t.stack
+        .aws
+        .sqs
+        .send_message()
+        .queue_url(t.stack.svc.queues.harness_url())
+        .message_body(serde_json::to_string(&msg).unwrap())
+        .message_group_id(&run_id)
+        .message_deduplication_id(format!("old-generation-{}", msg.dedup_id()))
+        .send()
+        .await
+        .unwrap();
+    eventually("the old generation's answer is refused", || async {
+        counted.load(Ordering::Relaxed) > before
+    })
+    .await;
+    let run = t
+        .client
+        .wait_run(&run_id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(tool_result(&run, "shell_exec")["stdout"], "new\n", "{run}");
 }

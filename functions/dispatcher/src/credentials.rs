@@ -15,22 +15,19 @@ use super::{retry, Dispatcher};
 
 impl Dispatcher {
     pub(super) async fn renew_credentials(&self, req: &Renewal<'_>, seal: &str) -> Outcome {
+        // The record's salt is in the generation's key: read it first.
+        let record = match self.svc.sandboxes.get(req.tenant, req.agent).await {
+            Ok(r) => r,
+            Err(e) => return retry(e),
+        };
         let key = answer_key(
             &self.svc.cfg.callback_signing_secret,
             req.tenant,
             req.agent,
             req.generation,
+            record.as_ref().map(|r| r.salt.as_str()).unwrap_or_default(),
         );
         let sealed = req.sealed_by(seal, &key);
-        // A request nobody sealed is not worth a read.
-        let record = if sealed {
-            match self.svc.sandboxes.get(req.tenant, req.agent).await {
-                Ok(r) => r,
-                Err(e) => return retry(e),
-            }
-        } else {
-            None
-        };
         let now = self.svc.clock.now_ms();
         let hand_queue_url = match judge_renewal(req, sealed, record.as_ref(), now) {
             RenewalVerdict::Issue { hand_queue_url } => hand_queue_url,

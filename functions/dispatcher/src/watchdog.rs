@@ -123,11 +123,13 @@ impl Dispatcher {
                 // sealing with that generation's key as its agent would.
                 let body = ResultBody::Inline { outcome };
                 let generation = c.generation.unwrap_or_default();
+                let salt = rec.as_ref().map(|r| r.salt.as_str()).unwrap_or_default();
                 let key = answer_key(
                     &self.svc.cfg.callback_signing_secret,
                     &run.tenant,
                     &run.agent,
                     generation,
+                    salt,
                 );
                 let answer = Answer {
                     run_id: &run.run_id,

@@ -269,7 +269,7 @@ async fn a_stored_outcome_over_the_bound_fails_its_call_unread() {
         body: &body,
     }
     .seal(
-        &answer_key(&svc.cfg.callback_signing_secret, TENANT, "assistant", 1),
+        &answer_key(&svc.cfg.callback_signing_secret, TENANT, "assistant", 1, ""),
         1,
     );
     let msg = HarnessMessage::ToolResult {

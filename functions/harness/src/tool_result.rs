@@ -46,11 +46,20 @@ impl Harness {
         // for it) can seal its answer; the key comes from the Run's own
         // tenant and agent, never from the message.
         let generation = record.generation.unwrap_or_default();
+        // The sandbox record's salt is in the key (a deleted identity's
+        // new generation 1 has another); no record, no key that holds.
+        let salt = svc
+            .sandboxes
+            .get(&current.tenant, &current.agent)
+            .await?
+            .map(|r| r.salt)
+            .unwrap_or_default();
         let key = answer_key(
             &svc.cfg.callback_signing_secret,
             &current.tenant,
             &current.agent,
             generation,
+            &salt,
         );
         let answer = Answer {
             run_id,

@@ -21,6 +21,7 @@ use armada_domain::sandbox::access::{session_policy, PlatformArns};
 use armada_domain::sandbox::credentials::{TaskCredentials, ROLE_CHAIN_MAX_SECONDS};
 use armada_domain::sandbox::hand::HandMessage;
 use armada_domain::sandbox::lifecycle::sandbox_key;
+use armada_domain::sandbox::seal::answer_key;
 use armada_domain::sandbox::CapabilitySet;
 
 use crate::aws::AwsClients;
@@ -129,6 +130,8 @@ pub struct TaskRequest<'a> {
     pub agent: &'a str,
     pub generation: u64,
     pub hand_queue_url: &'a str,
+    /// The sandbox record's salt (see [`answer_key`]).
+    pub salt: &'a str,
     pub caps: &'a CapabilitySet,
     pub spec: &'a SandboxSpec,
     /// The workspace snapshot to restore (waking a hibernated sandbox).
@@ -184,6 +187,28 @@ impl TaskInfo {
     pub fn is_stopped(&self) -> bool {
         self.desired_status == "STOPPED" || self.last_status == "STOPPED"
     }
+}
+
+/// A generation's hand queue: the identity's digest, the generation, and
+/// the record's salt (so a deleted identity's next generation 1 gets a
+/// queue of its own).
+pub fn hand_queue_name(
+    prefix: &str,
+    tenant: &str,
+    agent: &str,
+    generation: u64,
+    salt: &str,
+) -> String {
+    let d = Sha256::digest(sandbox_key(tenant, agent).as_bytes());
+    let salted = if salt.is_empty() {
+        String::new()
+    } else {
+        format!("-{salt}")
+    };
+    format!(
+        "{prefix}-{}-g{generation}{salted}.fifo",
+        &hex::encode(d)[..16]
+    )
 }
 
 /// `startedBy` holds at most 36 characters: the identity's digest.
@@ -254,13 +279,8 @@ impl SandboxProvider {
         }
     }
 
-    fn hand_queue_name(&self, tenant: &str, agent: &str, generation: u64) -> String {
-        let d = Sha256::digest(sandbox_key(tenant, agent).as_bytes());
-        format!(
-            "{}-{}-g{generation}.fifo",
-            self.cfg.hand_queue_prefix,
-            &hex::encode(d)[..16]
-        )
+    fn hand_queue_name(&self, tenant: &str, agent: &str, generation: u64, salt: &str) -> String {
+        hand_queue_name(&self.cfg.hand_queue_prefix, tenant, agent, generation, salt)
     }
 
     /// Creates the generation's hand queue (FIFO, grouped by Run) or finds it.
@@ -342,11 +362,12 @@ impl Provider for SandboxProvider {
         tenant: &str,
         agent: &str,
         generation: u64,
+        salt: &str,
     ) -> Result<String, StoreError> {
         let out = self
             .sqs
             .create_queue()
-            .queue_name(self.hand_queue_name(tenant, agent, generation))
+            .queue_name(self.hand_queue_name(tenant, agent, generation, salt))
             .attributes(QueueAttributeName::FifoQueue, "true")
             // A call runs up to 30 minutes; its message stays hidden meanwhile.
             .attributes(QueueAttributeName::VisibilityTimeout, "1900")
@@ -493,11 +514,12 @@ impl Provider for SandboxProvider {
             (TASK_NETWORK, self.task_network(req.caps).to_string()),
             (
                 ANSWER_KEY,
-                armada_domain::sandbox::seal::answer_key(
+                answer_key(
                     &self.answer_secret,
                     req.tenant,
                     req.agent,
                     req.generation,
+                    req.salt,
                 ),
             ),
             (DISPATCH_QUEUE_URL, self.dispatch_queue_url.clone()),
@@ -677,4 +699,28 @@ impl Provider for SandboxProvider {
 /// Serialising our own types to JSON cannot fail.
 fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_salt_names_a_hand_queue_of_its_own_within_sqs_limits() {
+        let old = hand_queue_name("armada-hand", "acme", "coder", 1, "");
+        let first = hand_queue_name("armada-hand", "acme", "coder", 1, "0a1b2c3d4e5f6a7b");
+        let again = hand_queue_name("armada-hand", "acme", "coder", 1, "99aa88bb77cc66dd");
+        assert_ne!(first, again);
+        assert!(old.ends_with("-g1.fifo") && first.ends_with("-g1-0a1b2c3d4e5f6a7b.fifo"));
+        // SQS queue names: at most 80 characters, including `.fifo`; with
+        // a 25-character stack name and a millionth generation.
+        let long = hand_queue_name(
+            &format!("{}-hand", "s".repeat(25)),
+            "t",
+            "a",
+            1_000_000,
+            "0a1b2c3d4e5f6a7b",
+        );
+        assert!(long.len() <= 80, "{} characters: {long}", long.len());
+    }
 }

@@ -418,6 +418,7 @@ pub trait Provider: Send + Sync + Debug {
         tenant: &str,
         agent: &str,
         generation: u64,
+        salt: &str,
     ) -> Result<String, StoreError>;
     async fn delete_hand_queue(&self, url: &str) -> Result<(), StoreError>;
     /// Deletes a generation's bootstrap files (its secrets, handed to its

@@ -43,6 +43,11 @@ pub enum CallWatch {
     Lost(String),
 }
 
+/// A new sandbox record's salt.
+fn new_salt() -> String {
+    hex::encode(rand::random::<[u8; 8]>())
+}
+
 pub fn now_ms(svc: &Services) -> i64 {
     svc.clock.now_ms()
 }
@@ -57,12 +62,13 @@ pub async fn acquire(
 ) -> Result<Holding, SandboxError> {
     let now = now_ms(svc);
     let profile = agent.sandbox.profile.clone();
+    let salt = new_salt();
     let (record, acquired) = svc
         .sandboxes
         .modify(tenant, &agent.name, |rec| {
-            let mut r = rec
-                .clone()
-                .unwrap_or_else(|| SandboxRecord::new(tenant, &agent.name, &profile, now));
+            let mut r = rec.clone().unwrap_or_else(|| {
+                SandboxRecord::new(tenant, &agent.name, &profile, now).salted(&salt)
+            });
             let a = r.acquire(run_id, &profile, now);
             match rec {
                 // Held already and nothing changed: no write.
@@ -99,12 +105,13 @@ pub async fn prewarm(
 ) -> Result<SandboxRecord, SandboxError> {
     let now = now_ms(svc);
     let profile = agent.sandbox.profile.clone();
+    let salt = new_salt();
     let record = svc
         .sandboxes
         .modify(tenant, &agent.name, |rec| {
-            let mut r = rec
-                .clone()
-                .unwrap_or_else(|| SandboxRecord::new(tenant, &agent.name, &profile, now));
+            let mut r = rec.clone().unwrap_or_else(|| {
+                SandboxRecord::new(tenant, &agent.name, &profile, now).salted(&salt)
+            });
             match r.prewarm(&profile, now) {
                 Some(_) => Change::Write(Box::new(r.clone()), r),
                 None => Change::Keep(r),
@@ -142,7 +149,7 @@ pub async fn start_task(
     }
     let queue = svc
         .provider
-        .hand_queue(&rec.tenant, &rec.agent, rec.generation)
+        .hand_queue(&rec.tenant, &rec.agent, rec.generation, &rec.salt)
         .await?;
     // The sandbox mounts what the definition and its skills' manifests declare.
     let mut spec = agent.sandbox.clone();
@@ -154,6 +161,7 @@ pub async fn start_task(
             agent: &rec.agent,
             generation: rec.generation,
             hand_queue_url: &queue,
+            salt: &rec.salt,
             caps: &caps,
             spec: &spec,
             // Waking from a snapshot: the new task restores the workspace.

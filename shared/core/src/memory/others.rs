@@ -324,6 +324,7 @@ impl Provider for Memory {
         tenant: &str,
         agent: &str,
         generation: u64,
+        _salt: &str,
     ) -> Result<String, StoreError> {
         Ok(format!("memory://hand/{tenant}/{agent}/g{generation}"))
     }

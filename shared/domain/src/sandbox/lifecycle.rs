@@ -117,6 +117,12 @@ pub struct SandboxRecord {
     /// expiry only), as its last heartbeat said.
     #[serde(default)]
     pub credentials: Option<CredentialsInfo>,
+    /// Random, chosen when the record is made: it goes into the names of
+    /// its hand queues and the keys of its generations, which therefore
+    /// never repeat when a deleted identity starts again at generation 1.
+    /// (Empty in a record from before salts.)
+    #[serde(default)]
+    pub salt: String,
 }
 
 /// The identity a sandbox belongs to.
@@ -175,7 +181,14 @@ impl SandboxRecord {
             failure: None,
             snapshot_key: None,
             credentials: None,
+            salt: String::new(),
         }
+    }
+
+    /// This record with its salt (a new record's, chosen by the caller).
+    pub fn salted(mut self, salt: &str) -> Self {
+        self.salt = salt.to_string();
+        self
     }
 
     pub fn key(&self) -> String {

@@ -22,11 +22,26 @@ pub struct Seal {
 }
 
 /// The key of one sandbox generation (hex). Never stored: the provider
-/// hands it to the task it starts; the harness derives it again.
-pub fn answer_key(deployment_secret: &str, tenant: &str, agent: &str, generation: u64) -> String {
+/// hands it to the task it starts; the harness derives it again. `salt` is
+/// the sandbox record's own ([`crate::sandbox::lifecycle::SandboxRecord`]'s
+/// `salt`): an identity whose record was deleted (its agent was) starts
+/// again at generation 1, and its new generation 1 gets another key.
+pub fn answer_key(
+    deployment_secret: &str,
+    tenant: &str,
+    agent: &str,
+    generation: u64,
+    salt: &str,
+) -> String {
+    // A record from before salts (empty) keeps the key it had.
+    let salted = if salt.is_empty() {
+        String::new()
+    } else {
+        format!("\n{salt}")
+    };
     hmac_sha256_hex(
         deployment_secret.as_bytes(),
-        format!("armada-sandbox-answer\n{tenant}\n{agent}\n{generation}").as_bytes(),
+        format!("armada-sandbox-answer\n{tenant}\n{agent}\n{generation}{salted}").as_bytes(),
     )
 }
 
@@ -92,14 +107,14 @@ mod tests {
             attempt: 1,
             body: &b,
         };
-        let key_b = answer_key("deployment", "b", "coder", 7);
+        let key_b = answer_key("deployment", "b", "coder", 7, "");
         let seal = answer.seal(&key_b, 7);
         assert!(answer.sealed_by(&seal, &key_b));
         // A's task knows only A's key.
-        let key_a = answer_key("deployment", "a", "coder", 7);
+        let key_a = answer_key("deployment", "a", "coder", 7, "");
         assert!(!answer.sealed_by(&answer.seal(&key_a, 7), &key_b));
         // Another generation of B's sandbox has another key.
-        assert!(!answer.sealed_by(&seal, &answer_key("deployment", "b", "coder", 8)));
+        assert!(!answer.sealed_by(&seal, &answer_key("deployment", "b", "coder", 8, "")));
         let relabelled = Seal {
             generation: 8,
             ..seal.clone()
@@ -136,5 +151,21 @@ mod tests {
             .unwrap_or_default()
             .to_string();
         assert!(text.contains(r#"{"a":{"b":3,"y":2},"z":1}"#), "{text}");
+    }
+
+    #[test]
+    fn a_salt_makes_a_generation_key_of_its_own() {
+        let before = answer_key("deployment", "a", "coder", 1, "");
+        let first = answer_key("deployment", "a", "coder", 1, "0a1b2c3d4e5f6a7b");
+        let again = answer_key("deployment", "a", "coder", 1, "99aa88bb77cc66dd");
+        assert_ne!(
+            first, again,
+            "a recreated record's generation 1 has another key"
+        );
+        assert_ne!(first, before);
+        assert_eq!(
+            first,
+            answer_key("deployment", "a", "coder", 1, "0a1b2c3d4e5f6a7b")
+        );
     }
 }
