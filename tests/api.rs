@@ -421,3 +421,43 @@ async fn input_larger_than_a_queue_message_is_stored_and_answered() {
     assert_eq!(run["input"].as_str().unwrap().len(), input.len());
     t.stack.stop().await;
 }
+
+/// A tenant's rate of new Runs is held with a conditional counter in the
+/// idempotency table: past `TenantRunsPerMinute` a start is answered 429
+/// with `Retry-After`, through the stack's HTTP server as API Gateway
+/// would pass it on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_past_its_runs_per_minute_is_told_when_to_retry() {
+    let t =
+        TestStack::start_with(armada_tests::params(&[("TenantRunsPerMinute", "2")]), None).await;
+    let start = r#"{"agent":"assistant","input":"hi"}"#;
+    let post = || {
+        reqwest::Client::new()
+            .post(format!("{}/v1/runs", t.stack.api_url))
+            .bearer_auth(&t.stack.tenant_key)
+            .header("content-type", "application/json")
+            .body(start)
+            .send()
+    };
+    // Two within the minute; should the minute turn between them, the
+    // third is in a fresh window and is accepted: then try once more.
+    let mut refused = None;
+    for _ in 0..5 {
+        let resp = post().await.unwrap();
+        if resp.status().as_u16() == 429 {
+            refused = Some(resp);
+            break;
+        }
+        assert_eq!(resp.status().as_u16(), 202);
+    }
+    let resp = refused.expect("a start past the quota is refused");
+    let wait: u32 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "RATE_LIMITED", "{body}");
+    t.stack.stop().await;
+}

@@ -21,7 +21,8 @@ use armada_core::unreadable::{self, Ending};
 use armada_core::Services;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::api::{
-    parse_message, sha256_hex, valid_tenant, ApiError, ApiKey, CreateRun, CreateSession, RunTarget,
+    minute_window, parse_message, sha256_hex, valid_tenant, ApiError, ApiKey, CreateRun,
+    CreateSession, RunTarget,
 };
 use armada_domain::collab::chain::{step_run_id, ChainLink};
 use armada_domain::collab::{Lineage, RunKind};
@@ -64,11 +65,20 @@ pub async fn handle(svc: Arc<Services>, req: Request) -> Response<Body> {
     // so it follows the request wherever the runtime polls it.
     let work = async {
         let result = route(&svc, &req, &method, &path).await;
-        let (status, body) = match result {
-            Ok(ok) => ok,
-            Err(e) => armada_core::auth::error_reply(&e),
+        let (status, body, retry_after) = match result {
+            Ok((status, body)) => (status, body, None),
+            Err(e) => {
+                let (status, body) = armada_core::auth::error_reply(&e);
+                (status, body, e.retry_after_s)
+            }
         };
-        json_response(status, &body)
+        let mut resp = json_response(status, &body);
+        if let Some(s) = retry_after {
+            if let Ok(v) = http::HeaderValue::from_str(&s.to_string()) {
+                resp.headers_mut().insert(http::header::RETRY_AFTER, v);
+            }
+        }
+        resp
     };
     // The Run a request is for is named once it is known (`start_run`).
     armada_core::calls::on_behalf(None, work.instrument(span)).await

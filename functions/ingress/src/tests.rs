@@ -19,8 +19,14 @@ const ADMIN: &str = "adm_unit_test_admin_key";
 
 impl Api {
     async fn new() -> Api {
+        Self::with(|_| {}).await
+    }
+
+    /// The test deployment, configured by `edit`.
+    async fn with(edit: impl FnOnce(&mut armada_core::config::Config)) -> Api {
         let mut cfg = test_config();
         cfg.admin_key_sha256 = armada_domain::api::sha256_hex(ADMIN.as_bytes());
+        edit(&mut cfg);
         let (svc, mem) = Services::in_memory(cfg);
         agent(&svc, "assistant", &["current_time"]).await;
         Api { svc, mem }
@@ -222,6 +228,56 @@ async fn a_run_whose_record_cannot_be_read_is_read_and_cancelled() {
         "{view}"
     );
     assert_eq!(code(&view), "CORRUPT_RECORD");
+}
+
+/// A tenant starts at most its quota of Runs a minute: past it the start
+/// is `429 RATE_LIMITED` with `Retry-After` (the rest of the minute) and
+/// writes nothing; another tenant is not held back; the next minute
+/// counts afresh.
+#[tokio::test]
+async fn a_tenant_past_its_runs_per_minute_waits_for_the_next_minute() {
+    let api = Api::with(|c| c.tenant_runs_per_minute = 2).await;
+    let (key, other) = (api.key("acme").await, api.key("beta").await);
+    let start = json!({"agent": "assistant", "input": "hi"});
+    for _ in 0..2 {
+        let (status, _) = api
+            .call("POST", "/v1/runs", Some(&key), &[], Some(start.clone()))
+            .await;
+        assert_eq!(status, 202);
+    }
+    let req = http::Request::builder()
+        .method("POST")
+        .uri("/v1/runs")
+        .header("authorization", format!("Bearer {key}"))
+        .body(Body::Text(start.to_string()))
+        .expect("a well-formed request");
+    let resp = handle(api.svc.clone(), req).await;
+    assert_eq!(resp.status().as_u16(), 429);
+    let wait: u32 = resp.headers()[http::header::RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    let body: Value = match resp.body() {
+        Body::Text(t) => serde_json::from_str(t).unwrap(),
+        _ => Value::Null,
+    };
+    assert_eq!(code(&body), "RATE_LIMITED", "{body}");
+    assert_eq!(
+        api.mem.state().runs.len(),
+        2,
+        "the refused start wrote nothing"
+    );
+    let (status, _) = api
+        .call("POST", "/v1/runs", Some(&other), &[], Some(start.clone()))
+        .await;
+    assert_eq!(status, 202, "another tenant has its own quota");
+    api.svc.clock.advance(i64::from(wait) * 1000);
+    let (status, _) = api
+        .call("POST", "/v1/runs", Some(&key), &[], Some(start))
+        .await;
+    assert_eq!(status, 202, "a new minute");
 }
 
 #[tokio::test]

@@ -65,6 +65,10 @@ pub struct Config {
     /// default 64, one full `plan`); a call past it is answered
     /// `TOO_MANY_CHILDREN`.
     pub max_children_per_wait: u32,
+    /// How many Runs one tenant may start through the API in a minute
+    /// (`ARMADA_TENANT_RUNS_PER_MINUTE`, default 600); past it a start is
+    /// answered `429 RATE_LIMITED` with `Retry-After`.
+    pub tenant_runs_per_minute: u32,
     /// Signs result callbacks (`ARMADA_CALLBACK_SIGNING_SECRET`, at least 16 bytes).
     pub callback_signing_secret: String,
     /// The sender of approval emails (`ARMADA_APPROVAL_SENDER`), an SES
@@ -231,6 +235,8 @@ impl Config {
                 u64::from(armada_domain::collab::DEFAULT_MAX_CHILDREN_PER_WAIT),
             )?
             .clamp(1, 1024) as u32,
+            tenant_runs_per_minute: num("ARMADA_TENANT_RUNS_PER_MINUTE", 600)?.clamp(1, 1_000_000)
+                as u32,
             callback_signing_secret: {
                 let s = req("ARMADA_CALLBACK_SIGNING_SECRET")?;
                 if s.len() < 16 {

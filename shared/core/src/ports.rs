@@ -194,6 +194,15 @@ pub trait Sessions: Send + Sync + Debug {
 #[async_trait]
 pub trait Idempotency: Send + Sync + Debug {
     async fn get(&self, tenant: &str, key: &str) -> Result<Option<IdemRecord>, StoreError>;
+    /// Counts one Run started by `tenant` in the minute starting at
+    /// `window_s`, unless `limit` were counted already: `false` then, and
+    /// nothing is counted (one conditional write; the counter expires).
+    async fn count_run_start(
+        &self,
+        tenant: &str,
+        window_s: i64,
+        limit: u32,
+    ) -> Result<bool, StoreError>;
 }
 
 /// Agents, skills, profiles and API keys.

@@ -7,6 +7,17 @@ use sha2::{Digest, Sha256};
 use crate::fields::{FieldError, Fields};
 use crate::session::OnBusy;
 
+/// The one-minute window `now_ms` falls in (its start, in seconds since
+/// the epoch) and how many seconds remain of it (at least 1).
+pub fn minute_window(now_ms: i64) -> (i64, u32) {
+    let now_s = now_ms.div_euclid(1000);
+    let start = now_s - now_s.rem_euclid(60);
+    (
+        start,
+        u32::try_from(start + 60 - now_s).unwrap_or(60).max(1),
+    )
+}
+
 /// An error as answered to a caller: a status, a stable code, a message.
 /// Details that would expose internals go to the log, not here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -15,6 +26,8 @@ pub struct ApiError {
     pub status: u16,
     pub code: &'static str,
     pub message: String,
+    /// Seconds a refused caller should wait (`Retry-After`), when known.
+    pub retry_after_s: Option<u32>,
 }
 
 impl ApiError {
@@ -23,6 +36,18 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after_s: None,
+        }
+    }
+    /// A tenant started more Runs this minute than its quota allows.
+    pub fn rate_limited(per_minute: u32, retry_after_s: u32) -> Self {
+        ApiError {
+            retry_after_s: Some(retry_after_s),
+            ..Self::new(
+                429,
+                "RATE_LIMITED",
+                format!("this tenant may start {per_minute} runs a minute; retry after {retry_after_s} s"),
+            )
         }
     }
     pub fn invalid_json(detail: impl std::fmt::Display) -> Self {

@@ -164,6 +164,17 @@ impl<'a> NewRun<'a> {
 
 pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, Value), ApiError> {
     let now = svc.clock.now_ms();
+    // The tenant's rate first: a refused start writes nothing.
+    let limit = svc.cfg.tenant_runs_per_minute;
+    let (window, retry_after) = minute_window(now);
+    if !svc
+        .idempotency
+        .count_run_start(new.tenant, window, limit)
+        .await
+        .map_err(store_err)?
+    {
+        return Err(ApiError::rate_limited(limit, retry_after));
+    }
     let run_id = match &new.chain {
         Some(link) => step_run_id(&link.chain_id, 0),
         None => new_id("run"),

@@ -56,6 +56,8 @@ pub struct State {
     /// session → turn → (role, content, run).
     pub turns: HashMap<String, BTreeMap<u64, (Role, Payload, String)>>,
     pub idempotency: HashMap<String, IdemRecord>,
+    /// (tenant, minute) → Runs started (the per-tenant rate quota).
+    pub run_starts: HashMap<(String, i64), u32>,
     pub agents: HashMap<String, (AgentDefinition, u64)>,
     pub skills: BTreeMap<String, SkillManifest>,
     pub profiles: BTreeMap<String, ProfileDef>,
@@ -535,5 +537,23 @@ impl Idempotency for Memory {
             .idempotency
             .get(&idem_key(tenant, key))
             .cloned())
+    }
+
+    async fn count_run_start(
+        &self,
+        tenant: &str,
+        window_s: i64,
+        limit: u32,
+    ) -> Result<bool, StoreError> {
+        let mut st = self.state();
+        let n = st
+            .run_starts
+            .entry((tenant.to_string(), window_s))
+            .or_insert(0);
+        if *n >= limit {
+            return Ok(false);
+        }
+        *n += 1;
+        Ok(true)
     }
 }

@@ -72,4 +72,32 @@ impl ports::Idempotency for IdempotencyStore {
             })
             .transpose()
     }
+
+    async fn count_run_start(
+        &self,
+        tenant: &str,
+        window_s: i64,
+        limit: u32,
+    ) -> Result<bool, StoreError> {
+        let r = self
+            .dynamo
+            .update_item()
+            .table_name(&self.table)
+            .key("idem_key", s(format!("quota#runs#{tenant}#{window_s}")))
+            .update_expression("ADD #n :one SET expires_at = :exp")
+            .condition_expression("attribute_not_exists(#n) OR #n < :limit")
+            .expression_attribute_names("#n", "started")
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":limit", n(limit))
+            // Kept a little past its minute, then TTL removes it.
+            .expression_attribute_values(":exp", n(window_s + 600))
+            .send()
+            .await
+            .map_err(classify);
+        match r {
+            Ok(_) => Ok(true),
+            Err(StoreError::Conflict { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
 }
