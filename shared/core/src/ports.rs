@@ -353,25 +353,9 @@ pub trait SandboxesExt: Sandboxes {
         &self,
         tenant: &str,
         agent: &str,
-        mut f: impl FnMut(Option<SandboxRecord>) -> Change<T> + Send,
+        f: impl FnMut(Option<SandboxRecord>) -> Change<T> + Send,
     ) -> Result<T, StoreError> {
-        for _ in 0..CAS_ATTEMPTS {
-            let read = self.get(tenant, agent).await?;
-            let read_version = read.as_ref().map(|r| r.version);
-            let (mut rec, out) = match f(read) {
-                Change::Keep(out) => return Ok(out),
-                Change::Write(rec, out) => (rec, out),
-            };
-            rec.version = read_version.map_or(1, |v| v + 1);
-            match self.put_if_version(&rec, read_version).await {
-                Ok(()) => return Ok(out),
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(StoreError::Retryable(format!(
-            "sandbox {tenant}#{agent} kept changing under {CAS_ATTEMPTS} attempts"
-        )))
+        read_modify_write(self, tenant, agent, Half::Whole, f).await
     }
 }
 
@@ -386,33 +370,61 @@ pub trait SandboxReports: Sandboxes {
         &self,
         tenant: &str,
         agent: &str,
-        mut f: impl FnMut(Option<SandboxRecord>) -> Change<T> + Send,
+        f: impl FnMut(Option<SandboxRecord>) -> Change<T> + Send,
     ) -> Result<T, StoreError> {
-        for _ in 0..CAS_ATTEMPTS {
-            let read = self.get(tenant, agent).await?;
-            let Some(read_version) = read.as_ref().map(|r| r.version) else {
-                return match f(None) {
-                    Change::Keep(out) => Ok(out),
-                    Change::Write(..) => Err(StoreError::Terminal(format!(
-                        "sandbox {tenant}#{agent}: an agent cannot create its record"
-                    ))),
-                };
-            };
-            let (mut rec, out) = match f(read) {
-                Change::Keep(out) => return Ok(out),
-                Change::Write(rec, out) => (rec, out),
-            };
-            rec.version = read_version + 1;
-            match self.put_report_if_version(&rec, read_version).await {
-                Ok(()) => return Ok(out),
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(StoreError::Retryable(format!(
-            "sandbox {tenant}#{agent} kept changing under {CAS_ATTEMPTS} attempts"
-        )))
+        read_modify_write(self, tenant, agent, Half::Report, f).await
     }
+}
+
+/// Which half of a sandbox record a read-modify-write writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Half {
+    /// The whole record (the control plane).
+    Whole,
+    /// The report half only (the sandbox's agent), of a record that exists.
+    Report,
+}
+
+/// The one compare-and-set loop of sandbox records: read, let `f` decide,
+/// write what it decided conditional on the version read; a conflicting
+/// writer makes it read and decide again.
+async fn read_modify_write<S, T>(
+    store: &S,
+    tenant: &str,
+    agent: &str,
+    half: Half,
+    mut f: impl FnMut(Option<SandboxRecord>) -> Change<T> + Send,
+) -> Result<T, StoreError>
+where
+    S: Sandboxes + ?Sized,
+    T: Send,
+{
+    for _ in 0..CAS_ATTEMPTS {
+        let read = store.get(tenant, agent).await?;
+        let read_version = read.as_ref().map(|r| r.version);
+        let (mut rec, out) = match f(read) {
+            Change::Keep(out) => return Ok(out),
+            Change::Write(rec, out) => (rec, out),
+        };
+        rec.version = read_version.map_or(1, |v| v + 1);
+        let written = match (half, read_version) {
+            (Half::Whole, _) => store.put_if_version(&rec, read_version).await,
+            (Half::Report, Some(v)) => store.put_report_if_version(&rec, v).await,
+            (Half::Report, None) => {
+                return Err(StoreError::Terminal(format!(
+                    "sandbox {tenant}#{agent}: an agent cannot create its record"
+                )))
+            }
+        };
+        match written {
+            Ok(()) => return Ok(out),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(StoreError::Retryable(format!(
+        "sandbox {tenant}#{agent} kept changing under {CAS_ATTEMPTS} attempts"
+    )))
 }
 
 impl<S: Sandboxes + ?Sized> SandboxReports for S {}
