@@ -4,7 +4,7 @@
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use aws_sdk_dynamodb::Client;
 
-use super::item::{get_s, n, s, ttl_after, Item};
+use super::item::{get_s, n, s, ttl_after, written, Item};
 use super::runs::put;
 use crate::error::{classify, StoreError};
 use crate::ports;
@@ -79,25 +79,21 @@ impl ports::Idempotency for IdempotencyStore {
         window_s: i64,
         limit: u32,
     ) -> Result<bool, StoreError> {
-        let r = self
-            .dynamo
-            .update_item()
-            .table_name(&self.table)
-            .key("idem_key", s(format!("quota#runs#{tenant}#{window_s}")))
-            .update_expression("ADD #n :one SET expires_at = :exp")
-            .condition_expression("attribute_not_exists(#n) OR #n < :limit")
-            .expression_attribute_names("#n", "started")
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":limit", n(limit))
-            // Kept a little past its minute, then TTL removes it.
-            .expression_attribute_values(":exp", n(window_s + 600))
-            .send()
-            .await
-            .map_err(classify);
-        match r {
-            Ok(_) => Ok(true),
-            Err(StoreError::Conflict { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        written(
+            self.dynamo
+                .update_item()
+                .table_name(&self.table)
+                .key("idem_key", s(format!("quota#runs#{tenant}#{window_s}")))
+                .update_expression("ADD #n :one SET expires_at = :exp")
+                .condition_expression("attribute_not_exists(#n) OR #n < :limit")
+                .expression_attribute_names("#n", "started")
+                .expression_attribute_values(":one", n(1))
+                .expression_attribute_values(":limit", n(limit))
+                // Kept a little past its minute, then TTL removes it.
+                .expression_attribute_values(":exp", n(window_s + 600))
+                .send()
+                .await
+                .map_err(classify),
+        )
     }
 }

@@ -76,3 +76,13 @@ pub async fn put_new(
         .map_err(crate::error::classify)?;
     Ok(())
 }
+
+/// Whether a conditional write was made: `false` when its condition did
+/// not hold (someone else's port, a full quota), any other error as it is.
+pub fn written<T>(r: Result<T, StoreError>) -> Result<bool, StoreError> {
+    match r {
+        Ok(_) => Ok(true),
+        Err(StoreError::Conflict { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}

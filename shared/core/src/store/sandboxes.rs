@@ -20,7 +20,7 @@ use aws_sdk_dynamodb::Client;
 use armada_domain::sandbox::hand::CallMark;
 use armada_domain::sandbox::lifecycle::{sandbox_key, SandboxRecord};
 
-use super::item::{get_n, get_s, json, n, opt_s, s, ttl_after, Item};
+use super::item::{get_n, get_s, json, n, opt_s, s, ttl_after, written, Item};
 use crate::error::{classify, StoreError};
 use crate::ports;
 
@@ -315,21 +315,17 @@ impl ports::Sandboxes for SandboxStore {
         item.insert("sandbox_key".into(), s(format!("port#{host}#{port}")));
         item.insert("holder".into(), s(holder));
         item.insert("generation".into(), n(generation));
-        let r = self
-            .dynamo
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(sandbox_key) OR holder = :h")
-            .expression_attribute_values(":h", s(holder))
-            .send()
-            .await
-            .map_err(classify);
-        match r {
-            Ok(_) => Ok(true),
-            Err(StoreError::Conflict { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        written(
+            self.dynamo
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(item))
+                .condition_expression("attribute_not_exists(sandbox_key) OR holder = :h")
+                .expression_attribute_values(":h", s(holder))
+                .send()
+                .await
+                .map_err(classify),
+        )
     }
 
     /// Gives back a port `holder` holds (a no-op for anyone else's).
