@@ -330,20 +330,7 @@ impl SandboxProvider {
             else {
                 return Err(StoreError::Terminal(format!("not an S3 object ARN: {arn}")));
             };
-            let out = self
-                .s3
-                .get_object()
-                .bucket(bucket)
-                .key(key)
-                .send()
-                .await
-                .map_err(classify)?;
-            let bytes = out
-                .body
-                .collect()
-                .await
-                .map_err(|e| StoreError::Retryable(e.to_string()))?
-                .into_bytes();
+            let bytes = crate::payloads::object_bytes(&self.s3, bucket, key).await?;
             env.extend(parse_env_file(&String::from_utf8_lossy(&bytes)));
         }
         env.extend(info.env.clone());

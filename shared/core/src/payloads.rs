@@ -9,6 +9,28 @@ use async_trait::async_trait;
 use crate::error::{classify, StoreError};
 use crate::ports::{Blobs, Bounded};
 
+/// An object's whole body.
+pub(crate) async fn object_bytes(
+    s3: &Client,
+    bucket: &str,
+    key: &str,
+) -> Result<Vec<u8>, StoreError> {
+    let out = s3
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .map_err(classify)?;
+    Ok(out
+        .body
+        .collect()
+        .await
+        .map_err(|e| StoreError::Retryable(e.to_string()))?
+        .into_bytes()
+        .to_vec())
+}
+
 #[derive(Debug, Clone)]
 pub struct Payloads {
     s3: Client,
@@ -40,21 +62,8 @@ impl Blobs for Payloads {
     }
 
     async fn get_text(&self, key: &str) -> Result<String, StoreError> {
-        let out = self
-            .s3
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(classify)?;
-        let bytes = out
-            .body
-            .collect()
-            .await
-            .map_err(|e| StoreError::Retryable(e.to_string()))?
-            .into_bytes();
-        String::from_utf8(bytes.to_vec()).map_err(|e| StoreError::Corrupt(e.to_string()))
+        let bytes = object_bytes(&self.s3, &self.bucket, key).await?;
+        String::from_utf8(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))
     }
 
     async fn get_text_bounded(&self, key: &str, max: u64) -> Result<Bounded, StoreError> {
