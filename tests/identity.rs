@@ -34,6 +34,60 @@ async fn salt_of(t: &armada_tests::TestStack, agent: &str) -> String {
         .salt
 }
 
+/// A call the harness sent to a sandbox, as its answer names it.
+struct DispatchedCall<'a> {
+    run_id: &'a str,
+    step: u32,
+    call_id: &'a str,
+    attempt: u32,
+}
+
+/// Posts an answer to `call` to the harness queue, as a task's
+/// credentials can: finished with `stdout`, sealed with `key` for
+/// `generation`, under the FIFO deduplication id `dedup`.
+async fn post_answer(
+    t: &armada_tests::TestStack,
+    call: &DispatchedCall<'_>,
+    stdout: &str,
+    key: &str,
+    generation: u64,
+    dedup: &str,
+) {
+    let body = ResultBody::Inline {
+        outcome: CallOutcome::Finished {
+            result: json!({"exit_code": 0, "stdout": stdout, "stderr": ""}),
+        },
+    };
+    let answer = Answer {
+        run_id: call.run_id,
+        tenant: &t.stack.tenant,
+        step: call.step,
+        call_id: call.call_id,
+        attempt: call.attempt,
+        body: &body,
+    };
+    let msg = HarnessMessage::ToolResult {
+        run_id: call.run_id.to_string(),
+        tenant: t.stack.tenant.clone(),
+        step: call.step,
+        call_id: call.call_id.to_string(),
+        attempt: call.attempt,
+        seal: Some(answer.seal(key, generation)),
+        body,
+    };
+    t.stack
+        .aws
+        .sqs
+        .send_message()
+        .queue_url(t.stack.svc.queues.harness_url())
+        .message_body(serde_json::to_string(&msg).unwrap())
+        .message_group_id(call.run_id)
+        .message_deduplication_id(dedup)
+        .send()
+        .await
+        .unwrap();
+}
+
 /// The dispatched call of a Run that waits on its sandbox.
 async fn dispatched(t: &armada_tests::TestStack, run_id: &str) -> (u32, String, u32, u64) {
     for _ in 0..300 {
@@ -441,39 +495,14 @@ async fn a_sandbox_cannot_squat_the_next_step_of_its_run() {
         generation,
         &salt_of(&t, "coder").await,
     );
-    let body = ResultBody::Inline {
-        outcome: CallOutcome::Finished {
-            result: json!({"exit_code": 0, "stdout": "early\n", "stderr": ""}),
-        },
-    };
-    let answer = Answer {
+    let call = DispatchedCall {
         run_id: &run_id,
-        tenant: &t.stack.tenant,
         step,
         call_id: &call_id,
         attempt,
-        body: &body,
     };
-    let msg = HarnessMessage::ToolResult {
-        run_id: run_id.clone(),
-        tenant: t.stack.tenant.clone(),
-        step,
-        call_id: call_id.clone(),
-        attempt,
-        body: body.clone(),
-        seal: Some(answer.seal(&key, generation)),
-    };
-    t.stack
-        .aws
-        .sqs
-        .send_message()
-        .queue_url(t.stack.svc.queues.harness_url())
-        .message_body(serde_json::to_string(&msg).unwrap())
-        .message_group_id(&run_id)
-        .message_deduplication_id(format!("{run_id}-step-{}", step + 1))
-        .send()
-        .await
-        .unwrap();
+    let dedup = format!("{run_id}-step-{}", step + 1);
+    post_answer(&t, &call, "early\n", &key, generation, &dedup).await;
     let run = t
         .client
         .wait_run(&run_id, Duration::from_secs(15))
@@ -528,41 +557,16 @@ async fn a_recreated_identitys_generation_one_is_not_the_old_one() {
     assert_ne!(now_queue, old.hand_queue_url);
     let secret = t.stack.svc.cfg.callback_signing_secret.clone();
     let old_key = answer_key(&secret, &t.stack.tenant, "twice", 1, &old.salt);
-    let body = ResultBody::Inline {
-        outcome: CallOutcome::Finished {
-            result: json!({"exit_code": 0, "stdout": "old\n", "stderr": ""}),
-        },
-    };
-    let answer = Answer {
+    let counted = &t.stack.svc.counters.forged_drops;
+    let before = counted.load(Ordering::Relaxed);
+    let call = DispatchedCall {
         run_id: &run_id,
-        tenant: &t.stack.tenant,
         step,
         call_id: &call_id,
         attempt,
-        body: &body,
     };
-    let msg = HarnessMessage::ToolResult {
-        run_id: run_id.clone(),
-        tenant: t.stack.tenant.clone(),
-        step,
-        call_id: call_id.clone(),
-        attempt,
-        body: body.clone(),
-        seal: Some(answer.seal(&old_key, 1)),
-    };
-    let counted = &t.stack.svc.counters.forged_drops;
-    let before = counted.load(Ordering::Relaxed);
-    t.stack
-        .aws
-        .sqs
-        .send_message()
-        .queue_url(t.stack.svc.queues.harness_url())
-        .message_body(serde_json::to_string(&msg).unwrap())
-        .message_group_id(&run_id)
-        .message_deduplication_id(format!("old-generation-{}", msg.dedup_id()))
-        .send()
-        .await
-        .unwrap();
+    let dedup = format!("old-generation-{run_id}-{call_id}");
+    post_answer(&t, &call, "old\n", &old_key, 1, &dedup).await;
     eventually("the old generation's answer is refused", || async {
         counted.load(Ordering::Relaxed) > before
     })
