@@ -2,7 +2,8 @@
 //! work waits undispatched and runs in the same sandbox once approved (a
 //! file written before the pause is still there); a file_write over an
 //! existing file waits too; a call lost with its sandbox is settled by a
-//! human when the agent asks (`approvals.indeterminate: ask`).
+//! human when the agent asks (`approvals.indeterminate: ask`); a deletion
+//! no list of words sees is held by its effect until a human decides.
 
 #![allow(clippy::unwrap_used)]
 
@@ -101,6 +102,112 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
         sandbox_of(&t.client, "builder").await["task_arn"],
         arn,
         "the same sandbox task"
+    );
+    t.stack.stop().await;
+}
+
+/// `bash -c "rm -rf build"` passes the list of command words: the sandbox
+/// runs it over an overlay, holds the deletion, and the Run waits for an
+/// approval that lists it; rejected, the files stay; approved, the held
+/// deletion is applied and the call answers as it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deletion_no_word_list_sees_waits_for_an_approval_that_lists_it() {
+    let t = TestStack::start_with(fast(), None).await;
+    put_agent(
+        &t,
+        "operator",
+        &["shell_exec", "file_write"],
+        json!({"approvers": ["ops@example.com"], "destructive": "effect"}),
+        json!({"profile": "workspace"}),
+    )
+    .await;
+    let (approver, _) = key(&t, "local", "approver").await;
+    let session = t.client.create_session("operator").await.unwrap();
+    let write = format!(
+        "/tool file_write {}",
+        json!({"path": "build/keep.txt", "content": "kept"})
+    );
+    let first = t.client.send_message(&session, &write).await.unwrap();
+    let run = t
+        .client
+        .wait_run(&first, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    let bypass = format!(
+        "/tool shell_exec {}",
+        json!({"command": "bash -c \"rm -rf build\" && echo gone"})
+    );
+    let held = |reasons: &Value| {
+        let text = reasons.to_string();
+        text.contains("deletes build") && text.contains("bytes")
+    };
+
+    let rejected = t.client.send_message(&session, &bypass).await.unwrap();
+    let view = first_approval(&t.client, &rejected).await;
+    assert_eq!(view["risk"], "high", "{view}");
+    assert!(
+        held(&view["reasons"]),
+        "the approval lists the deletion: {view}"
+    );
+    let id = view["approval_id"].as_str().unwrap().to_string();
+    decide(&approver, &id, "reject", "keep the build")
+        .await
+        .unwrap();
+    let run = t
+        .client
+        .wait_run(&rejected, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(
+        run["output"]
+            .as_str()
+            .unwrap()
+            .contains("APPROVAL_REJECTED"),
+        "{run}"
+    );
+    let cat = format!(
+        "/tool shell_exec {}",
+        json!({"command": "cat build/keep.txt"})
+    );
+    let read = t.client.send_message(&session, &cat).await.unwrap();
+    let run = t
+        .client
+        .wait_run(&read, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(
+        tool_result(&run, "shell_exec")["stdout"],
+        "kept",
+        "rejected, nothing was deleted: {run}"
+    );
+
+    let approved = t.client.send_message(&session, &bypass).await.unwrap();
+    let view = first_approval(&t.client, &approved).await;
+    assert!(held(&view["reasons"]), "{view}");
+    let id = view["approval_id"].as_str().unwrap().to_string();
+    decide(&approver, &id, "approve", "clean it").await.unwrap();
+    let run = t
+        .client
+        .wait_run(&approved, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(
+        tool_result(&run, "shell_exec")["stdout"],
+        "gone\n",
+        "the call answers as it did when it ran: {run}"
+    );
+    let read = t.client.send_message(&session, &cat).await.unwrap();
+    let run = t
+        .client
+        .wait_run(&read, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_ne!(
+        tool_result(&run, "shell_exec")["exit_code"],
+        0,
+        "approved, the build is gone: {run}"
     );
     t.stack.stop().await;
 }

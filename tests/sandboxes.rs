@@ -530,6 +530,7 @@ async fn a_sandbox_sent_another_tenants_call_is_destroyed_and_it_is_recorded() {
         args: json!({"command": "cat /etc/hostname"}),
         timeout_s: 10,
         approved: false,
+        judge_effects: false,
     });
     t.stack
         .svc

@@ -179,6 +179,7 @@ impl SandboxEnv {
             read_all: self.caps.read_all,
             read,
             write,
+            keep: vec![],
         })
     }
 
@@ -318,6 +319,7 @@ impl SandboxEnv {
             // runner knows it.
             task_network_isolated: false,
             call_limits: None,
+            effects: None,
         }
     }
 }

@@ -8,6 +8,7 @@
 //!   executes a call's command (cgroups, namespaces, Landlock, uid, seccomp)
 //! - [`entry`]: the program's modes (`agent`, `exec`), for `armada-sandbox`
 //!   and `armada sandbox` alike
+//! - [`effects`]: destructive work judged by what it changes in the workspace
 //! - [`bindguard`]: listening sockets on loopback only (cgroup eBPF)
 //! - [`cgroup`]: v1/v2 cgroups: limits, freezing, killing, OOM counts
 //! - [`env`]: one sandbox's directories, uid, capability set → jail specs
@@ -19,6 +20,7 @@
 pub mod agent;
 pub mod bindguard;
 pub mod cgroup;
+pub mod effects;
 pub mod entry;
 pub mod env;
 pub mod fargate;

@@ -73,6 +73,9 @@ pub struct Call {
     /// Ports the call may bind (a `serve` call's pooled port).
     pub bind_ports: Vec<u16>,
     pub env: Vec<(String, String)>,
+    /// The layers of an overlay over the workspace that take the call's
+    /// changes, to be judged ([`crate::effects`]).
+    pub effects: Option<crate::jail::OverlayLayers>,
 }
 
 impl Call {
@@ -88,6 +91,7 @@ impl Call {
             timeout: Duration::from_secs(30),
             bind_ports: vec![],
             env: vec![],
+            effects: None,
         }
     }
 }
@@ -185,6 +189,12 @@ impl Runner {
         let report = self.env.calls_dir().join(format!("{name}.json"));
         let mut spec = self.env.spec(call, &scratch, cg, report.clone());
         spec.task_network_isolated = self.task_network_isolated;
+        if spec.fs.is_some() {
+            spec.effects = call.effects.clone();
+        }
+        if let (Action::ApplyChanges { source, .. }, Some(fs)) = (&call.action, spec.fs.as_mut()) {
+            fs.read.push(source.clone());
+        }
         spec.call_limits = Some(CallLimits {
             address_space_bytes: self.env.call_memory_bytes(),
             cpu_seconds,
@@ -232,7 +242,9 @@ impl Runner {
         // A file read's stdout is the file: it is kept up to its own limit.
         let out_cap = match &call.action {
             Action::ReadFile { max_bytes, .. } => usize::try_from(*max_bytes).unwrap_or(OUTPUT_CAP),
-            Action::Exec { .. } | Action::WriteFile { .. } => OUTPUT_CAP,
+            Action::Exec { .. } | Action::WriteFile { .. } | Action::ApplyChanges { .. } => {
+                OUTPUT_CAP
+            }
         };
         let out = child
             .stdout

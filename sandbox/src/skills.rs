@@ -20,7 +20,10 @@ use armada_domain::sandbox::hand::{codes, error_json};
 use armada_domain::sandbox::MAX_CALL_TIMEOUT_S;
 use armada_domain::skills::{FILE_READ, FILE_WRITE, PYTHON_EXEC, SERVE, SHELL_EXEC};
 
-use crate::jail::{file_exit, Action, REFUSED};
+use armada_domain::sandbox::controls::Enforcement;
+
+use crate::effects;
+use crate::jail::{file_exit, Action, Step, REFUSED};
 use crate::runner::{Call, CallRun, Runner};
 
 /// Largest file `file_read` returns whole.
@@ -161,7 +164,7 @@ fn runner_failed(e: impl std::fmt::Display) -> SkillAnswer {
 }
 
 /// Runs a non-`serve` skill call; `approved`: a human approved it (a
-/// `file_write` may then replace a file).
+/// `file_write` may then replace a file). Its changes are not judged.
 pub async fn invoke(
     runner: &Runner,
     skill: &str,
@@ -170,10 +173,169 @@ pub async fn invoke(
     allowed_timeout_s: u32,
     approved: bool,
 ) -> SkillAnswer {
-    match invoke_inner(runner, skill, args, run_id, allowed_timeout_s, approved).await {
+    let judged = Judged {
+        key: None,
+        approved,
+    };
+    invoke_judged(runner, skill, args, run_id, allowed_timeout_s, judged).await
+}
+
+/// Whether a human approved a call, and whether its changes to the
+/// workspace are judged ([`crate::effects`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Judged<'a> {
+    /// The call's held-changes key ([`effects::held_key`]); `None`: its
+    /// changes are kept as they are made.
+    pub key: Option<&'a str>,
+    pub approved: bool,
+}
+
+/// [`invoke`], with the call's changes judged as `judged` says.
+pub async fn invoke_judged(
+    runner: &Runner,
+    skill: &str,
+    args: &Value,
+    run_id: &str,
+    allowed_timeout_s: u32,
+    judged: Judged<'_>,
+) -> SkillAnswer {
+    match invoke_inner(runner, skill, args, run_id, allowed_timeout_s, judged).await {
         Ok(a) => a,
         Err(e) => SkillAnswer::keep(e),
     }
+}
+
+/// Why a call that ran with the workspace's files kept (no overlay) and
+/// failed waits for an approval.
+const KEPT_AND_FAILED: &str = "it failed while removing, renaming and truncating the \
+    workspace's files was denied (this sandbox cannot hold a call's changes apart); \
+    approved, it runs again with them allowed";
+
+/// A command call, its changes to the workspace judged when `judged` has
+/// a key and no approval: over an overlay, applied if they only add and
+/// held for an approval if they delete or change what was there; an
+/// approved call whose changes were held has them applied, and answers as
+/// it did when it ran.
+async fn command(
+    runner: &Runner,
+    c: Call,
+    judged: Judged<'_>,
+    timeout: Duration,
+    memory_mb: u64,
+) -> Result<SkillAnswer, Value> {
+    let plain = |c: Call| async move {
+        let run = runner.run(c).await.map_err(|e| runner_failed(e).result)?;
+        Ok::<_, Value>(command_answer(&run, timeout, memory_mb))
+    };
+    let Some(key) = judged.key.filter(|_| runner.env.caps.enforce) else {
+        return plain(c).await;
+    };
+    let root = runner.env.root.clone();
+    let workspace = runner.env.workspace();
+    if judged.approved {
+        let Some(held) = effects::Held::find(&root, key) else {
+            return plain(c).await;
+        };
+        apply_changes(runner, &c, held.upper(), &held.record.changes).await?;
+        let answer = held.record.answer.clone();
+        held.discard();
+        return Ok(SkillAnswer::keep(answer));
+    }
+    effects::prune(&root);
+    let layers = effects::Layers::make(&root, &workspace, "call")
+        .map_err(|e| runner_failed(format!("the call's overlay layers: {e}")).result)?;
+    let overlay = crate::jail::OverlayLayers {
+        upper: layers.upper.clone(),
+        work: layers.work.clone(),
+    };
+    let run = runner.run(Call {
+        effects: Some(overlay),
+        ..c.clone()
+    });
+    let run = match run.await {
+        Ok(r) => r,
+        Err(e) => {
+            layers.discard();
+            return Err(runner_failed(e).result);
+        }
+    };
+    let answer = command_answer(&run, timeout, memory_mb);
+    match run.report.status(Step::Effects) {
+        Enforcement::Enforced => {
+            let changes = match effects::judge(&layers.upper, &workspace) {
+                Ok(ch) => ch,
+                Err(e) => {
+                    layers.discard();
+                    return Err(runner_failed(format!("reading the call's changes: {e}")).result);
+                }
+            };
+            if changes.is_empty() {
+                layers.discard();
+                return Ok(answer);
+            }
+            if !changes.destructive() {
+                let applied = apply_changes(runner, &c, layers.upper.clone(), &changes).await;
+                layers.discard();
+                applied?;
+                return Ok(answer);
+            }
+            let message = format!(
+                "the call would change what the workspace holds: it {}. Its changes are held \
+                 until a human approves them",
+                changes.describe()
+            );
+            layers
+                .hold(key, &changes, &answer.result)
+                .map_err(|e| runner_failed(format!("holding the call's changes: {e}")).result)?;
+            Err(error_json(codes::APPROVAL_REQUIRED, message))
+        }
+        Enforcement::Partial => {
+            layers.discard();
+            let failed = answer.result.get("error").is_some()
+                || answer.result.get("exit_code").and_then(Value::as_i64) != Some(0);
+            if failed && answer.aftermath == Aftermath::Keep {
+                return Err(error_json(codes::APPROVAL_REQUIRED, KEPT_AND_FAILED));
+            }
+            Ok(answer)
+        }
+        Enforcement::NotEnforced => {
+            // Neither an overlay nor Landlock held: the call ran as any
+            // other, its words the only hint (judged before it was sent).
+            layers.discard();
+            Ok(answer)
+        }
+    }
+}
+
+/// Applies changes read from `source` to the workspace, in a jail.
+async fn apply_changes(
+    runner: &Runner,
+    c: &Call,
+    source: std::path::PathBuf,
+    changes: &effects::ChangeSet,
+) -> Result<(), Value> {
+    let run = runner
+        .run(Call {
+            action: Action::ApplyChanges {
+                source,
+                changes: changes.clone(),
+            },
+            stdin: None,
+            effects: None,
+            ..c.clone()
+        })
+        .await
+        .map_err(|e| runner_failed(e).result)?;
+    if run.exit_code == Some(0) && run.refused().is_none() {
+        return Ok(());
+    }
+    Err(error_json(
+        codes::IO,
+        format!(
+            "the call's changes could not be applied to the workspace: {}",
+            run.refused().unwrap_or(run.stderr.text.trim())
+        ),
+    ))
 }
 
 async fn invoke_inner(
@@ -182,8 +344,9 @@ async fn invoke_inner(
     args: &Value,
     run_id: &str,
     allowed_timeout_s: u32,
-    approved: bool,
+    judged: Judged<'_>,
 ) -> Result<SkillAnswer, Value> {
+    let approved = judged.approved;
     if !args.is_object() {
         return Err(error_json(
             codes::INVALID_ARGS,
@@ -199,25 +362,26 @@ async fn invoke_inner(
         timeout,
         bind_ports: vec![],
         env: vec![],
+        effects: None,
     };
     match skill {
         SHELL_EXEC => {
             let cmd = source(args, "command")?;
             let argv = vec!["/bin/sh".to_string(), "-c".to_string(), cmd];
-            let run = runner
-                .run(call(Action::Exec { argv }, None))
-                .await
-                .map_err(|e| runner_failed(e).result)?;
-            Ok(command_answer(&run, timeout, memory_mb))
+            command(
+                runner,
+                call(Action::Exec { argv }, None),
+                judged,
+                timeout,
+                memory_mb,
+            )
+            .await
         }
         PYTHON_EXEC => {
             let code = source(args, "code")?;
             let argv = vec!["python3".to_string(), "-".to_string()];
-            let run = runner
-                .run(call(Action::Exec { argv }, Some(code.into_bytes())))
-                .await
-                .map_err(|e| runner_failed(e).result)?;
-            Ok(command_answer(&run, timeout, memory_mb))
+            let c = call(Action::Exec { argv }, Some(code.into_bytes()));
+            command(runner, c, judged, timeout, memory_mb).await
         }
         FILE_READ => {
             let path = str_arg(args, "path")?.to_string();
@@ -320,6 +484,7 @@ pub async fn serve(
             ("PORT".to_string(), grant.bind.to_string()),
             ("ARMADA_PUBLIC_URL".to_string(), grant.url.clone()),
         ],
+        effects: None,
     };
     let detached = runner
         .spawn_detached(call, &name)

@@ -526,3 +526,24 @@ pub fn process_uid_and_session(pid: i32) -> Option<(u32, i32)> {
     let session = rest.get(3)?.parse().ok()?;
     Some((uid, session))
 }
+
+/// The value of extended attribute `name` of `path` itself (not of what a
+/// link points to); `None` when it has none or cannot be read.
+pub fn lgetxattr(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let p = cpath(path).ok()?;
+    let n = CString::new(name).ok()?;
+    let mut buf = vec![0u8; 256];
+    // SAFETY: both names are NUL-terminated C strings that outlive the
+    // call, and the buffer's length is passed with its pointer.
+    let rc = unsafe {
+        libc::lgetxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            buf.as_mut_ptr().cast::<libc::c_void>(),
+            buf.len(),
+        )
+    };
+    let len = usize::try_from(rc).ok()?;
+    buf.truncate(len);
+    Some(buf)
+}

@@ -31,6 +31,7 @@ both_modes!(
     a_custom_profile_denies_what_it_lists_on_top_of_its_base,
     serve_starts_a_server_reachable_on_its_port,
     file_write_never_replaces_a_file_unless_approved,
+    destructive_work_is_judged_by_its_effect,
 );
 
 async fn a_command_runs_in_the_workspace_as_an_unprivileged_user(mode: Mode) {
@@ -448,6 +449,157 @@ async fn file_write_never_replaces_a_file_unless_approved(mode: Mode) {
     assert_eq!(write("two", true).await["bytes"], 3);
     let read = call(&f, "file_read", json!({"path": "notes/a.txt"}), 30).await;
     assert_eq!(read["content"], "two");
+}
+
+/// Runs `skill` as an unapproved call whose changes are judged (as the
+/// agent runs every call of a Run), under its own call id.
+async fn judged(
+    f: &support::Fixture,
+    skill: &str,
+    args: serde_json::Value,
+    id: &str,
+) -> serde_json::Value {
+    let key = armada_sandbox::effects::held_key("run_1", id);
+    let j = skills::Judged {
+        key: Some(&key),
+        approved: false,
+    };
+    skills::invoke_judged(&f.runner, skill, &args, "run_1", 30, j)
+        .await
+        .result
+}
+
+async fn approved(
+    f: &support::Fixture,
+    skill: &str,
+    args: serde_json::Value,
+    id: &str,
+) -> serde_json::Value {
+    let key = armada_sandbox::effects::held_key("run_1", id);
+    let j = skills::Judged {
+        key: Some(&key),
+        approved: true,
+    };
+    skills::invoke_judged(&f.runner, skill, &args, "run_1", 30, j)
+        .await
+        .result
+}
+
+/// Every way past a list of command words (issue 19) deletes, truncates or
+/// rewrites what the workspace held: none of them changes it unapproved.
+/// Locally the changes are held and applied once approved; as on Fargate
+/// (no overlay), Landlock denies them and the failed call asks for an
+/// approval. A call that only creates files goes through.
+async fn destructive_work_is_judged_by_its_effect(mode: Mode) {
+    let f = fixture_of(mode, "workspace");
+    let ws = f.runner.env.workspace();
+    let seed = |ws: &std::path::Path| {
+        let _ = std::fs::remove_dir_all(ws.join("build"));
+        std::fs::create_dir_all(ws.join("build/sub")).unwrap();
+        std::fs::write(ws.join("build/sub/out.o"), "object").unwrap();
+        std::fs::write(ws.join("existing.txt"), "keep me").unwrap();
+        for p in ["build", "build/sub", "build/sub/out.o", "existing.txt"] {
+            std::os::unix::fs::chown(ws.join(p), Some(f.runner.env.uid), Some(f.runner.env.gid))
+                .unwrap();
+        }
+    };
+    let shells = [
+        "bash -c \"rm -rf build\"",
+        "\\rm -rf build",
+        "{ rm -rf build; }",
+        "find build -exec rm -rf {} +",
+        "rm --recur -f build",
+        "timeout 5 rm -rf build",
+        "R=rm; $R -rf build",
+        "echo x > existing.txt",
+        "mv build/sub/out.o existing.txt",
+    ];
+    let mut cases: Vec<(String, serde_json::Value)> = shells
+        .iter()
+        .map(|c| ("shell_exec".to_string(), json!({"command": c})))
+        .collect();
+    cases.push((
+        "python_exec".into(),
+        json!({"code": "import shutil\nshutil.rmtree('build')"}),
+    ));
+    for (i, (skill, args)) in cases.iter().enumerate() {
+        seed(&ws);
+        let id = format!("c{i}");
+        let r = judged(&f, skill, args.clone(), &id).await;
+        assert_eq!(r["error"]["code"], "APPROVAL_REQUIRED", "{args}: {r}");
+        assert_eq!(
+            std::fs::read_to_string(ws.join("build/sub/out.o")).unwrap(),
+            "object",
+            "{args}: nothing deleted before the approval"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("existing.txt")).unwrap(),
+            "keep me",
+            "{args}: nothing rewritten before the approval"
+        );
+        if mode == Mode::Local {
+            let message = r["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains("build") || message.contains("existing.txt"),
+                "{args}: the approval lists what changes: {message}"
+            );
+        }
+    }
+    // Approved, what was held is applied (locally) or the call runs again
+    // with removal allowed (as on Fargate): either way the build is gone.
+    seed(&ws);
+    let rm = json!({"command": "rm -rf build && echo removed"});
+    let r = judged(&f, "shell_exec", rm.clone(), "rm").await;
+    assert_eq!(r["error"]["code"], "APPROVAL_REQUIRED", "{r}");
+    if mode == Mode::Local {
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("deletes build (6 bytes)"),
+            "{r}"
+        );
+    }
+    let r = approved(&f, "shell_exec", rm, "rm").await;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(r["stdout"], "removed\n", "{r}");
+    assert!(!ws.join("build").exists(), "the approved deletion happened");
+    // A call that only creates files goes through.
+    let r = judged(
+        &f,
+        "shell_exec",
+        json!({"command": "mkdir -p out/deep && echo two > out/deep/a && ln -s a out/deep/l"}),
+        "create",
+    )
+    .await;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("out/deep/a")).unwrap(),
+        "two\n"
+    );
+    assert_eq!(
+        std::fs::read_link(ws.join("out/deep/l")).unwrap(),
+        PathBuf::from("a")
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(ws.join("out/deep/a")).unwrap().uid(),
+        f.runner.env.uid,
+        "created files are the sandbox's"
+    );
+    // Rewriting a file it made in an earlier call is a change: judged.
+    let r = judged(
+        &f,
+        "shell_exec",
+        json!({"command": "echo three > out/deep/a"}),
+        "again",
+    )
+    .await;
+    assert_eq!(r["error"]["code"], "APPROVAL_REQUIRED", "{r}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("out/deep/a")).unwrap(),
+        "two\n"
+    );
 }
 
 /// A declared mount is a bind mount in the call's own namespace: on

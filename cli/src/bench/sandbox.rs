@@ -154,6 +154,7 @@ pub(super) async fn confinement_overhead(stack: &LocalStack, n: usize) -> Result
         timeout: Duration::from_secs(10),
         bind_ports: vec![],
         env: vec![],
+        effects: None,
     };
     let (mut direct, mut off, mut confined) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..n {

@@ -330,13 +330,19 @@ impl Agent {
         let answer = if inv.skill == SERVE {
             self.serve_call(&inv).await
         } else {
-            skills::invoke(
+            let key = crate::effects::held_key(&inv.run_id, &inv.call_id);
+            // An approved call may have changes held from when it ran.
+            let judged = skills::Judged {
+                key: (inv.judge_effects || inv.approved).then_some(key.as_str()),
+                approved: inv.approved,
+            };
+            skills::invoke_judged(
                 &self.runner,
                 &inv.skill,
                 &inv.args,
                 &inv.run_id,
                 inv.timeout_s,
-                inv.approved,
+                judged,
             )
             .await
         };
@@ -346,7 +352,8 @@ impl Agent {
             .and_then(|c| c.as_str())
             == Some(codes::APPROVAL_REQUIRED);
         let outcome = if needs_approval {
-            // Nothing was changed: the call did not run, and waits for a human.
+            // The workspace was not changed (the call did not run, or its
+            // changes are held): it waits for a human.
             CallOutcome::NotRun {
                 code: codes::APPROVAL_REQUIRED.into(),
                 message: answer

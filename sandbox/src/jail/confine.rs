@@ -59,11 +59,14 @@ pub(super) fn confine(spec: &mut JailSpec, report: &mut JailReport) -> Result<()
     let mut own_ns = false;
     // Why the call gets no namespaces of its own, when it gets none.
     let mut per_task: Option<String> = None;
+    // How the call's changes to the workspace are held for judging.
+    let mut overlay: Option<Result<String, String>> = None;
     if want_mounts {
         match mount_namespace(spec) {
-            Ok(detail) => {
+            Ok(m) => {
                 own_ns = true;
-                report.note(Step::Mounts, Enforcement::Enforced, detail);
+                overlay = m.overlay;
+                report.note(Step::Mounts, Enforcement::Enforced, m.detail);
             }
             Err(StepError::NoNamespaces(why)) => per_task = Some(why),
             Err(StepError::Failed(e)) => fail(report, Step::Mounts, e)?,
@@ -165,6 +168,32 @@ pub(super) fn confine(spec: &mut JailSpec, report: &mut JailReport) -> Result<()
         }
     }
 
+    // A call to be judged whose workspace is no overlay (no mount
+    // namespace, or the overlay failed): Landlock keeps the workspace's
+    // files instead, and says so if it holds.
+    if spec.effects.is_some() {
+        match overlay {
+            Some(Ok(detail)) => report.note(Step::Effects, Enforcement::Enforced, detail),
+            other => {
+                let why = match other {
+                    Some(Err(e)) => e,
+                    _ => per_task
+                        .clone()
+                        .unwrap_or_else(|| "no mount namespace".into()),
+                };
+                let cwd = spec.cwd.clone();
+                if let Some(fs) = spec.fs.as_mut() {
+                    fs.keep.push(cwd);
+                }
+                report.note(
+                    Step::Effects,
+                    Enforcement::NotEnforced,
+                    format!("no overlay over the workspace ({why})"),
+                );
+            }
+        }
+    }
+
     // Without a mount namespace: /tmp is the Run's scratch, and denied
     // paths the uid could reach are kept out of the Landlock rules.
     let mut landlocked: Vec<PathBuf> = Vec::new();
@@ -245,6 +274,19 @@ pub(super) fn confine(spec: &mut JailSpec, report: &mut JailReport) -> Result<()
                 if st == Enforcement::Enforced {
                     landlock_holds = true;
                     report.note(Step::Filesystem, st, detail.clone());
+                    if report.status(Step::Effects) == Enforcement::NotEnforced
+                        && spec.effects.is_some()
+                    {
+                        let why = report.detail(Step::Effects).to_string();
+                        report.note(
+                            Step::Effects,
+                            Enforcement::Partial,
+                            format!(
+                                "{why}: Landlock keeps the workspace's files from removal, \
+                                 renaming and truncation"
+                            ),
+                        );
+                    }
                     if let Some(t) = &spec.tcp {
                         report.note(
                             Step::Tcp,

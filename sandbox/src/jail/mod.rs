@@ -51,6 +51,11 @@ pub struct FsRules {
     pub read_all: bool,
     pub read: Vec<PathBuf>,
     pub write: Vec<PathBuf>,
+    /// Trees in which files may be made and written but not removed,
+    /// renamed or truncated (the workspace of an unapproved call where
+    /// the jail cannot make it an overlay).
+    #[serde(default)]
+    pub keep: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +90,21 @@ pub enum Action {
         #[serde(default)]
         overwrite: bool,
     },
+    /// Apply a call's changes, read from `source` (its overlay's upper
+    /// layer, or its held changes), to the workspace (`cwd`): done as the
+    /// sandbox's uid, confined like a call ([`crate::effects::apply`]).
+    ApplyChanges {
+        source: PathBuf,
+        changes: crate::effects::ChangeSet,
+    },
+}
+
+/// The layers of an overlay the call sees over the workspace (`cwd`): its
+/// changes go to `upper`, and the workspace is left as it was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverlayLayers {
+    pub upper: PathBuf,
+    pub work: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,6 +147,11 @@ pub struct JailSpec {
     /// (where cgroupfs is not the agent's to write, as on Fargate).
     #[serde(default)]
     pub call_limits: Option<CallLimits>,
+    /// The call's changes to the workspace are judged before they are
+    /// kept: an overlay over it where the jail can mount, Landlock keeping
+    /// its files where it cannot ([`crate::effects`]).
+    #[serde(default)]
+    pub effects: Option<OverlayLayers>,
 }
 
 /// Per-process limits of a call without a cgroup (`setrlimit`).
@@ -153,6 +178,10 @@ pub enum Step {
     Syscalls,
     /// A procfs of the call's own over /proc, listing only its processes.
     Processes,
+    /// How the call's changes to the workspace are judged: `enforced`, an
+    /// overlay holds them; `partial`, Landlock keeps the workspace's files
+    /// from removal and truncation.
+    Effects,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,6 +235,18 @@ pub fn run(spec: &JailSpec) -> i32 {
             return REFUSED;
         }
     };
+    // Changes to apply are read through a descriptor opened while root:
+    // the sandbox's uid cannot reach where they are kept.
+    let source = match &spec.action {
+        Action::ApplyChanges { source, .. } => match crate::sys::open_path(source) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                eprintln!("armada-sandbox: the changes to apply: {e}");
+                return REFUSED;
+            }
+        },
+        _ => None,
+    };
     let result = confine(spec, &mut report);
     if let Err(why) = &result {
         report.refused = Some(why.clone());
@@ -229,6 +270,14 @@ pub fn run(spec: &JailSpec) -> i32 {
         }
         Action::ReadFile { path, max_bytes } => file_op(read_file(&spec.cwd, path, *max_bytes)),
         Action::WriteFile { path, overwrite } => file_op(write_file(&spec.cwd, path, *overwrite)),
+        Action::ApplyChanges { changes, .. } => {
+            use std::os::fd::AsRawFd;
+            let Some(fd) = &source else {
+                return REFUSED;
+            };
+            let from = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+            file_op(crate::effects::apply(&from, &spec.cwd, changes))
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 use std::path::Path;
 
 use super::beneath::{self, fd_path, open_beneath, OpenError, StepError};
-use super::{Bind, JailSpec};
+use super::{Bind, JailSpec, OverlayLayers};
 
 /// A declared mount's source, opened before anything is covered.
 pub(super) struct Source<'a> {
@@ -87,7 +87,45 @@ fn cover_keeping(path: &Path, inner: &[&Source<'_>]) -> Result<(), StepError> {
     Ok(())
 }
 
-pub(super) fn mount_namespace(spec: &JailSpec) -> Result<String, StepError> {
+/// What the call's mount namespace holds, and how its overlay went (when
+/// it was to have one).
+pub(super) struct Mounted {
+    pub detail: String,
+    pub overlay: Option<Result<String, String>>,
+}
+
+/// An overlay over `over` whose changes go to `layers`: made first, before
+/// anything is covered, so its layers are reached as the agent made them.
+fn overlay(layers: &OverlayLayers, over: &Path) -> Result<String, String> {
+    let names = [over, &layers.upper, &layers.work];
+    // overlayfs's options are a comma-separated list of colon-separated
+    // paths: a path with either cannot be named in it.
+    if let Some(bad) = names
+        .iter()
+        .find(|p| p.to_str().is_none_or(|s| s.contains([',', ':', '\\'])))
+    {
+        return Err(format!("{} cannot be named to overlayfs", bad.display()));
+    }
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={},redirect_dir=off,index=off,metacopy=off",
+        over.display(),
+        layers.upper.display(),
+        layers.work.display()
+    );
+    crate::sys::mount(
+        Some(Path::new("overlay")),
+        over,
+        Some("overlay"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&options),
+    )
+    .map_err(|e| format!("overlay over {}: {e}", over.display()))?;
+    Ok(format!(
+        "the workspace is an overlay: the call's changes are judged before they are kept"
+    ))
+}
+
+pub(super) fn mount_namespace(spec: &JailSpec) -> Result<Mounted, StepError> {
     use crate::sys::mount;
     crate::sys::unshare(libc::CLONE_NEWNS).map_err(|e| match e.raw_os_error() {
         Some(libc::EPERM) => StepError::NoNamespaces(format!("mount namespace: {e}")),
@@ -95,6 +133,7 @@ pub(super) fn mount_namespace(spec: &JailSpec) -> Result<String, StepError> {
     })?;
     // Nothing done here may show outside the call.
     crate::sys::make_mounts_private().map_err(|e| format!("making / private: {e}"))?;
+    let overlay = spec.effects.as_ref().map(|l| overlay(l, &spec.cwd));
     let mut done = Vec::new();
     if let Some(tmp) = &spec.private_tmp {
         mount(
@@ -153,7 +192,10 @@ pub(super) fn mount_namespace(spec: &JailSpec) -> Result<String, StepError> {
             ));
         }
     }
-    Ok(done.join(", "))
+    Ok(Mounted {
+        detail: done.join(", "),
+        overlay,
+    })
 }
 
 /// Why the call keeps the host's /proc.

@@ -64,12 +64,13 @@ pub(super) fn rules(fs: &FsRules, hidden: &[PathBuf], scratch: Option<&Path>) ->
         read_all: false,
         read,
         write,
+        keep: fs.keep.iter().map(tmp).collect(),
     }
 }
 
 /// `p` itself, or, when a hidden path lies beneath it, what lies beside
 /// the way to it; nothing when `p` is hidden or beneath a hidden path.
-fn around(p: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {
+pub(super) fn around(p: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {
     if hidden.iter().any(|h| p.starts_with(h)) {
         return;
     }
@@ -107,6 +108,7 @@ mod tests {
             read_all: false,
             read: vec![base.clone(), base.join("a/secret/inner")],
             write: vec![PathBuf::from("/tmp"), base.join("b")],
+            keep: vec![],
         };
         let scratch = base.join("b/scratch");
         let r = rules(&fs, &[base.join("a/secret")], Some(&scratch));

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use landlock::{
-    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, Ruleset,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, Ruleset,
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 
@@ -279,13 +279,37 @@ pub(super) fn landlock_ruleset(
     let mut created = rs.create().map_err(err)?;
     let read = AccessFs::from_read(ABI_USED);
     let all = AccessFs::from_all(ABI_USED);
-    let mut rules: Vec<(PathBuf, bool)> = Vec::new();
+    // Beneath a kept tree, files may be made and written, never removed,
+    // renamed away or truncated.
+    let keeping: BitFlags<AccessFs> =
+        all & !(AccessFs::RemoveFile | AccessFs::RemoveDir | AccessFs::Truncate);
+    let mut rules: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
     if fs.read_all {
-        rules.push((PathBuf::from("/"), false));
+        rules.push((PathBuf::from("/"), read));
     }
-    rules.extend(fs.read.iter().map(|p| (p.clone(), false)));
-    rules.extend(fs.write.iter().map(|p| (p.clone(), true)));
-    for (path, write) in rules {
+    rules.extend(fs.read.iter().map(|p| (p.clone(), read)));
+    for p in &fs.write {
+        let kept = |k: &PathBuf| p.starts_with(k);
+        let holds_kept: Vec<PathBuf> = fs
+            .keep
+            .iter()
+            .filter(|k| k.starts_with(p) && *k != p)
+            .cloned()
+            .collect();
+        if fs.keep.iter().any(kept) {
+            rules.push((p.clone(), keeping));
+        } else if !holds_kept.is_empty() {
+            // A tree that holds a kept one is granted around it: a rule
+            // over the whole would grant removal inside it too.
+            let mut beside = Vec::new();
+            super::pertask::around(p, &holds_kept, &mut beside);
+            rules.extend(beside.into_iter().map(|b| (b, all)));
+            rules.extend(holds_kept.into_iter().map(|k| (k, keeping)));
+        } else {
+            rules.push((p.clone(), all));
+        }
+    }
+    for (path, granted) in rules {
         let file = match beneath::open(&path, roots) {
             Ok(f) => f,
             Err(OpenError::Unsafe(why)) => return Err(StepError::Unsafe(why)),
@@ -293,7 +317,7 @@ pub(super) fn landlock_ruleset(
             Err(OpenError::Io(_)) => continue,
         };
         let is_dir = file.metadata().is_ok_and(|m| m.is_dir());
-        let mut access = if write { all } else { read };
+        let mut access = granted;
         if !is_dir {
             access &= AccessFs::from_file(ABI_USED);
         }

@@ -57,6 +57,23 @@ pub enum OnIndeterminate {
     Ask,
 }
 
+/// How an agent's unapproved sandbox calls are judged destructive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Destructive {
+    /// By the command's words alone (`rm -r`, `git reset --hard`...): a
+    /// hint, which a wrapper or a program defeats. Calls that rewrite
+    /// files as they work (builds, `git commit`) run unasked.
+    #[default]
+    Words,
+    /// By their effect: every unapproved `shell_exec` and `python_exec`
+    /// runs over a copy-on-write view of the workspace, and one that
+    /// deletes, truncates, renames over or rewrites a file that was there
+    /// waits, its changes held, for an approval that lists them (the words
+    /// still ask before it runs).
+    Effect,
+}
+
 /// An agent's approval policy (`approvals` in its definition).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalPolicy {
@@ -78,6 +95,8 @@ pub struct ApprovalPolicy {
     pub allow_self_approval: bool,
     #[serde(default)]
     pub indeterminate: OnIndeterminate,
+    #[serde(default)]
+    pub destructive: Destructive,
 }
 
 fn default_expires() -> u64 {
@@ -95,11 +114,12 @@ impl Default for ApprovalPolicy {
             on_reject: OnReject::TellModel,
             allow_self_approval: false,
             indeterminate: OnIndeterminate::Fail,
+            destructive: Destructive::Words,
         }
     }
 }
 
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 9] = [
     "require",
     "medium",
     "approvers",
@@ -108,6 +128,7 @@ const FIELDS: [&str; 8] = [
     "on_reject",
     "allow_self_approval",
     "indeterminate",
+    "destructive",
 ];
 
 impl ApprovalPolicy {
@@ -172,6 +193,13 @@ impl ApprovalPolicy {
                 "fail" => OnIndeterminate::Fail,
                 "ask" => OnIndeterminate::Ask,
                 _ => return Err(field("indeterminate", "must be fail or ask")),
+            };
+        }
+        if let Some(d) = f.opt_str("destructive")? {
+            p.destructive = match d {
+                "words" => Destructive::Words,
+                "effect" => Destructive::Effect,
+                _ => return Err(field("destructive", "must be words or effect")),
             };
         }
         Ok(p)

@@ -305,9 +305,11 @@ fn the_policy_parses_and_names_bad_fields() {
     let p = parse(json!({
         "require": ["deploy"], "medium": "approve", "approvers": ["ops@example.com"],
         "chat_webhook_url": "https://chat.example.com/hook", "expires_s": 600,
-        "on_reject": "fail", "allow_self_approval": true, "indeterminate": "ask"
+        "on_reject": "fail", "allow_self_approval": true, "indeterminate": "ask",
+        "destructive": "effect"
     }))
     .unwrap();
+    assert_eq!(p.destructive, Destructive::Effect);
     assert_eq!(p.medium, MediumRisk::Approve);
     assert_eq!(p.on_reject, OnReject::Fail);
     assert_eq!(p.indeterminate, OnIndeterminate::Ask);
@@ -328,6 +330,7 @@ fn the_policy_parses_and_names_bad_fields() {
         (json!({"expires_s": 1}), "approvals.expires_s"),
         (json!({"expires_s": 8 * 86400}), "approvals.expires_s"),
         (json!({"on_reject": "ignore"}), "approvals.on_reject"),
+        (json!({"destructive": "never"}), "approvals.destructive"),
         (
             json!({"chat_webhook_url": "ftp://x"}),
             "approvals.chat_webhook_url",

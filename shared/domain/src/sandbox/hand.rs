@@ -43,6 +43,10 @@ pub struct Invocation {
     /// A human approved the call: a `file_write` may overwrite a file.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub approved: bool,
+    /// The call's changes to the workspace are judged by their effect
+    /// before they are kept (`approvals.destructive: effect`, unapproved).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub judge_effects: bool,
 }
 
 impl Invocation {
@@ -147,6 +151,7 @@ mod tests {
             args: json!({"command": "true"}),
             timeout_s: 5,
             approved: false,
+            judge_effects: false,
         };
         let m = HandMessage::Invoke(inv.clone());
         let text = serde_json::to_string(&m).unwrap();

@@ -344,6 +344,15 @@ fn a_write_the_sandbox_finds_destructive_waits_for_approval_then_may_overwrite()
     };
     let inv = super::invocation(&run, &a, &planned[0], 1);
     assert!(!inv.approved);
+    assert!(
+        !inv.judge_effects,
+        "destructive: words judges by the words alone"
+    );
+    let mut by_effect = a.clone();
+    let mut policy = by_effect.approvals.clone().unwrap_or_default();
+    policy.destructive = crate::approval::policy::Destructive::Effect;
+    by_effect.approvals = Some(policy);
+    assert!(super::invocation(&run, &by_effect, &planned[0], 1).judge_effects);
     super::record_dispatch(&mut run, "c1", 1, "t#a", 6).unwrap();
     let refused = CallOutcome::NotRun {
         code: codes::APPROVAL_REQUIRED.into(),
@@ -364,12 +373,14 @@ fn a_write_the_sandbox_finds_destructive_waits_for_approval_then_may_overwrite()
         panic!("{:?}", d.next)
     };
     assert_eq!((requests.len(), requests[0].risk), (1, Risk::High));
-    assert!(requests[0].reasons[0].contains("overwrite"));
-    // What a human reads is fixed text; the path is in the arguments.
+    // What a human reads is the sandbox's account, said to be its own, on
+    // one line: a path cannot start a header.
+    let reason = &requests[0].reasons[0];
     assert!(
-        !requests[0].reasons[0].contains("a.txt") && !requests[0].reasons[0].contains('\n'),
-        "{:?}",
-        requests[0].reasons
+        reason.starts_with("the sandbox found the call destructive: ")
+            && reason.contains("overwrite a.txt")
+            && !reason.contains('\n'),
+        "{reason:?}"
     );
     assert_eq!(requests[0].args["path"], "a.txt");
     assert_eq!(
@@ -386,10 +397,9 @@ fn a_write_the_sandbox_finds_destructive_waits_for_approval_then_may_overwrite()
     let Next::Dispatch(planned) = &d.next else {
         panic!("{:?}", d.next)
     };
-    assert!(
-        super::invocation(&run, &a, &planned[0], 1).approved,
-        "it may overwrite now"
-    );
+    let inv = super::invocation(&run, &a, &planned[0], 1);
+    assert!(inv.approved, "it may overwrite now");
+    assert!(!inv.judge_effects, "an approved call is not judged again");
 }
 
 #[test]

@@ -6,9 +6,25 @@ use super::*;
 use crate::approval::policy::OnIndeterminate;
 use crate::approval::ApprovalKind;
 
-/// Why a call the sandbox answered `APPROVAL_REQUIRED` needs approval.
-const OVERWRITE_REASON: &str =
-    "the sandbox found it would overwrite a file that exists with other content (its path is in the arguments)";
+/// Longest account of a call's changes an approval carries from its sandbox.
+const MAX_REPORTED_CHARS: usize = 2_000;
+
+/// Why a call the sandbox answered `APPROVAL_REQUIRED` needs approval: what
+/// the sandbox found it would change (paths and sizes: the sandbox judged
+/// the call by its effect), said to be the sandbox's account. The paths
+/// are the tenant's code's own choice: control characters are dropped here
+/// and every notice writes reasons on one line.
+fn approval_reason(message: &str) -> String {
+    let mut said: String = message
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_REPORTED_CHARS)
+        .collect();
+    if message.chars().count() > MAX_REPORTED_CHARS {
+        said.push('…');
+    }
+    format!("the sandbox found the call destructive: {said}")
+}
 
 pub(super) fn sandbox_answered(
     run: &mut Run,
@@ -26,17 +42,11 @@ pub(super) fn sandbox_answered(
         }
         CallOutcome::NotRun { code, message } => {
             if code == codes::APPROVAL_REQUIRED && rec.approval.is_none() {
-                // Destructive after all (the sandbox saw the file it would
-                // overwrite): it did not run, and waits for a human. The
-                // sandbox's message names the file, a path the tenant's
-                // code chose (newlines and all): the reason a human reads
-                // is fixed text, and the path is in the call's arguments.
+                // Destructive after all (the sandbox saw what it would
+                // delete or change): the workspace is as it was, and the
+                // call waits for a human, who reads what would change.
                 retried(run, &rec, &message, &mut events, now)?;
-                super::approvals::gate_after_the_fact(
-                    run,
-                    &rec.call_id,
-                    OVERWRITE_REASON.to_string(),
-                );
+                super::approvals::gate_after_the_fact(run, &rec.call_id, approval_reason(&message));
                 return Ok(after_tools(run, events, now));
             }
             if code == SANDBOX_LOST && rec.attempt < MAX_SANDBOX_ATTEMPTS {
@@ -150,6 +160,14 @@ pub fn invocation(
 ) -> Invocation {
     let manifest = agent.manifest(&rec.skill);
     let limit = agent.sandbox.limits.call_timeout_s;
+    let approved = rec
+        .approval
+        .as_ref()
+        .is_some_and(|a| a.state == crate::approval::ApprovalState::Approved);
+    let by_effect = agent
+        .approvals
+        .as_ref()
+        .is_some_and(|p| p.destructive == crate::approval::policy::Destructive::Effect);
     Invocation {
         run_id: run.run_id.clone(),
         tenant: run.tenant.clone(),
@@ -163,10 +181,8 @@ pub fn invocation(
             .map_or_else(|| rec.skill.clone(), |m| m.executor().to_string()),
         args: rec.args.clone(),
         timeout_s: manifest.map_or(limit, |m| m.timeout_s).min(limit),
-        approved: rec
-            .approval
-            .as_ref()
-            .is_some_and(|a| a.state == crate::approval::ApprovalState::Approved),
+        approved,
+        judge_effects: by_effect && !approved,
     }
 }
 
