@@ -79,7 +79,8 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
     let ids = [view["approval_id"].as_str().unwrap().to_string()];
     assert_eq!(view["risk"], "high", "{view}");
     assert!(view["reasons"].to_string().contains("rm -r"), "{view}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The approval exists once the Run committed its wait with the call
+    // still PLANNED: nothing was dispatched for it.
     assert!(
         !kinds(&events(&t.client, &second).await).contains(&"tool_dispatched"),
         "not dispatched before approval"
