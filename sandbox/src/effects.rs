@@ -372,7 +372,7 @@ impl Layers {
     /// Keeps the changes for an approval of call `key`: the upper layer
     /// moves to `held/<key>`, with what the call answered.
     pub fn hold(self, key: &str, changes: &ChangeSet, answer: &Value) -> io::Result<Held> {
-        let held = Held::dir(&self.dir.parent().unwrap_or(&self.dir).to_path_buf(), key);
+        let held = Held::dir(self.dir.parent().unwrap_or(&self.dir), key);
         private_dir(held.parent().unwrap_or(&held))?;
         let _ = remove_any(&held);
         private_dir(&held)?;

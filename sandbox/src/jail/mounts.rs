@@ -120,9 +120,7 @@ fn overlay(layers: &OverlayLayers, over: &Path) -> Result<String, String> {
         Some(&options),
     )
     .map_err(|e| format!("overlay over {}: {e}", over.display()))?;
-    Ok(format!(
-        "the workspace is an overlay: the call's changes are judged before they are kept"
-    ))
+    Ok("the workspace is an overlay: the call's changes are judged before they are kept".into())
 }
 
 pub(super) fn mount_namespace(spec: &JailSpec) -> Result<Mounted, StepError> {
