@@ -12,6 +12,7 @@ use armada_domain::sandbox::{
 use armada_domain::skills::MountDecl;
 
 use crate::cgroup::Cgroup;
+use crate::jail::relay::EgressRelay;
 use crate::jail::{Bind, FsRules, JailSpec, Step, TcpRules};
 use crate::runner::Call;
 
@@ -69,6 +70,9 @@ pub struct SandboxEnv {
     pub limits: Limits,
     /// TCP ports calls may connect to (the egress allow-list).
     pub egress_ports: Vec<u16>,
+    /// Private targets the operator lets calls reach through the egress
+    /// proxy (`host:port`, `host:*`).
+    pub egress_allow: Vec<String>,
     /// Where `/data` is on this host.
     pub data_root: PathBuf,
     /// The sandbox's own cgroup (the task's), when there is one to use.
@@ -280,9 +284,9 @@ impl SandboxEnv {
             if crate::sys::geteuid() == 0 {
                 require.push(Step::Uid);
             }
-            if self.caps.restrict_network {
-                require.push(Step::Network);
-            }
+            // Restricted, or with a network of its own (per task where
+            // the jail cannot make one): either way it must hold.
+            require.push(Step::Network);
         }
         if call_cgroup.is_some() {
             require.push(Step::Cgroups);
@@ -320,6 +324,13 @@ impl SandboxEnv {
             task_network_isolated: false,
             call_limits: None,
             effects: None,
+            // Where the call has a network at all, it gets one of its own
+            // (the jail makes it where it can).
+            egress_relay: (enforce && !self.caps.restrict_network).then(|| EgressRelay {
+                egress_ports: self.egress_ports.clone(),
+                allow: self.egress_allow.clone(),
+                inbound: bind_ports.to_vec(),
+            }),
         }
     }
 }
@@ -353,6 +364,7 @@ mod tests {
                 .unwrap(),
             limits: Limits::default(),
             egress_ports: vec![],
+            egress_allow: vec![],
             data_root: PathBuf::from("/var/tmp/armada/data/tenants/acme"),
             cgroup: None,
             mounts: vec![],

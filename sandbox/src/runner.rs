@@ -263,8 +263,17 @@ impl Runner {
         // Returns how many processes were still there to kill.
         let (uid, servers) = (self.env.uid, self.server_sessions());
         let kill_everything = move |cg: Option<&Cgroup>| {
+            // The call's own processes: a relay the jail started beside it
+            // (another uid's) is the call's plumbing, not its leftover.
             let left = match cg {
-                Some(c) => c.all_procs().len(),
+                Some(c) => c
+                    .all_procs()
+                    .into_iter()
+                    .filter(|p| {
+                        crate::sys::process_uid_and_session(*p as i32)
+                            .is_some_and(|(u, _)| u == uid)
+                    })
+                    .count(),
                 None => strays(uid, &servers).len(),
             };
             if let Some(pg) = pgid {

@@ -194,6 +194,9 @@ fn on_fargate_restrict_network_without_an_isolated_task_is_refused() {
 async fn workspace_holds_tcp_to_egress_ports(mode: Mode) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    if mode == Mode::Local {
+        return a_call_has_a_loopback_of_its_own_and_a_guarded_way_out(listener).await;
+    }
     let connect = connect_code(port);
     // Workspace does not restrict the network, but TCP goes only to the
     // egress ports (443 here): the listener's port is not one of them.
@@ -205,6 +208,80 @@ async fn workspace_holds_tcp_to_egress_ports(mode: Mode) {
     open.runner.env.egress_ports = vec![port];
     let r = call(&open, "python_exec", json!({ "code": connect }), 30).await;
     assert_eq!(r["stdout"], "connected\n", "{r}");
+}
+
+/// Python that asks the call's egress proxy for `127.0.0.1:port` and
+/// prints the proxy's status line, then what the target sent, if anything.
+fn via_proxy(port: u16) -> String {
+    r#"import os, socket
+print(os.environ.get('HTTPS_PROXY'))
+s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+s.sendall(b'CONNECT 127.0.0.1:PORT HTTP/1.1\r\nHost: x\r\n\r\n')
+got = b''
+while b'hello' not in got:
+    chunk = s.recv(100)
+    if not chunk:
+        break
+    got += chunk
+print(got.split(b'\r\n')[0].decode())
+print('hello' in got.decode())
+"#
+    .replace("PORT", &port.to_string())
+}
+
+/// Locally a call has a network namespace of its own: the host's loopback
+/// (where the emulator listens) is not its own, even on an egress port,
+/// and its way out is the egress proxy, which refuses what is not public
+/// unless the operator listed it.
+async fn a_call_has_a_loopback_of_its_own_and_a_guarded_way_out(listener: std::net::TcpListener) {
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let mut conn = conn;
+            let _ = std::io::Write::write_all(&mut conn, b"hello");
+        }
+    });
+    let mut direct = fixture_of(Mode::Local, "workspace");
+    direct.runner.env.egress_ports = vec![port];
+    let r = call(
+        &direct,
+        "python_exec",
+        json!({ "code": connect_code(port) }),
+        30,
+    )
+    .await;
+    assert!(
+        r["stdout"].as_str().unwrap().starts_with("refused"),
+        "the host's loopback is out of reach: {r}"
+    );
+    assert!(
+        r.get("reaped_processes").is_none(),
+        "the relay is no leftover: {r}"
+    );
+    let r = call(
+        &direct,
+        "python_exec",
+        json!({ "code": via_proxy(port) }),
+        30,
+    )
+    .await;
+    assert_eq!(
+        r["stdout"], "http://127.0.0.1:3128\nHTTP/1.1 403 Forbidden\nFalse\n",
+        "loopback is not public: {r}"
+    );
+    let mut listed = fixture_of(Mode::Local, "workspace");
+    listed.runner.env.egress_allow = vec![format!("127.0.0.1:{port}")];
+    let r = call(
+        &listed,
+        "python_exec",
+        json!({ "code": via_proxy(port) }),
+        30,
+    )
+    .await;
+    assert_eq!(
+        r["stdout"], "http://127.0.0.1:3128\nHTTP/1.1 200 Connection established\nTrue\n",
+        "an operator-listed target is reached through the proxy: {r}"
+    );
 }
 
 /// Locally the call's cgroup kills it (OOM, and the sandbox is destroyed);

@@ -136,6 +136,7 @@ pub(super) async fn confinement_overhead(stack: &LocalStack, n: usize) -> Result
             caps: profiles.resolve(profile)?,
             limits: Limits::default(),
             egress_ports: vec![443],
+            egress_allow: vec![],
             data_root: root.join("data"),
             cgroup,
             mounts: vec![],

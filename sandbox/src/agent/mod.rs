@@ -63,6 +63,9 @@ mod serve;
 
 /// Outcomes larger than this go to the payload bucket (SQS takes 256 KiB).
 const INLINE_OUTCOME_BYTES: usize = 200 * 1024;
+/// Private targets the operator lets calls reach through their egress
+/// proxy (comma-separated `host:port`, `host:*`).
+pub const EGRESS_ALLOW_ENV: &str = "ARMADA_SANDBOX_EGRESS_ALLOW";
 
 /// How a pooled port is exposed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -338,6 +341,15 @@ impl Agent {
             caps: cfg.caps.clone(),
             limits: cfg.limits,
             egress_ports: cfg.egress_ports.clone(),
+            egress_allow: std::env::var(EGRESS_ALLOW_ENV)
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect()
+                })
+                .unwrap_or_default(),
             data_root: cfg.data_root.clone(),
             cgroup: usable,
             mounts: cfg.mounts.clone(),

@@ -114,6 +114,42 @@ pub(super) fn confine(spec: &mut JailSpec, report: &mut JailReport) -> Result<()
             "no mount namespace of the call's own: /proc is the task's",
         );
     }
+    if let Some(relay) = spec.egress_relay.clone().filter(|_| !spec.isolate_network) {
+        if let Some(why) = &per_task {
+            report.note(
+                Step::Network,
+                Enforcement::Partial,
+                format!(
+                    "per task, not per call ({why}): the task's own network and its security \
+                     group hold the call"
+                ),
+            );
+        } else {
+            match super::relay::start(&relay) {
+                Ok(()) => {
+                    spec.env.extend(super::relay::EgressRelay::proxy_env());
+                    if let Some(t) = spec.tcp.as_mut() {
+                        t.connect = std::iter::once(super::relay::PROXY_PORT)
+                            .chain(t.bind.iter().copied())
+                            .collect();
+                    }
+                    report.note(
+                        Step::Network,
+                        Enforcement::Enforced,
+                        format!(
+                            "own network namespace: its loopback is its own; out only through \
+                             the egress proxy (127.0.0.1:{}, CONNECT to ports {:?}, public \
+                             addresses only) and its server's port {:?}",
+                            super::relay::PROXY_PORT,
+                            relay.egress_ports,
+                            relay.inbound
+                        ),
+                    );
+                }
+                Err(e) => fail(report, Step::Network, e)?,
+            }
+        }
+    }
     if spec.isolate_network {
         let r = crate::sys::unshare(libc::CLONE_NEWNET)
             .map_err(|e| (e.raw_os_error(), format!("network namespace: {e}")))

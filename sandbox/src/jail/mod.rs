@@ -7,8 +7,9 @@
 //! 2. a new session, so the call is one process group;
 //! 3. namespaces: a mount namespace with a private /tmp, the denied paths
 //!    covered and a procfs of its own that lists the call's processes only
-//!    (`hidepid=invisible`, Linux 5.8 and later), and a network namespace
-//!    (loopback only) when the network is restricted;
+//!    (`hidepid=invisible`, Linux 5.8 and later), and a network namespace:
+//!    loopback only when the network is restricted, else with an egress
+//!    proxy and its server's port relayed ([`relay`]);
 //! 4. rlimits (no core dumps, the disk limit as the largest file; the
 //!    workspace's total is held by its own filesystem, which the agent
 //!    mounts where it may: `agent::disk`);
@@ -36,6 +37,7 @@ mod beneath;
 mod confine;
 mod mounts;
 mod pertask;
+pub mod relay;
 mod rules;
 
 use confine::confine;
@@ -152,6 +154,11 @@ pub struct JailSpec {
     /// its files where it cannot ([`crate::effects`]).
     #[serde(default)]
     pub effects: Option<OverlayLayers>,
+    /// A network namespace of the call's own whose only ways out are an
+    /// egress proxy and its server's port ([`relay`]): where the jail can
+    /// make one (not on Fargate, where the task's network is the rule).
+    #[serde(default)]
+    pub egress_relay: Option<relay::EgressRelay>,
 }
 
 /// Per-process limits of a call without a cgroup (`setrlimit`).

@@ -131,6 +131,7 @@ pub fn fixture_in(mode: Mode, profile: &str, profiles: &Profiles, memory_mb: u32
             ..Limits::default()
         },
         egress_ports: vec![443],
+        egress_allow: vec![],
         data_root: root.join("data"),
         // On Fargate cgroupfs is read-only: calls get no group of their own.
         cgroup: (mode == Mode::Local).then(|| cgroup.clone()),
