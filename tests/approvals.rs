@@ -203,7 +203,8 @@ async fn keys_decide_as_approvers_of_their_tenant_once_each_and_never_their_own_
     decide(&approver, &ids[1], "reject", "not twice")
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The decision has reached the Run once its queues are drained.
+    armada_tests::wait::drained(&t).await;
     let run = t.client.get(&format!("/v1/runs/{id}")).await.unwrap();
     assert_eq!(run["state"], "AWAITING_HITL", "{run}");
 

@@ -88,14 +88,19 @@ impl Browser {
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Value {
+        let v = self.answer(method, path, body).await;
+        assert!(v["value"]["error"].is_null(), "WebDriver {path}: {v}");
+        v["value"].clone()
+    }
+
+    /// WebDriver's whole answer, an error included.
+    async fn answer(&self, method: Method, path: &str, body: Option<Value>) -> Value {
         let url = format!("{}/session/{}{path}", self.base, self.session);
         let mut req = self.http.request(method, url);
         if let Some(b) = body {
             req = req.json(&b);
         }
-        let v: Value = req.send().await.unwrap().json().await.unwrap();
-        assert!(v["value"]["error"].is_null(), "WebDriver {path}: {v}");
-        v["value"].clone()
+        req.send().await.unwrap().json().await.unwrap()
     }
 
     async fn open(&self, url: &str) {
@@ -103,15 +108,28 @@ impl Browser {
             .await;
     }
 
+    /// The element `css` selects, once the page shows it: after a click
+    /// the next page may still be loading (a busy machine takes seconds).
     async fn find(&self, css: &str) -> String {
-        let v = self
-            .call(
-                Method::POST,
-                "/element",
-                Some(json!({"using": "css selector", "value": css})),
-            )
-            .await;
-        v[ELEMENT].as_str().unwrap().to_string()
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let v = self
+                .answer(
+                    Method::POST,
+                    "/element",
+                    Some(json!({"using": "css selector", "value": css})),
+                )
+                .await;
+            if let Some(el) = v["value"][ELEMENT].as_str() {
+                return el.to_string();
+            }
+            let missing = v["value"]["error"] == "no such element";
+            assert!(
+                missing && std::time::Instant::now() < deadline,
+                "WebDriver finding {css}: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     async fn text(&self, css: &str) -> String {

@@ -222,7 +222,8 @@ async fn scenario_d_fan_out_round_two_and_each_failure_policy() {
         };
         t.stack.svc.queues.send_dispatch(&msg).await.unwrap();
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Handled, all of them: the duplicates changed nothing.
+    armada_tests::wait::drained(&t).await;
     let again = t.client.get(&format!("/v1/runs/{run_id}")).await.unwrap();
     assert_eq!(again["usage"]["model_turns"], 1);
     let rounds = t.event_types(&run_id).await;

@@ -15,6 +15,7 @@ use armada_core::Services;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
 use armada_domain::run::Run;
 use armada_harness::{Aborted, StepHooks};
+use armada_tests::wait::drained;
 use armada_tests::{outcome, params, TestStack};
 
 /// Short leases and visibility timeouts so redelivery happens in seconds.
@@ -29,39 +30,6 @@ fn fast_redelivery(max_receives: &str) -> HashMap<String, String> {
 
 fn input_of(run: &Run) -> String {
     run.input_text().unwrap_or_default().to_string()
-}
-
-async fn drained(t: &TestStack) {
-    for _ in 0..200 {
-        let mut busy = 0;
-        for url in t.stack.provisioned.queue_urls.values() {
-            let a = t
-                .stack
-                .aws
-                .sqs
-                .get_queue_attributes()
-                .queue_url(url)
-                .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
-                .send()
-                .await
-                .unwrap();
-            let attrs = a.attributes().cloned().unwrap_or_default();
-            for k in [
-                aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages,
-                aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
-            ] {
-                busy += attrs
-                    .get(&k)
-                    .and_then(|v| v.parse::<u32>().ok())
-                    .unwrap_or(0);
-            }
-        }
-        if busy == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("queues did not drain");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -119,7 +87,6 @@ async fn duplicate_deliveries_have_exactly_one_effect() {
     })
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
     drained(&t).await;
     assert_eq!(t.event_types(&run_id).await, before);
     assert_eq!(

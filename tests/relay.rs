@@ -99,7 +99,8 @@ async fn scenario_e_each_step_gets_the_previous_output_and_the_callback_hears_th
     let heard: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(heard["state"], "COMPLETED");
     assert_eq!(heard["output"], "echo: echo: echo: the topic");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every message handled: a second delivery would have been sent.
+    armada_tests::wait::drained(&t).await;
     assert!(rx.try_recv().is_err(), "heard once");
     // The trace of any step lists the chain's steps in order.
     let trace = t

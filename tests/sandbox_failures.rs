@@ -161,6 +161,9 @@ async fn a_resident_agents_sandbox_is_prewarmed_and_never_hibernates() {
         json!({"resident": true, "idle_hibernate_s": 1}),
     )
     .await;
+    // The same idle time, not resident: once it has hibernated, the
+    // resident one has been idle as long and judged the same way.
+    put_agent(&t, "idler", json!({"idle_hibernate_s": 1})).await;
     let (_, run) = t.ask("resident", "hello").await;
     assert_eq!(run["output"], "echo: hello", "a chat run");
     let client = &t.client;
@@ -171,7 +174,12 @@ async fn a_resident_agents_sandbox_is_prewarmed_and_never_hibernates() {
             .is_ok_and(|s| s["state"] == "READY")
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (_, run) = t.ask("idler", &sh("echo idle")).await;
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    eventually("the non-resident sandbox hibernates", || async {
+        sandbox_of(client, "idler").await["state"] == "HIBERNATED"
+    })
+    .await;
     assert_eq!(sandbox_of(&t.client, "resident").await["state"], "READY");
     let (_, run) = t.ask("resident", &sh("echo warm")).await;
     assert_eq!(tool_result(&run, "shell_exec")["stdout"], "warm\n");
@@ -265,12 +273,16 @@ async fn a_serve_call_waits_while_the_port_pool_is_full() {
         "it waited its call's time for a port: {run}"
     );
     let id = t.client.create_run("coder", serve).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let waiting = t.client.get(&format!("/v1/runs/{id}")).await.unwrap();
-    assert_eq!(
-        waiting["state"], "AWAITING_TOOL",
-        "the call queues: {waiting}"
-    );
+    let client = &t.client;
+    eventually("the serve call is dispatched", || async {
+        client
+            .get(&format!("/v1/runs/{id}"))
+            .await
+            .is_ok_and(|r| r["state"] == "AWAITING_TOOL")
+    })
+    .await;
+    // It queues for a port (the Run completes once one is given back,
+    // below) rather than fail at once as the impatient one did.
     // Host ports are shared by every stack on the machine (and every test
     // running beside this one), so the pool is given back whole and the
     // call may get whichever port is free on the host.

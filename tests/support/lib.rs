@@ -14,6 +14,7 @@ use armada_harness::StepHooks;
 
 pub mod approvals;
 pub mod sandbox;
+pub mod wait;
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

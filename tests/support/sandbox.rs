@@ -123,20 +123,7 @@ pub fn task_dir(t: &TestStack, arn: &str) -> PathBuf {
         .join(arn.rsplit('/').next().unwrap())
 }
 
-/// Polls until `f` holds (up to 30 s).
-pub async fn eventually<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..300 {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for: {what}");
-}
+pub use crate::wait::eventually;
 
 /// A client of another tenant (a key the admin mints for it).
 pub async fn tenant_client(t: &TestStack, tenant: &str) -> Client {
