@@ -270,8 +270,7 @@ impl Runner {
                     .all_procs()
                     .into_iter()
                     .filter(|p| {
-                        crate::sys::process_uid_and_session(*p as i32)
-                            .is_some_and(|(u, _)| u == uid)
+                        crate::sys::process_uid_and_session(*p).is_some_and(|(u, _)| u == uid)
                     })
                     .count(),
                 None => strays(uid, &servers).len(),
