@@ -71,17 +71,29 @@ async fn local_resources_are_exactly_the_templates() {
 
     let tables = declared(&doc, "AWS::DynamoDB::Table", "TableName", &stack);
     assert_eq!(tables.len(), 7, "seven tables are declared");
-    let listed: BTreeSet<String> = aws
-        .dynamo
-        .list_tables()
-        .send()
-        .await
-        .unwrap()
-        .table_names()
-        .iter()
-        .filter(|n| n.starts_with(&format!("{stack}-")))
-        .cloned()
-        .collect();
+    // A page holds 100 names, and the emulator holds every stack of this
+    // test process: every page is read.
+    let mut listed: BTreeSet<String> = BTreeSet::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = aws
+            .dynamo
+            .list_tables()
+            .set_exclusive_start_table_name(after.clone())
+            .send()
+            .await
+            .unwrap();
+        listed.extend(
+            page.table_names()
+                .iter()
+                .filter(|n| n.starts_with(&format!("{stack}-")))
+                .cloned(),
+        );
+        after = page.last_evaluated_table_name().map(str::to_string);
+        if after.is_none() {
+            break;
+        }
+    }
     assert_eq!(listed, tables.keys().cloned().collect::<BTreeSet<_>>());
     for (name, props) in &tables {
         let d = aws

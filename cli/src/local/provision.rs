@@ -278,7 +278,14 @@ pub async fn default_network(endpoint: &str, region: &str) -> Result<(String, St
             .collect()
     };
     let subnets = ids(&query("Action=DescribeSubnets").await?, "subnetId");
-    let groups = ids(&query("Action=DescribeSecurityGroups").await?, "groupId");
+    // The default VPC's own group, by name: the emulator also holds the
+    // isolated group (made by the first stack that needed it), which must
+    // never stand for the open one.
+    let groups = ids(
+        &query("Action=DescribeSecurityGroups&Filter.1.Name=group-name&Filter.1.Value.1=default")
+            .await?,
+        "groupId",
+    );
     anyhow::ensure!(
         !subnets.is_empty() && !groups.is_empty(),
         "the emulator reports no default subnet or security group"

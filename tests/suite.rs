@@ -1,0 +1,42 @@
+//! The integration tests, in one binary (as cargo's own `tests/testsuite`):
+//! one module per area, every test against the emulator this process
+//! starts once (each test on a local stack of its own, sharing no
+//! resources). `emulator.rs` and `restart.rs` stay binaries of their own:
+//! one measures its emulator's CPU, the other restarts it.
+
+#[path = "api.rs"]
+mod api;
+#[path = "approvals.rs"]
+mod approvals;
+#[path = "approvals_sandbox.rs"]
+mod approvals_sandbox;
+#[path = "browser.rs"]
+mod browser;
+#[path = "collaboration.rs"]
+mod collaboration;
+#[path = "dataplane_isolation.rs"]
+mod dataplane_isolation;
+#[path = "egress.rs"]
+mod egress;
+#[path = "fargate_mode.rs"]
+mod fargate_mode;
+#[path = "faults.rs"]
+mod faults;
+#[path = "identity.rs"]
+mod identity;
+#[path = "outcomes.rs"]
+mod outcomes;
+#[path = "relay.rs"]
+mod relay;
+#[path = "sandbox_failures.rs"]
+mod sandbox_failures;
+#[path = "sandbox_image.rs"]
+mod sandbox_image;
+#[path = "sandboxes.rs"]
+mod sandboxes;
+#[path = "sessions.rs"]
+mod sessions;
+#[path = "task_network.rs"]
+mod task_network;
+#[path = "template.rs"]
+mod template;
