@@ -461,3 +461,47 @@ async fn a_tenant_past_its_runs_per_minute_is_told_when_to_retry() {
     assert_eq!(body["error"]["code"], "RATE_LIMITED", "{body}");
     t.stack.stop().await;
 }
+
+/// An agent read with `GET` goes back with `PUT` as it is, and `If-Match`
+/// holds on the emulator's conditional write: a write from a stale read is
+/// `412`, and the definition stays as the first writer left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_if_match_write_of_a_definition_is_refused() {
+    let t = TestStack::start().await;
+    let read = t
+        .admin
+        .call(Method::GET, "/v1/agents/assistant", None, true)
+        .await
+        .unwrap();
+    let version = read["version"].as_u64().unwrap();
+    let put = |if_match: String| {
+        let url = format!("{}/v1/agents/assistant", t.stack.api_url);
+        let body = read.clone();
+        let key = t.stack.admin_key.clone();
+        async move {
+            let resp = reqwest::Client::new()
+                .put(url)
+                .bearer_auth(key)
+                .header("if-match", if_match)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let (status, first) = put(format!("\"{version}\"")).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["version"], json!(version + 1));
+    let (status, second) = put(format!("\"{version}\"")).await;
+    assert_eq!(status, 412, "{second}");
+    assert_eq!(second["error"]["code"], "PRECONDITION_FAILED");
+    let now = t
+        .admin
+        .call(Method::GET, "/v1/agents/assistant", None, true)
+        .await
+        .unwrap();
+    assert_eq!(now["version"], json!(version + 1));
+    t.stack.stop().await;
+}

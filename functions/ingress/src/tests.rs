@@ -431,3 +431,79 @@ async fn a_tenant_key_reads_an_agent_without_the_operators_secrets() {
         }
     }
 }
+
+/// What `GET` returns can be `PUT` back as it is (under the same name or
+/// another): its version, frozen manifests and report are read-only fields,
+/// accepted and ignored. `If-Match` makes the write conditional: `412` once
+/// someone else changed the definition since it was read.
+#[tokio::test]
+async fn a_definition_read_can_be_written_back_and_if_match_guards_it() {
+    let api = Api::new().await;
+    let (status, read) = api
+        .call("GET", "/v1/agents/assistant", Some(ADMIN), &[], None)
+        .await;
+    assert_eq!(status, 200, "{read}");
+    assert!(read.get("manifests").is_some(), "{read}");
+    let version = read["version"].as_u64().unwrap();
+    let (status, copy) = api
+        .call(
+            "PUT",
+            "/v1/agents/helper",
+            Some(ADMIN),
+            &[],
+            Some(read.clone()),
+        )
+        .await;
+    assert_eq!((status, &copy["name"]), (200, &json!("helper")), "{copy}");
+    let at = |v: u64| v.to_string();
+    let (status, again) = api
+        .call(
+            "PUT",
+            "/v1/agents/assistant",
+            Some(ADMIN),
+            &[("if-match", &format!("\"{version}\""))],
+            Some(read.clone()),
+        )
+        .await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["version"], json!(version + 1));
+    // Written from the same (now stale) read: refused, nothing changed.
+    let (status, stale) = api
+        .call(
+            "PUT",
+            "/v1/agents/assistant",
+            Some(ADMIN),
+            &[("if-match", &at(version))],
+            Some(read.clone()),
+        )
+        .await;
+    assert_eq!(
+        (status, stale["error"]["code"].as_str()),
+        (412, Some("PRECONDITION_FAILED")),
+        "{stale}"
+    );
+    let (_, now) = api
+        .call("GET", "/v1/agents/assistant", Some(ADMIN), &[], None)
+        .await;
+    assert_eq!(now["version"], json!(version + 1));
+    let (status, bad) = api
+        .call(
+            "PUT",
+            "/v1/agents/assistant",
+            Some(ADMIN),
+            &[("if-match", "yesterday")],
+            Some(read.clone()),
+        )
+        .await;
+    assert_eq!(
+        (status, bad["error"]["code"].as_str()),
+        (400, Some("INVALID_HEADER"))
+    );
+    // Unknown fields are still refused.
+    let mut typo = read;
+    typo["sandboxx"] = json!({});
+    let (status, _) = api
+        .call("PUT", "/v1/agents/assistant", Some(ADMIN), &[], Some(typo))
+        .await;
+    assert_eq!(status, 400);
+}

@@ -211,6 +211,9 @@ pub trait Registry: Send + Sync + Debug {
     async fn agent(&self, name: &str) -> Result<Option<AgentDefinition>, StoreError>;
     /// Creates or replaces an agent; returns its new version.
     async fn put_agent(&self, def: &AgentDefinition) -> Result<u64, StoreError>;
+    /// Replaces an agent only while its stored version is `version` (a
+    /// `PUT` with `If-Match`): `Conflict` when it changed since, or is gone.
+    async fn put_agent_if(&self, def: &AgentDefinition, version: u64) -> Result<u64, StoreError>;
     async fn list_agents(&self) -> Result<Vec<(AgentDefinition, u64)>, StoreError>;
     async fn agent_version(&self, name: &str)
         -> Result<Option<(AgentDefinition, u64)>, StoreError>;

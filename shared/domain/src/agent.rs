@@ -289,7 +289,10 @@ impl AgentDefinition {
         }
         let f = Fields::new(body)?;
         // A typo in any section (say `sandboxx`) must never fall back to
-        // defaults: every level refuses what it does not define.
+        // defaults: every level refuses what it does not define. What a
+        // `GET` adds (its version, the skills' frozen manifests, a `PUT`'s
+        // report of shadowed profiles) is accepted and ignored, so that a
+        // definition read can be written back as it is.
         f.only(&[
             "name",
             "description",
@@ -300,6 +303,9 @@ impl AgentDefinition {
             "http_allow_hosts",
             "sandbox",
             "approvals",
+            "version",
+            "manifests",
+            "shadowed_profiles",
         ])?;
         let model = f.req_obj("model")?;
         let m = Fields::nested(model, "model")?;

@@ -78,13 +78,49 @@ pub(crate) async fn put_agent(svc: &Services, req: &Request, name: &str) -> ApiR
         .sandbox
         .resolve(global)
         .map_err(|e| ApiError::new(400, "INVALID_FIELD", format!("sandbox.profile: {e}")))?;
-    let version = svc.registry.put_agent(&def).await.map_err(store_err)?;
+    let version = match if_match(req)? {
+        None => svc.registry.put_agent(&def).await.map_err(store_err)?,
+        Some(expected) => match svc.registry.put_agent_if(&def, expected).await {
+            Ok(v) => v,
+            Err(StoreError::Conflict { .. }) => {
+                return Err(ApiError::new(
+                    412,
+                    "PRECONDITION_FAILED",
+                    format!(
+                        "agent '{name}' is no longer at version {expected}: read it again \
+                         and apply your change to what is there now"
+                    ),
+                ))
+            }
+            Err(e) => return Err(store_err(e)),
+        },
+    };
     let mut v = agent_json(&def, version);
     if !shadowed.is_empty() {
         // Reported, not silently dropped: the global definitions hold.
         v["shadowed_profiles"] = json!(shadowed);
     }
     Ok((200, v))
+}
+
+/// The version an `If-Match` header names (`7` or the entity tag
+/// `"7"`), if the request has one: the write then happens only at it.
+fn if_match(req: &Request) -> Result<Option<u64>, ApiError> {
+    let Some(h) = req.headers().get(http::header::IF_MATCH) else {
+        return Ok(None);
+    };
+    h.to_str()
+        .ok()
+        .map(|v| v.trim().trim_start_matches("W/").trim_matches('"'))
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::new(
+                400,
+                "INVALID_HEADER",
+                "If-Match: must be the definition's version, as GET returns it (\"version\": 7)",
+            )
+        })
 }
 
 /// Deletes an agent and, with it, every sandbox it has in any tenant: no

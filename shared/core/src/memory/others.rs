@@ -56,6 +56,18 @@ impl Registry for Memory {
         Ok(version)
     }
 
+    async fn put_agent_if(&self, def: &AgentDefinition, version: u64) -> Result<u64, StoreError> {
+        let mut st = self.state();
+        match st.agents.get(&def.name) {
+            Some((_, v)) if *v == version => {
+                st.agents
+                    .insert(def.name.clone(), (def.clone(), version + 1));
+                Ok(version + 1)
+            }
+            _ => Err(StoreError::Conflict { which: None }),
+        }
+    }
+
     async fn list_agents(&self) -> Result<Vec<(AgentDefinition, u64)>, StoreError> {
         let mut all: Vec<_> = self.state().agents.values().cloned().collect();
         all.sort_by(|a, b| a.0.name.cmp(&b.0.name));

@@ -118,39 +118,15 @@ impl ports::Registry for Registry {
     /// Creates or replaces an agent; the stored version is incremented
     /// atomically and returned.
     async fn put_agent(&self, def: &AgentDefinition) -> Result<u64, StoreError> {
-        let out = self
-            .dynamo
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", s(format!("agent#{}", def.name)))
-            .update_expression("SET kind = :k, #name = :n, doc = :d ADD version :one")
-            .expression_attribute_names("#name", "name")
-            .expression_attribute_values(":k", s("agent"))
-            .expression_attribute_values(":n", s(&def.name))
-            .expression_attribute_values(":d", json(def))
-            .expression_attribute_values(":one", n(1))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
-            .send()
-            .await
-            .map_err(classify)?;
-        let version = out
-            .attributes()
-            .and_then(|a| a.get("version"))
-            .and_then(|v| v.as_n().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1);
-        Ok(version)
+        self.write_agent(def, None).await
+    }
+
+    async fn put_agent_if(&self, def: &AgentDefinition, version: u64) -> Result<u64, StoreError> {
+        self.write_agent(def, Some(version)).await
     }
 
     async fn list_agents(&self) -> Result<Vec<(AgentDefinition, u64)>, StoreError> {
-        self.of_kind("agent")
-            .await?
-            .iter()
-            .map(|item| {
-                let def: AgentDefinition = get_json(item, "doc")?;
-                Ok((def, super::item::get_n(item, "version").unwrap_or(1)))
-            })
-            .collect()
+        self.list_agent_items().await
     }
 
     async fn agent_version(
@@ -291,5 +267,52 @@ impl ports::Registry for Registry {
             .await
             .map_err(classify)?;
         Ok(())
+    }
+}
+
+impl Registry {
+    /// Writes an agent's definition, adding one to its version; with
+    /// `expected`, only while the stored version is that one.
+    async fn write_agent(
+        &self,
+        def: &AgentDefinition,
+        expected: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        let mut write = self
+            .dynamo
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(format!("agent#{}", def.name)))
+            .update_expression("SET kind = :k, #name = :n, doc = :d ADD version :one")
+            .expression_attribute_names("#name", "name")
+            .expression_attribute_values(":k", s("agent"))
+            .expression_attribute_values(":n", s(&def.name))
+            .expression_attribute_values(":d", json(def))
+            .expression_attribute_values(":one", n(1))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew);
+        if let Some(v) = expected {
+            write = write
+                .condition_expression("version = :expected")
+                .expression_attribute_values(":expected", n(v));
+        }
+        let out = write.send().await.map_err(classify)?;
+        let version = out
+            .attributes()
+            .and_then(|a| a.get("version"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        Ok(version)
+    }
+
+    async fn list_agent_items(&self) -> Result<Vec<(AgentDefinition, u64)>, StoreError> {
+        self.of_kind("agent")
+            .await?
+            .iter()
+            .map(|item| {
+                let def: AgentDefinition = get_json(item, "doc")?;
+                Ok((def, super::item::get_n(item, "version").unwrap_or(1)))
+            })
+            .collect()
     }
 }
