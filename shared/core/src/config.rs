@@ -65,6 +65,11 @@ pub struct Config {
     /// default 64, one full `plan`); a call past it is answered
     /// `TOO_MANY_CHILDREN`.
     pub max_children_per_wait: u32,
+    /// How many Runs one root Run's tree may have below the root: its
+    /// children, theirs, team members and relay steps, every level and
+    /// step together (`ARMADA_MAX_DESCENDANTS_PER_ROOT`, default 256); a
+    /// call past it is answered `TOO_MANY_DESCENDANTS`.
+    pub max_descendants_per_root: u32,
     /// How many Runs one tenant may start through the API in a minute
     /// (`ARMADA_TENANT_RUNS_PER_MINUTE`, default 600); past it a start is
     /// answered `429 RATE_LIMITED` with `Retry-After`.
@@ -235,6 +240,11 @@ impl Config {
                 u64::from(armada_domain::collab::DEFAULT_MAX_CHILDREN_PER_WAIT),
             )?
             .clamp(1, 1024) as u32,
+            max_descendants_per_root: num(
+                "ARMADA_MAX_DESCENDANTS_PER_ROOT",
+                u64::from(armada_domain::collab::DEFAULT_MAX_DESCENDANTS),
+            )?
+            .clamp(1, 100_000) as u32,
             tenant_runs_per_minute: num("ARMADA_TENANT_RUNS_PER_MINUTE", 600)?.clamp(1, 1_000_000)
                 as u32,
             callback_signing_secret: {
