@@ -461,3 +461,46 @@ async fn a_tenant_past_its_runs_per_minute_is_told_when_to_retry() {
     assert_eq!(body["error"]["code"], "RATE_LIMITED", "{body}");
     t.stack.stop().await;
 }
+
+/// A tenant's Runs not yet ended are held with a marker each in the
+/// quotas table: past `TenantActiveRuns` a start is answered 429
+/// `TOO_MANY_ACTIVE_RUNS` with `Retry-After`, and once the dispatcher has
+/// settled one of them (here: cancelled while it waits for a person) a
+/// start is accepted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_with_its_quota_of_active_runs_is_told_to_wait() {
+    use armada_tests::approvals::{put_agent, put_launch, wait_state};
+    let t = TestStack::start_with(armada_tests::params(&[("TenantActiveRuns", "2")]), None).await;
+    put_launch(&t).await;
+    put_agent(&t, "ops", &["launch"], json!({}), json!({})).await;
+    let mut parked = Vec::new();
+    for _ in 0..2 {
+        let id = t.client.create_run("ops", "/tool launch {}").await.unwrap();
+        wait_state(&t.client, &id, "AWAITING_HITL").await;
+        parked.push(id);
+    }
+    let start = || {
+        reqwest::Client::new()
+            .post(format!("{}/v1/runs", t.stack.api_url))
+            .bearer_auth(&t.stack.tenant_key)
+            .header("content-type", "application/json")
+            .body(r#"{"agent":"assistant","input":"hi"}"#)
+            .send()
+    };
+    let resp = start().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 429);
+    assert_eq!(resp.headers()["retry-after"].to_str().unwrap(), "30");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "TOO_MANY_ACTIVE_RUNS", "{body}");
+
+    let v = t
+        .client
+        .post(&format!("/v1/runs/{}/cancel", parked[0]), &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(v["state"], "CANCELLED");
+    t.wait_closed(&parked[0]).await;
+    let resp = start().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 202, "a settled Run frees its place");
+    t.stack.stop().await;
+}

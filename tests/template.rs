@@ -70,7 +70,7 @@ async fn local_resources_are_exactly_the_templates() {
     let aws = &t.stack.aws;
 
     let tables = declared(&doc, "AWS::DynamoDB::Table", "TableName", &stack);
-    assert_eq!(tables.len(), 7, "seven tables are declared");
+    assert_eq!(tables.len(), 8, "eight tables are declared");
     let listed: BTreeSet<String> = aws
         .dynamo
         .list_tables()

@@ -29,6 +29,9 @@ pub struct Config {
     pub registry_table: String,
     /// DynamoDB table of Idempotency-Key fingerprints (`ARMADA_IDEMPOTENCY_TABLE`).
     pub idempotency_table: String,
+    /// DynamoDB table of what each tenant holds at once: its active Runs,
+    /// its long-polls (`ARMADA_QUOTAS_TABLE`).
+    pub quotas_table: String,
     /// Name of the dispatch queue (`ARMADA_DISPATCH_QUEUE`); URLs are resolved at start.
     pub dispatch_queue: String,
     /// Name of the dispatch dead-letter queue (`ARMADA_DISPATCH_DLQ`).
@@ -74,6 +77,11 @@ pub struct Config {
     /// (`ARMADA_TENANT_RUNS_PER_MINUTE`, default 600); past it a start is
     /// answered `429 RATE_LIMITED` with `Retry-After`.
     pub tenant_runs_per_minute: u32,
+    /// How many Runs one tenant may have started through the API and not
+    /// yet ended (`ARMADA_TENANT_ACTIVE_RUNS`, default 200; their children
+    /// are bounded per root instead); past it a start is answered `429
+    /// TOO_MANY_ACTIVE_RUNS` with `Retry-After`.
+    pub tenant_active_runs: u32,
     /// Signs result callbacks (`ARMADA_CALLBACK_SIGNING_SECRET`, at least 16 bytes).
     pub callback_signing_secret: String,
     /// The sender of approval emails (`ARMADA_APPROVAL_SENDER`), an SES
@@ -215,6 +223,7 @@ impl Config {
             sandboxes_table: req("ARMADA_SANDBOXES_TABLE")?,
             registry_table: req("ARMADA_REGISTRY_TABLE")?,
             idempotency_table: req("ARMADA_IDEMPOTENCY_TABLE")?,
+            quotas_table: req("ARMADA_QUOTAS_TABLE")?,
             dispatch_queue: req("ARMADA_DISPATCH_QUEUE")?,
             dispatch_dlq: req("ARMADA_DISPATCH_DLQ")?,
             harness_queue: req("ARMADA_HARNESS_QUEUE")?,
@@ -247,6 +256,7 @@ impl Config {
             .clamp(1, 100_000) as u32,
             tenant_runs_per_minute: num("ARMADA_TENANT_RUNS_PER_MINUTE", 600)?.clamp(1, 1_000_000)
                 as u32,
+            tenant_active_runs: num("ARMADA_TENANT_ACTIVE_RUNS", 200)?.clamp(1, 100_000) as u32,
             callback_signing_secret: {
                 let s = req("ARMADA_CALLBACK_SIGNING_SECRET")?;
                 if s.len() < 16 {

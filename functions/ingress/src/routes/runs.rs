@@ -164,7 +164,21 @@ impl<'a> NewRun<'a> {
 
 pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, Value), ApiError> {
     let now = svc.clock.now_ms();
-    // The tenant's rate first: a refused start writes nothing.
+    // The tenant's Runs not yet ended first, then its rate: a refused
+    // start writes nothing. The count is a read and the marker is written
+    // with the Run, so starts racing each other can all read the same
+    // count: together they pass the limit by at most the number racing,
+    // and never drift (each marker goes when its Run is settled).
+    let active = svc.cfg.tenant_active_runs;
+    if svc
+        .quotas
+        .active_runs(new.tenant, active, now)
+        .await
+        .map_err(store_err)?
+        >= active
+    {
+        return Err(ApiError::too_many_active_runs(active));
+    }
     let limit = svc.cfg.tenant_runs_per_minute;
     let (window, retry_after) = minute_window(now);
     if !svc
@@ -255,6 +269,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
             });
             also.len()
         });
+        also.push(Also::active_run(&run));
         match svc.runs.create(&run, &[created], also).await {
             Ok(()) => {
                 enqueue_start(svc, &run).await?;
