@@ -354,6 +354,66 @@ async fn a_tenant_with_its_quota_of_active_runs_waits_for_one_to_end() {
     assert_eq!(status, 202);
 }
 
+/// A long-poll that has to wait holds one of its tenant's slots while it
+/// does: with every slot held (by another instance's poll) it is `429
+/// TOO_MANY_LONG_POLLS` with `Retry-After`; a poll without wait, or one
+/// whose events are there at once, needs none; another tenant has its
+/// own; a slot whose holder's time passed is free again, and a poll gives
+/// its slot back when it ends.
+#[tokio::test]
+async fn a_tenant_with_its_long_polls_all_waiting_is_told_to_retry() {
+    let api = Api::with(|c| c.tenant_concurrent_long_polls = 1).await;
+    let (key, other) = (api.key("acme").await, api.key("beta").await);
+    let start = json!({"agent": "assistant", "input": "hi"});
+    let (_, v) = api
+        .call("POST", "/v1/runs", Some(&key), &[], Some(start.clone()))
+        .await;
+    let id = v["run_id"].as_str().unwrap().to_string();
+    let (_, v) = api
+        .call("POST", "/v1/runs", Some(&other), &[], Some(start))
+        .await;
+    let theirs = v["run_id"].as_str().unwrap().to_string();
+    let now = api.svc.clock.now_ms();
+    let held = api
+        .svc
+        .quotas
+        .take_poll_slot("acme", 1, "elsewhere", now, now + 30_000)
+        .await
+        .unwrap();
+    assert_eq!(held, Some(0));
+
+    let waiting = format!("/v1/runs/{id}/events?after=99&wait=1");
+    let (status, body, wait) = api.send("GET", &waiting, Some(&key), &[], None).await;
+    assert_eq!(
+        (status, code(&body)),
+        (429, "TOO_MANY_LONG_POLLS"),
+        "{body}"
+    );
+    assert_eq!(wait, Some(armada_domain::api::LONG_POLLS_RETRY_S));
+    for path in [
+        format!("/v1/runs/{id}/events?after=99"),
+        format!("/v1/runs/{id}/events?after=0&wait=1"),
+    ] {
+        let (status, _) = api.call("GET", &path, Some(&key), &[], None).await;
+        assert_eq!(status, 200, "{path} needs no slot");
+    }
+    let path = format!("/v1/runs/{theirs}/events?after=99&wait=1");
+    let (status, _) = api.call("GET", &path, Some(&other), &[], None).await;
+    assert_eq!(status, 200, "another tenant has slots of its own");
+
+    // The other instance died: its slot frees itself when its time is up.
+    api.svc.clock.advance(30_000);
+    let (status, v) = api.call("GET", &waiting, Some(&key), &[], None).await;
+    assert_eq!(
+        (status, v["events"].as_array().map(Vec::len)),
+        (200, Some(0))
+    );
+    assert!(
+        api.mem.state().poll_slots.is_empty(),
+        "every poll gave its slot back"
+    );
+}
+
 #[tokio::test]
 async fn bad_input_gets_a_named_error_and_writes_nothing() {
     let api = Api::new().await;

@@ -82,6 +82,11 @@ pub struct Config {
     /// are bounded per root instead); past it a start is answered `429
     /// TOO_MANY_ACTIVE_RUNS` with `Retry-After`.
     pub tenant_active_runs: u32,
+    /// How many long-polls (`GET /v1/runs/{id}/events?wait=N`, N > 0) one
+    /// tenant may have waiting at once, across every instance
+    /// (`ARMADA_TENANT_CONCURRENT_LONG_POLLS`, default 32); past it a poll
+    /// is answered `429 TOO_MANY_LONG_POLLS` with `Retry-After`.
+    pub tenant_concurrent_long_polls: u32,
     /// Signs result callbacks (`ARMADA_CALLBACK_SIGNING_SECRET`, at least 16 bytes).
     pub callback_signing_secret: String,
     /// The sender of approval emails (`ARMADA_APPROVAL_SENDER`), an SES
@@ -257,6 +262,8 @@ impl Config {
             tenant_runs_per_minute: num("ARMADA_TENANT_RUNS_PER_MINUTE", 600)?.clamp(1, 1_000_000)
                 as u32,
             tenant_active_runs: num("ARMADA_TENANT_ACTIVE_RUNS", 200)?.clamp(1, 100_000) as u32,
+            tenant_concurrent_long_polls: num("ARMADA_TENANT_CONCURRENT_LONG_POLLS", 32)?
+                .clamp(1, 1000) as u32,
             callback_signing_secret: {
                 let s = req("ARMADA_CALLBACK_SIGNING_SECRET")?;
                 if s.len() < 16 {

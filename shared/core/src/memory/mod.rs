@@ -60,6 +60,8 @@ pub struct State {
     pub run_starts: HashMap<(String, i64), u32>,
     /// (tenant, run) → until when the marker of an active Run counts.
     pub active_runs: BTreeMap<(String, String), i64>,
+    /// (tenant, slot) → (holder, until) of a long-poll waiting.
+    pub poll_slots: BTreeMap<(String, u32), (String, i64)>,
     pub agents: HashMap<String, (AgentDefinition, u64)>,
     pub skills: BTreeMap<String, SkillManifest>,
     pub profiles: BTreeMap<String, ProfileDef>,
@@ -589,6 +591,41 @@ impl Quotas for Memory {
         self.state()
             .active_runs
             .remove(&(tenant.to_string(), run_id.to_string()));
+        Ok(())
+    }
+
+    async fn take_poll_slot(
+        &self,
+        tenant: &str,
+        limit: u32,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<u32>, StoreError> {
+        let mut st = self.state();
+        let free = (0..limit).find(|i| {
+            st.poll_slots
+                .get(&(tenant.to_string(), *i))
+                .is_none_or(|(_, until)| *until <= now_ms)
+        });
+        if let Some(i) = free {
+            st.poll_slots
+                .insert((tenant.to_string(), i), (holder.to_string(), until_ms));
+        }
+        Ok(free)
+    }
+
+    async fn release_poll_slot(
+        &self,
+        tenant: &str,
+        slot: u32,
+        holder: &str,
+    ) -> Result<(), StoreError> {
+        let mut st = self.state();
+        let key = (tenant.to_string(), slot);
+        if st.poll_slots.get(&key).is_some_and(|(h, _)| h == holder) {
+            st.poll_slots.remove(&key);
+        }
         Ok(())
     }
 }

@@ -5,12 +5,15 @@
 //!
 //! - `active#<tenant>` / run id: a Run the tenant started through the API
 //!   and that was not settled yet, written in the transaction creating it.
+//! - `polls#<tenant>` / slot number: a long-poll waiting, from 0 to the
+//!   limit less one, taken by a conditional put (absent, or its holder's
+//!   time passed) and deleted by its holder when the poll ends.
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, Select, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
 
-use super::item::{n, s, Item};
+use super::item::{get_n, get_s, n, s, written, Item};
 use super::runs::put;
 use crate::error::{classify, StoreError};
 use crate::ports;
@@ -32,6 +35,15 @@ impl QuotasStore {
 
 fn active_pk(tenant: &str) -> String {
     format!("active#{tenant}")
+}
+
+fn polls_pk(tenant: &str) -> String {
+    format!("polls#{tenant}")
+}
+
+/// Slot numbers as sort keys: fixed width, so they sort as numbers.
+fn slot_sk(slot: u32) -> String {
+    format!("{slot:05}")
 }
 
 /// An expiry as the TTL attribute holds it: seconds, rounded up.
@@ -94,6 +106,96 @@ impl ports::Quotas for QuotasStore {
             .send()
             .await
             .map_err(classify)?;
+        Ok(())
+    }
+
+    async fn take_poll_slot(
+        &self,
+        tenant: &str,
+        limit: u32,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<u32>, StoreError> {
+        // One read says which slots look free; each is then tried with a
+        // conditional put, which decides between pollers racing for it.
+        let mut held = std::collections::BTreeSet::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .dynamo
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", s(polls_pk(tenant)))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(classify)?;
+            for item in out.items() {
+                let until: i64 = get_n(item, "until_ms")?;
+                if until > now_ms {
+                    held.insert(get_s(item, "sk")?);
+                }
+            }
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        let free: Vec<u32> = (0..limit)
+            .filter(|i| !held.contains(&slot_sk(*i)))
+            .collect();
+        if free.is_empty() {
+            return Ok(None);
+        }
+        // From a random one on, so pollers arriving together try
+        // different slots first.
+        let first = rand::random::<usize>() % free.len();
+        for slot in free[first..].iter().chain(&free[..first]) {
+            let mut item = Item::new();
+            item.insert("pk".into(), s(polls_pk(tenant)));
+            item.insert("sk".into(), s(slot_sk(*slot)));
+            item.insert("holder".into(), s(holder));
+            item.insert("until_ms".into(), n(until_ms));
+            item.insert("expires_at".into(), expiry_s(until_ms));
+            let taken = written(
+                self.dynamo
+                    .put_item()
+                    .table_name(&self.table)
+                    .set_item(Some(item))
+                    .condition_expression("attribute_not_exists(sk) OR until_ms <= :now")
+                    .expression_attribute_values(":now", n(now_ms))
+                    .send()
+                    .await
+                    .map_err(classify),
+            )?;
+            if taken {
+                return Ok(Some(*slot));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn release_poll_slot(
+        &self,
+        tenant: &str,
+        slot: u32,
+        holder: &str,
+    ) -> Result<(), StoreError> {
+        written(
+            self.dynamo
+                .delete_item()
+                .table_name(&self.table)
+                .key("pk", s(polls_pk(tenant)))
+                .key("sk", s(slot_sk(slot)))
+                .condition_expression("holder = :me")
+                .expression_attribute_values(":me", s(holder))
+                .send()
+                .await
+                .map_err(classify),
+        )?;
         Ok(())
     }
 }
