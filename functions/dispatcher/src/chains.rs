@@ -4,6 +4,7 @@
 //! ends here, broken (the steps after it skipped) or done, and the chain's
 //! callback hears it.
 
+use armada_core::Also;
 use armada_domain::collab::chain::{self, step_run_id, AfterStep, ChainLink};
 use armada_domain::collab::descendants;
 
@@ -95,7 +96,10 @@ impl Dispatcher {
             json!({"agent": agent, "chain_id": link.as_ref().map(|l| &l.chain_id), "index": link.as_ref().map(|l| l.index), "previous_run_id": run.run_id}),
             now,
         );
-        match self.svc.runs.create(&next, &[created], vec![]).await {
+        // The chain keeps its place among its tenant's active Runs: the
+        // step before gives its marker back as it is settled.
+        let marker = vec![Also::active_run(&next)];
+        match self.svc.runs.create(&next, &[created], marker).await {
             Ok(()) | Err(StoreError::Conflict { .. }) => {}
             Err(e) => return Err(e),
         }

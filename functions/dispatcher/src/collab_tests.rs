@@ -323,6 +323,15 @@ impl Stack {
         let mut run = accepted.clone();
         f(&mut run);
         self.mem.state().runs.remove(&accepted.run_id);
+        // Its marker among the tenant's active Runs follows its new id.
+        {
+            let mut st = self.mem.state();
+            let key = (TENANT.to_string(), accepted.run_id.clone());
+            if let Some(until) = st.active_runs.remove(&key) {
+                st.active_runs
+                    .insert((TENANT.to_string(), run.run_id.clone()), until);
+            }
+        }
         self.mem
             .state()
             .runs
@@ -372,6 +381,33 @@ async fn a_relay_chain_hands_each_output_to_the_next_step() {
     assert!(s
         .kinds(&first.run_id)
         .contains(&"chain_step_started".to_string()));
+}
+
+/// A relay chain holds one place among its tenant's active Runs while any
+/// of its steps runs: each step, settled, gives its marker back and the
+/// step it starts writes its own.
+#[tokio::test]
+async fn a_relay_chain_counts_as_one_active_run_from_step_to_step() {
+    let s = stack().await;
+    let first = s.start_chain(&["a", "b", "c"], "draft it").await;
+    let held = || {
+        s.mem
+            .state()
+            .active_runs
+            .keys()
+            .map(|(_, run)| run.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(held(), std::slice::from_ref(&first.run_id));
+    s.harness_pass().await;
+    for m in s.mem.take_dispatch() {
+        s.to_dispatcher(&m).await;
+    }
+    let link = first.chain.clone().expect("link");
+    assert_eq!(s.run(&first.run_id).state, RunState::ClosedCompleted);
+    assert_eq!(held(), [chain::step_run_id(&link.chain_id, 1)]);
+    s.pump().await;
+    assert!(held().is_empty(), "{:?}", held());
 }
 
 #[tokio::test]

@@ -64,9 +64,9 @@ pub enum Also {
     /// An approval of one of the Run's calls, created with the commit that
     /// parks the Run; written once.
     Approval(Box<Approval>),
-    /// The marker of a Run a tenant started through the API, counted by
-    /// [`Quotas::active_runs`] until the Run is settled or `until_ms`
-    /// passes; written once.
+    /// The marker of a Run a tenant started through the API (or of the
+    /// next step of its relay chain), counted by [`Quotas::active_runs`]
+    /// until the Run is settled or `until_ms` passes; written once.
     ActiveRun {
         tenant: String,
         run_id: String,
@@ -75,7 +75,8 @@ pub enum Also {
 }
 
 impl Also {
-    /// The marker of `run`, a root the API accepts. It expires once the
+    /// The marker of `run`, a root the API accepts or a chain's next
+    /// step. It expires once the
     /// Run cannot be active any more, as a backstop for a settlement that
     /// never came: its deadline, plus the longest one approval may hold it
     /// (time waiting for a person is given back to its budget). A Run

@@ -4,7 +4,8 @@
 //! after, and reads ignore it from then on).
 //!
 //! - `active#<tenant>` / run id: a Run the tenant started through the API
-//!   and that was not settled yet, written in the transaction creating it.
+//!   (or the running step of such a chain) and that was not settled yet,
+//!   written in the transaction creating it.
 //! - `polls#<tenant>` / slot number: a long-poll waiting, from 0 to the
 //!   limit less one, taken by a conditional put (absent, or its holder's
 //!   time passed) and deleted by its holder when the poll ends.
