@@ -505,3 +505,111 @@ async fn a_stale_if_match_write_of_a_definition_is_refused() {
     assert_eq!(now["version"], json!(version + 1));
     t.stack.stop().await;
 }
+
+/// A tenant's Runs not yet ended are held with a marker each in the
+/// quotas table: past `TenantActiveRuns` a start is answered 429
+/// `TOO_MANY_ACTIVE_RUNS` with `Retry-After`, and once the dispatcher has
+/// settled one of them (here: cancelled while it waits for a person) a
+/// start is accepted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_with_its_quota_of_active_runs_is_told_to_wait() {
+    use armada_tests::approvals::{put_agent, put_launch, wait_state};
+    let t = TestStack::start_with(armada_tests::params(&[("TenantActiveRuns", "2")]), None).await;
+    put_launch(&t).await;
+    put_agent(&t, "ops", &["launch"], json!({}), json!({})).await;
+    let mut parked = Vec::new();
+    for _ in 0..2 {
+        let id = t.client.create_run("ops", "/tool launch {}").await.unwrap();
+        wait_state(&t.client, &id, "AWAITING_HITL").await;
+        parked.push(id);
+    }
+    let start = || {
+        reqwest::Client::new()
+            .post(format!("{}/v1/runs", t.stack.api_url))
+            .bearer_auth(&t.stack.tenant_key)
+            .header("content-type", "application/json")
+            .body(r#"{"agent":"assistant","input":"hi"}"#)
+            .send()
+    };
+    let resp = start().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 429);
+    assert_eq!(resp.headers()["retry-after"].to_str().unwrap(), "30");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "TOO_MANY_ACTIVE_RUNS", "{body}");
+
+    let v = t
+        .client
+        .post(&format!("/v1/runs/{}/cancel", parked[0]), &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(v["state"], "CANCELLED");
+    t.wait_closed(&parked[0]).await;
+    let resp = start().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 202, "a settled Run frees its place");
+    t.stack.stop().await;
+}
+
+/// A long-poll that has to wait holds one of its tenant's slots in the
+/// quotas table, whichever instance serves it: with
+/// `TenantConcurrentLongPolls` 1, while one poll waits another is answered
+/// 429 `TOO_MANY_LONG_POLLS` with `Retry-After` (a poll without wait is
+/// still answered), and when the first ends its slot is given back at
+/// once, not when its time would run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_with_its_long_polls_all_waiting_is_told_to_retry() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let t = TestStack::start_with(
+        armada_tests::params(&[("TenantConcurrentLongPolls", "1")]),
+        None,
+    )
+    .await;
+    let run_id = t.client.create_run("assistant", "hi").await.unwrap();
+    // Past every event the Run will have: a poll waits its whole time.
+    let poll = |wait: u64| {
+        reqwest::Client::new()
+            .get(format!(
+                "{}/v1/runs/{run_id}/events?after=1000&wait={wait}",
+                t.stack.api_url
+            ))
+            .bearer_auth(&t.stack.tenant_key)
+            .send()
+    };
+    let slots_held = || async {
+        t.stack
+            .aws
+            .dynamo
+            .query()
+            .table_name(&t.stack.svc.cfg.quotas_table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(
+                ":pk",
+                AttributeValue::S(format!("polls#{}", t.stack.tenant)),
+            )
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .count()
+    };
+    let first = poll(6);
+    let (first, refused) = tokio::join!(first, async {
+        armada_tests::sandbox::eventually("the first poll holds its slot", || async {
+            slots_held().await == 1
+        })
+        .await;
+        let refused = poll(1).await.unwrap();
+        let now = poll(0).await.unwrap().status().as_u16();
+        (refused, now)
+    });
+    let (refused, without_wait) = refused;
+    assert_eq!(refused.status().as_u16(), 429);
+    assert_eq!(refused.headers()["retry-after"].to_str().unwrap(), "5");
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "TOO_MANY_LONG_POLLS", "{body}");
+    assert_eq!(without_wait, 200, "a poll without wait needs no slot");
+    let first = first.unwrap();
+    assert_eq!(first.status().as_u16(), 200);
+    assert_eq!(slots_held().await, 0, "the first poll gave its slot back");
+    assert_eq!(poll(1).await.unwrap().status().as_u16(), 200);
+    t.stack.stop().await;
+}

@@ -542,3 +542,58 @@ async fn resume_takes_over_a_finished_peers_transcript_or_refuses_closed() {
     );
     t.stack.stop().await;
 }
+
+/// The Runs below one root are bounded as a whole, across levels: with
+/// `MaxDescendantsPerRoot` 3, the root's two children cost 2 of its 3 and
+/// are given a share of 0 each, so the child that delegates on is answered
+/// `TOO_MANY_DESCENDANTS` (its model reads it, and so does the root's);
+/// the tree is the root and its two children. A fan-out team larger than
+/// the bound is refused before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_roots_descendants_are_bounded_across_levels() {
+    let t = TestStack::start_with(params(&[("MaxDescendantsPerRoot", "3")]), None).await;
+    put_agent(&t, "boss", &["delegate"], 120).await;
+    put_agent(&t, "helper", &["delegate"], 120).await;
+    let inner = json!([
+        {"name": "delegate", "args": {"agent": "assistant", "task": "x"}},
+        {"name": "delegate", "args": {"agent": "researcher", "task": "y"}},
+    ]);
+    let outer = json!([
+        {"name": "delegate", "args": {"agent": "helper", "task": format!("/tools {inner}")}},
+        {"name": "delegate", "args": {"agent": "assistant", "task": "z"}},
+    ]);
+    let body = json!({"agent": "boss", "input": format!("/tools {outer}")});
+    let (run_id, run) = run_body(&t, body, 60).await;
+    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    let out = text(&run["output"]);
+    assert!(out.contains("TOO_MANY_DESCENDANTS"), "{out}");
+    assert!(out.contains("echo: z"), "{out}");
+    let trace = t
+        .client
+        .get(&format!("/v1/runs/{run_id}/trace"))
+        .await
+        .unwrap();
+    assert_eq!(trace["runs"].as_array().unwrap().len(), 3, "{trace}");
+
+    put_team(
+        &t,
+        "crowd",
+        json!({"members": ["assistant", "researcher", "helper", "boss"], "strategy": "fan_out"}),
+    )
+    .await;
+    let (status, v) = t
+        .raw(
+            Method::POST,
+            "/v1/runs",
+            Some(&t.stack.tenant_key),
+            Some(r#"{"team": "crowd", "input": "hi"}"#),
+            &[],
+        )
+        .await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("TOO_MANY_DESCENDANTS")),
+        "{v}"
+    );
+    t.stack.stop().await;
+}

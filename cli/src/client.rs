@@ -167,17 +167,31 @@ impl Client {
         run_id(&v)
     }
 
+    /// A page of a Run's events after `after`, waiting up to `wait_s` for
+    /// one. When the tenant's long-polls are all waiting (`429
+    /// TOO_MANY_LONG_POLLS`), a look without waiting, which needs no
+    /// slot, a second later instead.
+    pub async fn events(&self, run_id: &str, after: u64, wait_s: u64) -> Result<Value> {
+        let path = format!("/v1/runs/{run_id}/events?after={after}");
+        match self.get(&format!("{path}&wait={wait_s}")).await {
+            Err(e)
+                if e.downcast_ref::<ApiFailure>()
+                    .is_some_and(|f| f.code == "TOO_MANY_LONG_POLLS") =>
+            {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                self.get(&path).await
+            }
+            other => other,
+        }
+    }
+
     /// Follows a Run's events until it reaches a terminal state; returns the Run.
     pub async fn wait_run(&self, run_id: &str, timeout: Duration) -> Result<Value> {
         let start = Instant::now();
         let mut after = 0u64;
         loop {
             let left = timeout.saturating_sub(start.elapsed()).as_secs().min(10);
-            let v = self
-                .get(&format!(
-                    "/v1/runs/{run_id}/events?after={after}&wait={left}"
-                ))
-                .await?;
+            let v = self.events(run_id, after, left).await?;
             let events = v
                 .get("events")
                 .and_then(Value::as_array)

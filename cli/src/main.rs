@@ -362,11 +362,7 @@ async fn run(cli: Cli) -> Result<()> {
                     let mut after = 0;
                     loop {
                         let wait = if follow { 10 } else { 0 };
-                        let v = c
-                            .get(&format!(
-                                "/v1/runs/{run_id}/events?after={after}&wait={wait}"
-                            ))
-                            .await?;
+                        let v = c.events(&run_id, after, wait).await?;
                         let events = v["events"].as_array().cloned().unwrap_or_default();
                         for e in &events {
                             println!("{e}");

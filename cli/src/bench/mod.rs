@@ -80,6 +80,10 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
     // The bench measures the platform, not a tenant's quota.
     lo.parameters
         .insert("TenantRunsPerMinute".into(), "1000000".into());
+    lo.parameters
+        .insert("TenantActiveRuns".into(), "100000".into());
+    lo.parameters
+        .insert("TenantConcurrentLongPolls".into(), "1000".into());
     lo.stack = format!("armada-bench-{}", &armada_core::clock::new_id("b")[28..]);
     if lo.endpoint.is_none() {
         let default = "http://127.0.0.1:4566";

@@ -4,7 +4,9 @@
 //! ends here, broken (the steps after it skipped) or done, and the chain's
 //! callback hears it.
 
+use armada_core::Also;
 use armada_domain::collab::chain::{self, step_run_id, AfterStep, ChainLink};
+use armada_domain::collab::descendants;
 
 use super::*;
 
@@ -20,9 +22,14 @@ impl Dispatcher {
             return Outcome::Done;
         };
         let now = self.svc.clock.now_ms();
-        match chain::after_step(&link, run.state.outcome()) {
-            AfterStep::Next { index, agent } => {
-                let next_id = tryo!(self.start_next_step(run, &agent, now).await);
+        let room = descendants::next_step(run, self.svc.cfg.max_descendants_per_root);
+        match chain::after_step(&link, run.state.outcome(), room) {
+            AfterStep::Next {
+                index,
+                agent,
+                descendants,
+            } => {
+                let next_id = tryo!(self.start_next_step(run, &agent, descendants, now).await);
                 tracing::info!(run_id = %run.run_id, next = %next_id, index, "chain step started");
                 events.push(run.push_event(
                     "chain_step_started",
@@ -31,12 +38,16 @@ impl Dispatcher {
                 ));
                 Outcome::Done
             }
-            AfterStep::Ended { state, skipped } => {
+            AfterStep::Ended {
+                state,
+                skipped,
+                cause,
+            } => {
                 if !skipped.is_empty() {
-                    tracing::warn!(run_id = %run.run_id, chain_id = %link.chain_id, ?skipped, "chain broken");
+                    tracing::warn!(run_id = %run.run_id, chain_id = %link.chain_id, ?skipped, cause, "chain broken");
                     events.push(run.push_event(
                         "chain_broken",
-                        json!({"chain_id": link.chain_id, "at": link.index, "state": run.state.outcome(), "skipped": skipped}),
+                        json!({"chain_id": link.chain_id, "at": link.index, "state": run.state.outcome(), "skipped": skipped, "code": cause}),
                         now,
                     ));
                 }
@@ -50,11 +61,13 @@ impl Dispatcher {
         }
     }
 
-    /// Creates (once) and starts the step after `run`; its Run id.
+    /// Creates (once) and starts the step after `run`, with `descendants`
+    /// as its allowance; its Run id.
     async fn start_next_step(
         &self,
         run: &Run,
         agent: &str,
+        descendants: u32,
         now: i64,
     ) -> Result<String, StoreError> {
         let output = match &run.output {
@@ -74,7 +87,8 @@ impl Dispatcher {
             .payloads
             .spill(&key, &text, self.svc.cfg.inline_limit_bytes)
             .await?;
-        let Some(mut next) = chain::next_step(run, agent, def.as_ref(), input, now) else {
+        let Some(mut next) = chain::next_step(run, agent, def.as_ref(), input, descendants, now)
+        else {
             return Ok(next_id);
         };
         let created = next.push_event(
@@ -82,7 +96,10 @@ impl Dispatcher {
             json!({"agent": agent, "chain_id": link.as_ref().map(|l| &l.chain_id), "index": link.as_ref().map(|l| l.index), "previous_run_id": run.run_id}),
             now,
         );
-        match self.svc.runs.create(&next, &[created], vec![]).await {
+        // The chain keeps its place among its tenant's active Runs: the
+        // step before gives its marker back as it is settled.
+        let marker = vec![Also::active_run(&next)];
+        match self.svc.runs.create(&next, &[created], marker).await {
             Ok(()) | Err(StoreError::Conflict { .. }) => {}
             Err(e) => return Err(e),
         }

@@ -137,8 +137,23 @@ impl Dispatcher {
     pub(crate) async fn expand(&self, run: Run) -> Outcome {
         let now = self.svc.clock.now_ms();
         let mut next = run.clone();
-        let events = match children::expand_team(&mut next, now) {
+        let max = self.svc.cfg.max_descendants_per_root;
+        let events = match children::expand_team(&mut next, max, now) {
             Ok(events) => events,
+            // More members than the tree may have: the team's Run fails,
+            // saying so, and is settled like any other.
+            Err(e @ children::ExpandRefused::TooManyDescendants { .. }) => {
+                tracing::warn!(run_id = %run.run_id, error = %e, "team run refused");
+                let code = e.code().unwrap_or(collab_codes::TOO_MANY_DESCENDANTS);
+                let event = RunEvent::Failed {
+                    error: RunError::new(code, e.to_string()),
+                };
+                return match self.end_from_outside(run, event, json!({}), now).await {
+                    Ok(Ok(())) => self.settle(&next.run_id, &next.tenant).await,
+                    Ok(Err(e)) => self.illegal(&next.run_id, &e),
+                    Err(e) => retry(e),
+                };
+            }
             Err(e) => {
                 tracing::error!(run_id = %run.run_id, error = %e, "team run not expanded; dropped");
                 return Outcome::Done;

@@ -323,6 +323,15 @@ impl Stack {
         let mut run = accepted.clone();
         f(&mut run);
         self.mem.state().runs.remove(&accepted.run_id);
+        // Its marker among the tenant's active Runs follows its new id.
+        {
+            let mut st = self.mem.state();
+            let key = (TENANT.to_string(), accepted.run_id.clone());
+            if let Some(until) = st.active_runs.remove(&key) {
+                st.active_runs
+                    .insert((TENANT.to_string(), run.run_id.clone()), until);
+            }
+        }
         self.mem
             .state()
             .runs
@@ -372,6 +381,33 @@ async fn a_relay_chain_hands_each_output_to_the_next_step() {
     assert!(s
         .kinds(&first.run_id)
         .contains(&"chain_step_started".to_string()));
+}
+
+/// A relay chain holds one place among its tenant's active Runs while any
+/// of its steps runs: each step, settled, gives its marker back and the
+/// step it starts writes its own.
+#[tokio::test]
+async fn a_relay_chain_counts_as_one_active_run_from_step_to_step() {
+    let s = stack().await;
+    let first = s.start_chain(&["a", "b", "c"], "draft it").await;
+    let held = || {
+        s.mem
+            .state()
+            .active_runs
+            .keys()
+            .map(|(_, run)| run.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(held(), std::slice::from_ref(&first.run_id));
+    s.harness_pass().await;
+    for m in s.mem.take_dispatch() {
+        s.to_dispatcher(&m).await;
+    }
+    let link = first.chain.clone().expect("link");
+    assert_eq!(s.run(&first.run_id).state, RunState::ClosedCompleted);
+    assert_eq!(held(), [chain::step_run_id(&link.chain_id, 1)]);
+    s.pump().await;
+    assert!(held().is_empty(), "{:?}", held());
 }
 
 #[tokio::test]
@@ -459,7 +495,12 @@ async fn a_start_retried_after_the_expansion_committed_still_starts_the_members(
     run.team = team(serde_json::json!({"members": ["a", "b"], "strategy": "fan_out"}));
     // The expansion committed, then the handler died before any child.
     let prev = run.stamp();
-    let events = armada_domain::collab::children::expand_team(&mut run, 1).expect("expands");
+    let events = armada_domain::collab::children::expand_team(
+        &mut run,
+        s.svc.cfg.max_descendants_per_root,
+        1,
+    )
+    .expect("expands");
     s.svc
         .runs
         .save(prev, &run, &events, vec![])
@@ -474,4 +515,54 @@ async fn a_start_retried_after_the_expansion_committed_still_starts_the_members(
     assert_eq!(s.children(&run.run_id).len(), 2, "created");
     s.pump().await;
     assert_eq!(s.run(&run.run_id).state, RunState::ClosedCompleted);
+}
+
+/// The Runs below one root are bounded as a whole: with a bound of 3 a
+/// root's two children take 2 and leave each a share of 0, so the child
+/// that delegates further is refused `TOO_MANY_DESCENDANTS` (a tool result
+/// its model reads, passed up to the root), and a fan-out team of more
+/// members than the bound fails with that code instead of expanding.
+#[tokio::test]
+async fn a_root_tree_holds_no_more_runs_than_the_bound() {
+    let s = Stack::with(|c| c.max_descendants_per_root = 3);
+    agent(&s.svc, "boss", &["delegate", "current_time"]).await;
+    agent(&s.svc, "helper", &["delegate"]).await;
+    for name in ["a", "b", "c"] {
+        agent(&s.svc, name, &["current_time"]).await;
+    }
+    let inner = serde_json::json!([
+        {"name": "delegate", "args": {"agent": "a", "task": "x"}},
+        {"name": "delegate", "args": {"agent": "b", "task": "y"}},
+    ]);
+    let outer = serde_json::json!([
+        {"name": "delegate", "args": {"agent": "helper", "task": format!("/tools {inner}")}},
+        {"name": "delegate", "args": {"agent": "c", "task": "z"}},
+    ]);
+    let root = s.start("boss", &format!("/tools {outer}"), None).await;
+    s.pump().await;
+    let done = s.run(&root.run_id);
+    assert_eq!(done.state, RunState::ClosedCompleted, "{:?}", done.error);
+    assert_holds(
+        &s.output(&root.run_id),
+        &["TOO_MANY_DESCENDANTS", "echo: z"],
+    );
+    let kids = s.children(&root.run_id);
+    assert_eq!(kids.len(), 2);
+    let helper = kids.iter().find(|k| k.agent == "helper").expect("helper");
+    assert!(s.children(&helper.run_id).is_empty(), "helper started none");
+    assert_eq!(s.mem.state().runs.len(), 3, "the root and its two children");
+
+    let team_run = s
+        .start(
+            "a",
+            "hi",
+            team(serde_json::json!({"members": ["a", "b", "c", "boss"], "strategy": "fan_out"})),
+        )
+        .await;
+    s.pump().await;
+    let failed = s.run(&team_run.run_id);
+    assert_eq!(failed.state, RunState::ClosedFailed);
+    let error = failed.error.expect("an error");
+    assert_eq!(error.code, "TOO_MANY_DESCENDANTS", "{}", error.message);
+    assert!(s.children(&team_run.run_id).is_empty());
 }

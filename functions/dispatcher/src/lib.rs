@@ -3,8 +3,9 @@
 //!
 //! - `StartRun`: a direct Run gets its first harness step; a session Run
 //!   starts only when every earlier message of its session has ended.
-//! - `RunTerminal`: advances the session (starting the next queued message),
-//!   then closes the Run (`CLOSED_*`).
+//! - `RunTerminal`: lets go of the tenant's marker of an active Run,
+//!   advances the session (starting the next queued message), then closes
+//!   the Run (`CLOSED_*`).
 //! - `CheckRun`: the watchdog of a waiting Run: its deadline; for a Run
 //!   waiting on a sandbox, its sandbox's start timeout and calls whose
 //!   sandbox died.
@@ -292,6 +293,13 @@ impl Dispatcher {
         if run.state.is_closed() {
             tracing::info!(run_id, "already closed; duplicate dropped");
             return Outcome::Done;
+        }
+        // A Run started through the API stops counting against its
+        // tenant's active Runs as soon as it has ended (not after its
+        // callback, which may take a while); removing the marker again
+        // when this settlement is retried is harmless.
+        if run.parent_run_id.is_none() {
+            tryo!(self.svc.quotas.run_ended(&run.tenant, &run.run_id).await);
         }
         if let Some(sid) = &run.session_id {
             let advanced = self.advance_session(sid, &run).await;

@@ -22,7 +22,14 @@ pub(crate) struct Stack {
 
 impl Stack {
     pub(crate) fn new() -> Stack {
-        let (svc, mem) = Services::in_memory(test_config());
+        Self::with(|_| {})
+    }
+
+    /// The stack of a deployment configured by `edit`.
+    pub(crate) fn with(edit: impl FnOnce(&mut armada_core::config::Config)) -> Stack {
+        let mut cfg = test_config();
+        edit(&mut cfg);
+        let (svc, mem) = Services::in_memory(cfg);
         Stack {
             harness: Harness::new(svc.clone()),
             dispatcher: Dispatcher::new(svc.clone()),

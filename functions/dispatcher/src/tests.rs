@@ -148,6 +148,39 @@ async fn a_dead_lettered_run_whose_record_cannot_be_read_is_still_ended() {
     assert!(kinds.contains(&"run_failed".to_string()), "{kinds:?}");
 }
 
+/// The tenant's Runs counted as active (as ingress counts them).
+async fn active(svc: &Services) -> u32 {
+    let now = svc.clock.now_ms();
+    svc.quotas.active_runs(TENANT, 10, now).await.unwrap()
+}
+
+/// A Run started through the API stops counting against its tenant's
+/// active Runs when it is settled, whichever way it ended: answered, or
+/// dead-lettered with a record that cannot be read. Settling again is
+/// harmless.
+#[tokio::test]
+async fn a_settled_run_no_longer_counts_as_its_tenants_active_run() {
+    let (svc, mem, d, def) = setup().await;
+    let done = accepted_run(&svc, TENANT, &def, "hi").await;
+    let lost = accepted_run(&svc, TENANT, &def, "hi").await;
+    assert_eq!(active(&svc).await, 2);
+    let output = Payload::Inline { text: "1".into() };
+    step_to(&mem, &done.run_id, Some(RunEvent::Answered { output }));
+    let q = svc.cfg.dispatch_queue.clone();
+    assert_eq!(deliver(&d, &q, &terminal(&done)).await, 0);
+    assert_eq!(state_of(&mem, &done.run_id), RunState::ClosedCompleted);
+    assert_eq!(active(&svc).await, 1);
+
+    step_to(&mem, &lost.run_id, Some(RunEvent::AwaitTool));
+    mem.state().corrupt_runs.insert(lost.run_id.clone());
+    let dlq = svc.cfg.harness_dlq.clone();
+    assert_eq!(deliver(&d, &dlq, &first_step(&lost)).await, 0);
+    assert_eq!(state_of(&mem, &lost.run_id), RunState::ClosedFailed);
+    assert_eq!(active(&svc).await, 0);
+    assert_eq!(deliver(&d, &q, &terminal(&done)).await, 0);
+    assert_eq!(active(&svc).await, 0);
+}
+
 #[tokio::test]
 async fn the_watchdog_times_out_a_waiting_run_past_its_deadline() {
     let (svc, mem, d, def) = setup().await;

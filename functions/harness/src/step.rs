@@ -112,6 +112,7 @@ impl Harness {
                     let limits = ChildLimits {
                         max_depth: svc.cfg.max_delegation_depth,
                         max_children_per_wait: svc.cfg.max_children_per_wait,
+                        max_descendants: svc.cfg.max_descendants_per_root,
                     };
                     let input = StepInput::Delegations {
                         known: &known,

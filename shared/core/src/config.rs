@@ -29,6 +29,9 @@ pub struct Config {
     pub registry_table: String,
     /// DynamoDB table of Idempotency-Key fingerprints (`ARMADA_IDEMPOTENCY_TABLE`).
     pub idempotency_table: String,
+    /// DynamoDB table of what each tenant holds at once: its active Runs,
+    /// its long-polls (`ARMADA_QUOTAS_TABLE`).
+    pub quotas_table: String,
     /// Name of the dispatch queue (`ARMADA_DISPATCH_QUEUE`); URLs are resolved at start.
     pub dispatch_queue: String,
     /// Name of the dispatch dead-letter queue (`ARMADA_DISPATCH_DLQ`).
@@ -65,10 +68,25 @@ pub struct Config {
     /// default 64, one full `plan`); a call past it is answered
     /// `TOO_MANY_CHILDREN`.
     pub max_children_per_wait: u32,
+    /// How many Runs one root Run's tree may have below the root: its
+    /// children, theirs, team members and relay steps, every level and
+    /// step together (`ARMADA_MAX_DESCENDANTS_PER_ROOT`, default 256); a
+    /// call past it is answered `TOO_MANY_DESCENDANTS`.
+    pub max_descendants_per_root: u32,
     /// How many Runs one tenant may start through the API in a minute
     /// (`ARMADA_TENANT_RUNS_PER_MINUTE`, default 600); past it a start is
     /// answered `429 RATE_LIMITED` with `Retry-After`.
     pub tenant_runs_per_minute: u32,
+    /// How many Runs one tenant may have started through the API and not
+    /// yet ended (`ARMADA_TENANT_ACTIVE_RUNS`, default 200; their children
+    /// are bounded per root instead); past it a start is answered `429
+    /// TOO_MANY_ACTIVE_RUNS` with `Retry-After`.
+    pub tenant_active_runs: u32,
+    /// How many long-polls (`GET /v1/runs/{id}/events?wait=N`, N > 0) one
+    /// tenant may have waiting at once, across every instance
+    /// (`ARMADA_TENANT_CONCURRENT_LONG_POLLS`, default 32); past it a poll
+    /// is answered `429 TOO_MANY_LONG_POLLS` with `Retry-After`.
+    pub tenant_concurrent_long_polls: u32,
     /// Signs result callbacks (`ARMADA_CALLBACK_SIGNING_SECRET`, at least 16 bytes).
     pub callback_signing_secret: String,
     /// The sender of approval emails (`ARMADA_APPROVAL_SENDER`), an SES
@@ -210,6 +228,7 @@ impl Config {
             sandboxes_table: req("ARMADA_SANDBOXES_TABLE")?,
             registry_table: req("ARMADA_REGISTRY_TABLE")?,
             idempotency_table: req("ARMADA_IDEMPOTENCY_TABLE")?,
+            quotas_table: req("ARMADA_QUOTAS_TABLE")?,
             dispatch_queue: req("ARMADA_DISPATCH_QUEUE")?,
             dispatch_dlq: req("ARMADA_DISPATCH_DLQ")?,
             harness_queue: req("ARMADA_HARNESS_QUEUE")?,
@@ -235,8 +254,16 @@ impl Config {
                 u64::from(armada_domain::collab::DEFAULT_MAX_CHILDREN_PER_WAIT),
             )?
             .clamp(1, 1024) as u32,
+            max_descendants_per_root: num(
+                "ARMADA_MAX_DESCENDANTS_PER_ROOT",
+                u64::from(armada_domain::collab::DEFAULT_MAX_DESCENDANTS),
+            )?
+            .clamp(1, 100_000) as u32,
             tenant_runs_per_minute: num("ARMADA_TENANT_RUNS_PER_MINUTE", 600)?.clamp(1, 1_000_000)
                 as u32,
+            tenant_active_runs: num("ARMADA_TENANT_ACTIVE_RUNS", 200)?.clamp(1, 100_000) as u32,
+            tenant_concurrent_long_polls: num("ARMADA_TENANT_CONCURRENT_LONG_POLLS", 32)?
+                .clamp(1, 1000) as u32,
             callback_signing_secret: {
                 let s = req("ARMADA_CALLBACK_SIGNING_SECRET")?;
                 if s.len() < 16 {

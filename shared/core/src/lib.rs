@@ -38,6 +38,7 @@ use crate::payloads::Payloads;
 use crate::queues::Queues as SqsQueues;
 use crate::store::approvals::ApprovalStore;
 use crate::store::idempotency::IdempotencyStore;
+use crate::store::quotas::QuotasStore;
 use crate::store::registry::Registry as RegistryTable;
 use crate::store::runs::RunStore;
 use crate::store::sandboxes::SandboxStore;
@@ -45,8 +46,8 @@ use crate::store::sessions::SessionStore;
 use crate::tools::InlineTools;
 
 pub use crate::ports::{
-    Also, Approvals, Blobs, Idempotency, Mail, Model, Provider, Queues, Registry, RunEvents, Runs,
-    SandboxReports, Sandboxes, SandboxesExt, Sessions,
+    Also, Approvals, Blobs, Idempotency, Mail, Model, Provider, Queues, Quotas, Registry,
+    RunEvents, Runs, SandboxReports, Sandboxes, SandboxesExt, Sessions,
 };
 
 /// Everything a handler needs, built once per process: the ports (AWS
@@ -66,6 +67,7 @@ pub struct Services {
     pub sandboxes: Arc<dyn Sandboxes>,
     pub provider: Arc<dyn Provider>,
     pub idempotency: Arc<dyn Idempotency>,
+    pub quotas: Arc<dyn Quotas>,
     pub queues: Arc<dyn Queues>,
     pub payloads: Arc<dyn Blobs>,
     pub models: Arc<dyn Model>,
@@ -101,6 +103,7 @@ impl Services {
             &cfg.sessions_table,
             &cfg.idempotency_table,
             &cfg.approvals_table,
+            &cfg.quotas_table,
         ));
         let egress = cfg.egress();
         Ok(Arc::new(Services {
@@ -125,6 +128,7 @@ impl Services {
                 aws.dynamo.clone(),
                 &cfg.idempotency_table,
             )),
+            quotas: Arc::new(QuotasStore::new(aws.dynamo.clone(), &cfg.quotas_table)),
             payloads: Arc::new(payloads),
             models: Arc::new(Models::new(&aws.sdk_config, cfg.scripted_model_url.clone())),
             tools: InlineTools::new(egress.clone()),

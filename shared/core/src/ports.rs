@@ -64,6 +64,32 @@ pub enum Also {
     /// An approval of one of the Run's calls, created with the commit that
     /// parks the Run; written once.
     Approval(Box<Approval>),
+    /// The marker of a Run a tenant started through the API (or of the
+    /// next step of its relay chain), counted by [`Quotas::active_runs`]
+    /// until the Run is settled or `until_ms` passes; written once.
+    ActiveRun {
+        tenant: String,
+        run_id: String,
+        until_ms: i64,
+    },
+}
+
+impl Also {
+    /// The marker of `run`, a root the API accepts or a chain's next
+    /// step. It expires once the
+    /// Run cannot be active any more, as a backstop for a settlement that
+    /// never came: its deadline, plus the longest one approval may hold it
+    /// (time waiting for a person is given back to its budget). A Run
+    /// held past that by approval after approval stops counting, in the
+    /// tenant's favour.
+    pub fn active_run(run: &Run) -> Also {
+        let approval_ms = armada_domain::approval::policy::MAX_EXPIRES_S as i64 * 1000;
+        Also::ActiveRun {
+            tenant: run.tenant.clone(),
+            run_id: run.run_id.clone(),
+            until_ms: run.budgets.deadline_ms + approval_ms,
+        }
+    }
 }
 
 /// What an `Idempotency-Key` was first used for.
@@ -203,6 +229,40 @@ pub trait Idempotency: Send + Sync + Debug {
         window_s: i64,
         limit: u32,
     ) -> Result<bool, StoreError>;
+}
+
+/// What a tenant holds at once, across every Lambda instance: a marker
+/// per active Run it started through the API (written with the Run,
+/// [`Also::ActiveRun`], removed when the Run is settled) and a slot per
+/// long-poll waiting. Every item expires, so what a lost settlement or a
+/// crashed instance leaves behind stops counting.
+#[async_trait]
+pub trait Quotas: Send + Sync + Debug {
+    /// The tenant's active Runs, counted no further than `limit`; a marker
+    /// whose expiry passed by `now_ms` is not counted.
+    async fn active_runs(&self, tenant: &str, limit: u32, now_ms: i64) -> Result<u32, StoreError>;
+    /// Removes the marker of a Run that ended; one already gone (removed
+    /// before, expired, or never written: a child) is no error.
+    async fn run_ended(&self, tenant: &str, run_id: &str) -> Result<(), StoreError>;
+    /// Takes one of the tenant's `limit` long-poll slots for `holder`
+    /// until `until_ms`: its number, or `None` when every one is held. A
+    /// slot whose holder's time passed by `now_ms` is free again.
+    async fn take_poll_slot(
+        &self,
+        tenant: &str,
+        limit: u32,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<u32>, StoreError>;
+    /// Gives a slot back, if `holder` still holds it (one taken over
+    /// since, its time having passed, is left to its new holder).
+    async fn release_poll_slot(
+        &self,
+        tenant: &str,
+        slot: u32,
+        holder: &str,
+    ) -> Result<(), StoreError>;
 }
 
 /// Agents, skills, profiles and API keys.

@@ -18,6 +18,13 @@ pub fn minute_window(now_ms: i64) -> (i64, u32) {
     )
 }
 
+/// How long a start refused `TOO_MANY_ACTIVE_RUNS` is told to wait: a Run
+/// of the tenant's may end any time, so a guess, and a short one.
+pub const ACTIVE_RUNS_RETRY_S: u32 = 30;
+/// How long a long-poll refused `TOO_MANY_LONG_POLLS` is told to wait:
+/// the tenant's other polls end within their own wait (at most 20 s).
+pub const LONG_POLLS_RETRY_S: u32 = 5;
+
 /// An error as answered to a caller: a status, a stable code, a message.
 /// Details that would expose internals go to the log, not here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,6 +54,30 @@ impl ApiError {
                 429,
                 "RATE_LIMITED",
                 format!("this tenant may start {per_minute} runs a minute; retry after {retry_after_s} s"),
+            )
+        }
+    }
+    /// A tenant has as many Runs active as its quota allows.
+    pub fn too_many_active_runs(active: u32) -> Self {
+        ApiError {
+            retry_after_s: Some(ACTIVE_RUNS_RETRY_S),
+            ..Self::new(
+                429,
+                "TOO_MANY_ACTIVE_RUNS",
+                format!(
+                    "this tenant may have {active} runs active at once; retry once one has ended"
+                ),
+            )
+        }
+    }
+    /// A tenant has as many long-polls waiting as its quota allows.
+    pub fn too_many_long_polls(polls: u32) -> Self {
+        ApiError {
+            retry_after_s: Some(LONG_POLLS_RETRY_S),
+            ..Self::new(
+                429,
+                "TOO_MANY_LONG_POLLS",
+                format!("this tenant may have {polls} long-polls waiting at once; retry later, or poll without wait"),
             )
         }
     }

@@ -23,6 +23,12 @@ pub(crate) async fn create_chain(
     team: Option<String>,
     idempotency: Option<(String, String)>,
 ) -> ApiResult {
+    // Every step after the first is a Run of the chain's tree.
+    within_descendants(
+        svc,
+        steps.len().saturating_sub(1),
+        "the chain's steps after the first",
+    )?;
     for (i, a) in steps.iter().enumerate() {
         agent_named(svc, a)
             .await
@@ -67,7 +73,10 @@ pub(crate) async fn create_team_run(
             .map_err(|_| ApiError::not_found(&format!("agent '{a}' of team '{name}'")))?;
     }
     let runs_as = match team.strategy {
-        Strategy::FanOut => team.aggregator().to_string(),
+        Strategy::FanOut => {
+            within_descendants(svc, team.members.len(), "the team's members")?;
+            team.aggregator().to_string()
+        }
         Strategy::Lead => team.lead.clone().unwrap_or_else(|| team.members[0].clone()),
         Strategy::Relay => {
             let steps = team.members.clone();
@@ -80,6 +89,21 @@ pub(crate) async fn create_team_run(
         ..NewRun::of(key, &agent, cr, idempotency)
     };
     start_run(svc, new).await
+}
+
+/// Refuses a start that would need more Runs below its root than the
+/// deployment's bound (`MaxDescendantsPerRoot`) before anything is
+/// written: the tree could never hold them.
+fn within_descendants(svc: &Services, runs: usize, what: &str) -> Result<(), ApiError> {
+    let max = svc.cfg.max_descendants_per_root;
+    if runs <= max as usize {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        400,
+        armada_domain::collab::codes::TOO_MANY_DESCENDANTS,
+        format!("{what} are {runs} runs below one root; this deployment allows {max}"),
+    ))
 }
 
 /// The most Runs one trace lists (a tree is bounded by team sizes and the

@@ -164,7 +164,21 @@ impl<'a> NewRun<'a> {
 
 pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, Value), ApiError> {
     let now = svc.clock.now_ms();
-    // The tenant's rate first: a refused start writes nothing.
+    // The tenant's Runs not yet ended first, then its rate: a refused
+    // start writes nothing. The count is a read and the marker is written
+    // with the Run, so starts racing each other can all read the same
+    // count: together they pass the limit by at most the number racing,
+    // and never drift (each marker goes when its Run is settled).
+    let active = svc.cfg.tenant_active_runs;
+    if svc
+        .quotas
+        .active_runs(new.tenant, active, now)
+        .await
+        .map_err(store_err)?
+        >= active
+    {
+        return Err(ApiError::too_many_active_runs(active));
+    }
     let limit = svc.cfg.tenant_runs_per_minute;
     let (window, retry_after) = minute_window(now);
     if !svc
@@ -255,6 +269,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
             });
             also.len()
         });
+        also.push(Also::active_run(&run));
         match svc.runs.create(&run, &[created], also).await {
             Ok(()) => {
                 enqueue_start(svc, &run).await?;
@@ -426,30 +441,76 @@ pub(crate) async fn run_events(
     };
     load_any(svc, tenant, run_id).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_s);
+    let events = svc
+        .run_events
+        .events(run_id, after, 100)
+        .await
+        .map_err(store_err)?;
+    if !events.is_empty() || wait_s == 0 {
+        return Ok((200, events_page(events, after)));
+    }
+    // A poll that has to wait holds one of its tenant's slots while it
+    // does, across every instance; it gives it back when it ends, and a
+    // slot whose instance died frees itself once the poll's time is up.
+    let holder = new_id("poll");
+    let now = svc.clock.now_ms();
+    let until = now + (wait_s * 1000 + POLL_SLOT_MARGIN_MS) as i64;
+    let limit = svc.cfg.tenant_concurrent_long_polls;
+    let Some(slot) = svc
+        .quotas
+        .take_poll_slot(tenant, limit, &holder, now, until)
+        .await
+        .map_err(store_err)?
+    else {
+        return Err(ApiError::too_many_long_polls(limit));
+    };
+    let polled = poll_events(svc, run_id, after, deadline).await;
+    if let Err(e) = svc.quotas.release_poll_slot(tenant, slot, &holder).await {
+        tracing::warn!(error = %e, tenant, slot, "long-poll slot not given back; it frees itself when its time is up");
+    }
+    polled
+}
+
+/// How long past its wait a long-poll's slot stays taken, should its
+/// instance die before giving it back.
+const POLL_SLOT_MARGIN_MS: u64 = 10_000;
+
+/// Reads the events after `after` until there are some or `deadline`.
+async fn poll_events(
+    svc: &Services,
+    run_id: &str,
+    after: u64,
+    deadline: tokio::time::Instant,
+) -> ApiResult {
     loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
         let events = svc
             .run_events
             .events(run_id, after, 100)
             .await
             .map_err(store_err)?;
         if !events.is_empty() || tokio::time::Instant::now() >= deadline {
-            let next = events.last().map(|e| e.seq).unwrap_or(after);
-            let list: Vec<Value> = events
-                .into_iter()
-                .map(|e| {
-                    let mut v = json!({"seq": e.seq, "type": e.kind, "at": rfc3339(e.at_ms)});
-                    if let (Value::Object(dst), Value::Object(src)) = (&mut v, e.data) {
-                        for (k, val) in src {
-                            dst.entry(k).or_insert(val);
-                        }
-                    }
-                    v
-                })
-                .collect();
-            return Ok((200, json!({"events": list, "next": next})));
+            return Ok((200, events_page(events, after)));
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A page of events as `GET /v1/runs/{id}/events` answers it.
+fn events_page(events: Vec<armada_domain::run::RunEventRecord>, after: u64) -> Value {
+    let next = events.last().map(|e| e.seq).unwrap_or(after);
+    let list: Vec<Value> = events
+        .into_iter()
+        .map(|e| {
+            let mut v = json!({"seq": e.seq, "type": e.kind, "at": rfc3339(e.at_ms)});
+            if let (Value::Object(dst), Value::Object(src)) = (&mut v, e.data) {
+                for (k, val) in src {
+                    dst.entry(k).or_insert(val);
+                }
+            }
+            v
+        })
+        .collect();
+    json!({"events": list, "next": next})
 }
 
 /// Tells the dispatcher a Run ended, so it settles it.

@@ -32,7 +32,7 @@ pub async fn agent(svc: &Services, name: &str, skills: &[&str]) -> AgentDefiniti
 }
 
 /// Accepts a Run of `agent` for `tenant` (PENDING, with its `run_created`
-/// event), as ingress would.
+/// event and its tenant's marker of an active Run), as ingress would.
 pub async fn accepted_run(
     svc: &Services,
     tenant: &str,
@@ -112,6 +112,7 @@ async fn accept(
             run_id: run.run_id.clone(),
         })
         .into_iter()
+        .chain([Also::active_run(&run)])
         .collect();
     svc.runs
         .create(&run, &[created], also)

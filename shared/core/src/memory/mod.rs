@@ -34,8 +34,8 @@ use crate::config::Config;
 use crate::error::StoreError;
 use crate::hands::TaskInfo;
 use crate::ports::{
-    Also, Approvals, Blobs, IdemRecord, Idempotency, Mail, RunEvents, Runs, Sessions, StoredKey,
-    StoredMark,
+    Also, Approvals, Blobs, IdemRecord, Idempotency, Mail, Quotas, RunEvents, Runs, Sessions,
+    StoredKey, StoredMark,
 };
 use crate::tools::InlineTools;
 use crate::{Counters, Services};
@@ -58,6 +58,10 @@ pub struct State {
     pub idempotency: HashMap<String, IdemRecord>,
     /// (tenant, minute) → Runs started (the per-tenant rate quota).
     pub run_starts: HashMap<(String, i64), u32>,
+    /// (tenant, run) → until when the marker of an active Run counts.
+    pub active_runs: BTreeMap<(String, String), i64>,
+    /// (tenant, slot) → (holder, until) of a long-poll waiting.
+    pub poll_slots: BTreeMap<(String, u32), (String, i64)>,
     pub agents: HashMap<String, (AgentDefinition, u64)>,
     pub skills: BTreeMap<String, SkillManifest>,
     pub profiles: BTreeMap<String, ProfileDef>,
@@ -132,6 +136,7 @@ pub fn test_config() -> Config {
         ("ARMADA_SANDBOXES_TABLE", "sandboxes"),
         ("ARMADA_REGISTRY_TABLE", "registry"),
         ("ARMADA_IDEMPOTENCY_TABLE", "idempotency"),
+        ("ARMADA_QUOTAS_TABLE", "quotas"),
         ("ARMADA_DISPATCH_QUEUE", "dispatch"),
         ("ARMADA_DISPATCH_DLQ", "dispatch-dlq"),
         ("ARMADA_HARNESS_QUEUE", "harness.fifo"),
@@ -169,6 +174,7 @@ impl Services {
             sandboxes: mem.clone(),
             provider: mem.clone(),
             idempotency: mem.clone(),
+            quotas: mem.clone(),
             queues: mem.clone(),
             payloads: mem.clone(),
             models: mem.clone(),
@@ -274,6 +280,9 @@ fn check_also(st: &State, also: &[Also]) -> Result<(), StoreError> {
                 !st.idempotency.contains_key(&idem_key(tenant, key))
             }
             Also::Approval(a) => !st.approvals.contains_key(&a.approval_id),
+            Also::ActiveRun { tenant, run_id, .. } => !st
+                .active_runs
+                .contains_key(&(tenant.clone(), run_id.clone())),
         };
         if !ok {
             return Err(conflict(Some(1 + i)));
@@ -314,6 +323,13 @@ fn write_also(st: &mut State, also: Vec<Also>) {
             }
             Also::Approval(a) => {
                 st.approvals.insert(a.approval_id.clone(), *a);
+            }
+            Also::ActiveRun {
+                tenant,
+                run_id,
+                until_ms,
+            } => {
+                st.active_runs.insert((tenant, run_id), until_ms);
             }
         }
     }
@@ -555,5 +571,61 @@ impl Idempotency for Memory {
         }
         *n += 1;
         Ok(true)
+    }
+}
+
+#[async_trait]
+impl Quotas for Memory {
+    async fn active_runs(&self, tenant: &str, limit: u32, now_ms: i64) -> Result<u32, StoreError> {
+        let st = self.state();
+        let live = st
+            .active_runs
+            .iter()
+            .filter(|((t, _), until)| t == tenant && **until > now_ms)
+            .take(limit as usize)
+            .count();
+        Ok(u32::try_from(live).unwrap_or(limit))
+    }
+
+    async fn run_ended(&self, tenant: &str, run_id: &str) -> Result<(), StoreError> {
+        self.state()
+            .active_runs
+            .remove(&(tenant.to_string(), run_id.to_string()));
+        Ok(())
+    }
+
+    async fn take_poll_slot(
+        &self,
+        tenant: &str,
+        limit: u32,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<u32>, StoreError> {
+        let mut st = self.state();
+        let free = (0..limit).find(|i| {
+            st.poll_slots
+                .get(&(tenant.to_string(), *i))
+                .is_none_or(|(_, until)| *until <= now_ms)
+        });
+        if let Some(i) = free {
+            st.poll_slots
+                .insert((tenant.to_string(), i), (holder.to_string(), until_ms));
+        }
+        Ok(free)
+    }
+
+    async fn release_poll_slot(
+        &self,
+        tenant: &str,
+        slot: u32,
+        holder: &str,
+    ) -> Result<(), StoreError> {
+        let mut st = self.state();
+        let key = (tenant.to_string(), slot);
+        if st.poll_slots.get(&key).is_some_and(|(h, _)| h == holder) {
+            st.poll_slots.remove(&key);
+        }
+        Ok(())
     }
 }

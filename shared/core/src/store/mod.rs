@@ -4,6 +4,7 @@
 pub mod approvals;
 pub mod idempotency;
 pub mod item;
+pub mod quotas;
 pub mod registry;
 pub mod runs;
 pub mod sandboxes;

@@ -13,7 +13,7 @@ use armada_domain::run::{Run, RunEventRecord, RunHead, RunState};
 
 use super::approvals::ApprovalStore;
 use super::item::{get_json, get_n, get_s, json, n, opt_s, s, ttl_after, Item};
-use super::{idempotency, sessions};
+use super::{idempotency, quotas, sessions};
 use crate::error::{classify, StoreError};
 use crate::ports::{self, Also};
 
@@ -45,6 +45,7 @@ pub struct RunStore {
     sessions_table: String,
     idempotency_table: String,
     approvals_table: String,
+    quotas_table: String,
 }
 
 /// A transaction's items, each with what it belongs to: the Run (0), the
@@ -73,6 +74,7 @@ impl RunStore {
         sessions_table: &str,
         idempotency_table: &str,
         approvals_table: &str,
+        quotas_table: &str,
     ) -> Self {
         RunStore {
             dynamo,
@@ -81,6 +83,7 @@ impl RunStore {
             sessions_table: sessions_table.to_string(),
             idempotency_table: idempotency_table.to_string(),
             approvals_table: approvals_table.to_string(),
+            quotas_table: quotas_table.to_string(),
         }
     }
 
@@ -129,6 +132,14 @@ impl RunStore {
                 Also::Approval(a) => {
                     tx.push(owner, ApprovalStore::create_item(&self.approvals_table, &a))
                 }
+                Also::ActiveRun {
+                    tenant,
+                    run_id,
+                    until_ms,
+                } => tx.push(
+                    owner,
+                    quotas::active_item(&self.quotas_table, &tenant, &run_id, until_ms),
+                ),
             }
         }
     }

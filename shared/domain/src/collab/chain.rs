@@ -59,12 +59,14 @@ pub fn step_run_id(chain_id: &str, index: usize) -> String {
 
 /// The Run of the step after `previous` (which completed), run by
 /// `agent` (`None`: deleted since; the step then fails at its start),
-/// given `input`: a peer, no parent, the chain's metadata.
+/// given `input`: a peer, no parent, the chain's metadata, and
+/// `descendants` as its allowance ([`super::descendants::next_step`]).
 pub fn next_step(
     previous: &Run,
     agent_name: &str,
     agent: Option<&AgentDefinition>,
     input: Payload,
+    descendants: u32,
     now: i64,
 ) -> Option<Run> {
     let link = previous.chain.as_ref()?.next();
@@ -86,6 +88,7 @@ pub fn next_step(
     );
     run.lineage = Some(Lineage {
         kind: RunKind::ChainStep,
+        descendants_left: Some(descendants),
         ..Lineage::root(&step_run_id(&link.chain_id, 0), agent_name)
     });
     run.chain = Some(link);
@@ -96,13 +99,20 @@ pub fn next_step(
 /// What a step's end means for its chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AfterStep {
-    /// Start the next step (`index`, `agent`).
-    Next { index: u32, agent: String },
+    /// Start the next step (`index`, `agent`), with `descendants` as its
+    /// allowance.
+    Next {
+        index: u32,
+        agent: String,
+        descendants: u32,
+    },
     /// The chain ended here, in this state; `skipped` are the agents of
-    /// the steps that will never run.
+    /// the steps that will never run; `cause` the code of why it broke
+    /// when the step itself did not fail.
     Ended {
         state: ChainState,
         skipped: Vec<String>,
+        cause: Option<&'static str>,
     },
 }
 
@@ -116,23 +126,34 @@ pub enum ChainState {
 }
 
 /// Decides what follows a step that reached `outcome` (terminal).
-pub fn after_step(link: &ChainLink, outcome: RunState) -> AfterStep {
-    match outcome {
-        RunState::Completed if !link.is_last() => AfterStep::Next {
+/// `descendants`: the next step's allowance, `None` when the tree has no
+/// room left for it ([`super::descendants::next_step`]): the chain then
+/// breaks with `TOO_MANY_DESCENDANTS`.
+pub fn after_step(link: &ChainLink, outcome: RunState, descendants: Option<u32>) -> AfterStep {
+    match (outcome, descendants) {
+        (RunState::Completed, Some(descendants)) if !link.is_last() => AfterStep::Next {
             index: link.index + 1,
             agent: link.steps[link.index as usize + 1].clone(),
+            descendants,
         },
-        RunState::Completed => AfterStep::Ended {
+        (RunState::Completed, None) if !link.is_last() => AfterStep::Ended {
+            state: ChainState::Failed,
+            skipped: link.remaining().to_vec(),
+            cause: Some(super::codes::TOO_MANY_DESCENDANTS),
+        },
+        (RunState::Completed, _) => AfterStep::Ended {
             state: ChainState::Completed,
             skipped: vec![],
+            cause: None,
         },
-        other => AfterStep::Ended {
+        (other, _) => AfterStep::Ended {
             state: if other == RunState::Cancelled {
                 ChainState::Cancelled
             } else {
                 ChainState::Failed
             },
             skipped: link.remaining().to_vec(),
+            cause: None,
         },
     }
 }
@@ -236,33 +257,45 @@ mod tests {
     fn a_completed_step_starts_the_next_and_anything_else_breaks_the_chain() {
         assert_eq!(link(0).remaining(), ["w", "p"]);
         assert_eq!(
-            after_step(&link(0), RunState::Completed),
+            after_step(&link(0), RunState::Completed, Some(3)),
             AfterStep::Next {
                 index: 1,
-                agent: "w".into()
+                agent: "w".into(),
+                descendants: 3
             }
         );
         assert_eq!(
-            after_step(&link(2), RunState::Completed),
+            after_step(&link(2), RunState::Completed, None),
             AfterStep::Ended {
                 state: ChainState::Completed,
-                skipped: vec![]
+                skipped: vec![],
+                cause: None
             }
         );
         assert_eq!(
-            after_step(&link(1), RunState::TimedOut),
+            after_step(&link(1), RunState::TimedOut, Some(3)),
             AfterStep::Ended {
                 state: ChainState::Failed,
-                skipped: vec!["p".into()]
+                skipped: vec!["p".into()],
+                cause: None
             }
         );
         assert!(matches!(
-            after_step(&link(0), RunState::Cancelled),
+            after_step(&link(0), RunState::Cancelled, Some(3)),
             AfterStep::Ended {
                 state: ChainState::Cancelled,
                 ..
             }
         ));
+        // No room left in the tree for the next step: the chain breaks.
+        assert_eq!(
+            after_step(&link(1), RunState::Completed, None),
+            AfterStep::Ended {
+                state: ChainState::Failed,
+                skipped: vec!["p".into()],
+                cause: Some("TOO_MANY_DESCENDANTS")
+            }
+        );
         assert_ne!(step_run_id("chain_1", 0), step_run_id("chain_1", 1));
         assert_eq!(link(0).next().index, 1);
     }

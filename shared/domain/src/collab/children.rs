@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::resume::{ResumePlan, ResumedFrom};
-use super::{child_run_id, codes, RunKind};
+use super::{child_run_id, codes, descendants, Lineage, RunKind};
 use crate::agent::AgentDefinition;
 use crate::ledger::ToolCallEvent;
 use crate::run::{
@@ -67,6 +67,11 @@ pub struct ChildSlot {
     /// It resumes a finished Run (its checks passed, its copy written).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<ResumePlan>,
+    /// Its share of its parent's allowance: the Runs it may start below
+    /// it ([`super::descendants`]). `None` on slots planned before the
+    /// bound existed, which read as the deployment's bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub descendants: Option<u32>,
 }
 
 /// The parent's waiting point and every child it had.
@@ -162,18 +167,40 @@ pub fn start_queued(run: &mut Run, now: i64) -> (Vec<String>, Vec<RunEventRecord
 pub enum ExpandRefused {
     #[error("the run is not a fan-out team's run")]
     NotFanOut,
+    /// Its members are more Runs than its tree may have below it.
+    #[error("team '{team}' has {members} members: more runs than one root may start below it ({max}, this deployment's limit)")]
+    TooManyDescendants {
+        team: String,
+        members: usize,
+        max: u32,
+    },
     #[error(transparent)]
     Illegal(#[from] IllegalTransition),
 }
 
+impl ExpandRefused {
+    /// The stable code of the error the team's Run fails with, if it does.
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            ExpandRefused::TooManyDescendants { .. } => Some(codes::TOO_MANY_DESCENDANTS),
+            ExpandRefused::NotFanOut | ExpandRefused::Illegal(_) => None,
+        }
+    }
+}
+
 /// Round 1 of a fan-out team: one member child each, the team's Run
-/// waiting for all of them (an event from outside the harness, fencing it).
-pub fn expand_team(run: &mut Run, now: i64) -> Result<Vec<RunEventRecord>, ExpandRefused> {
+/// waiting for all of them (an event from outside the harness, fencing
+/// it). The members are paid for out of the Run's allowance: `max` is the
+/// deployment's bound on the descendants of one root.
+pub fn expand_team(
+    run: &mut Run,
+    max: u32,
+    now: i64,
+) -> Result<Vec<RunEventRecord>, ExpandRefused> {
     let Some(team) = run.team.clone().filter(|t| t.strategy == Strategy::FanOut) else {
         return Err(ExpandRefused::NotFanOut);
     };
-    run.apply_from_outside(RunEvent::Expanded, now)?;
-    let slots = team
+    let mut slots: Vec<ChildSlot> = team
         .members
         .iter()
         .enumerate()
@@ -187,8 +214,18 @@ pub fn expand_team(run: &mut Run, now: i64) -> Result<Vec<RunEventRecord>, Expan
             state: SlotState::Queued,
             outcome: None,
             resume: None,
+            descendants: None,
         })
         .collect();
+    // On an error the caller writes nothing of `run`.
+    if !descendants::hand_out(run, &mut slots, max) {
+        return Err(ExpandRefused::TooManyDescendants {
+            team: team.name.clone(),
+            members: team.members.len(),
+            max,
+        });
+    }
+    run.apply_from_outside(RunEvent::Expanded, now)?;
     open_round(run, slots, team.max_parallel);
     let ev = run.push_event(
         "round_started",
@@ -225,7 +262,10 @@ pub fn new_child(parent: &Run, slot: &ChildSlot, agent: Option<&AgentDefinition>
         now,
     );
     run.budgets.deadline_ms = run.budgets.deadline_ms.min(parent.budgets.deadline_ms);
-    run.lineage = Some(parent.lineage().child(&slot.agent, slot.kind));
+    run.lineage = Some(Lineage {
+        descendants_left: slot.descendants,
+        ..parent.lineage().child(&slot.agent, slot.kind)
+    });
     run.started_by = parent.started_by.clone();
     if let Some(plan) = &slot.resume {
         // Who it runs as is its source's: same persona, the same model.

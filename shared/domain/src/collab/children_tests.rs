@@ -1,6 +1,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::collab::DEFAULT_MAX_DESCENDANTS;
 use crate::ledger::{ToolCallRecord, ToolCallState};
 use crate::run::{test_run, Payload, RunEvent};
 use crate::team::TeamDefinition;
@@ -41,6 +42,7 @@ fn slot(id: &str, agent: &str, kind: RunKind, call: Option<&str>) -> ChildSlot {
         state: SlotState::Queued,
         outcome: None,
         resume: None,
+        descendants: None,
     }
 }
 
@@ -166,9 +168,33 @@ fn fan_out_run(policy: serde_json::Value, members: &[&str]) -> Run {
         body.as_object_mut().unwrap().remove("failure_policy");
     }
     run.team = Some(TeamDefinition::from_json("soc", &body).unwrap());
-    let events = expand_team(&mut run, 1).unwrap();
+    let events = expand_team(&mut run, DEFAULT_MAX_DESCENDANTS, 1).unwrap();
     assert_eq!(kinds(&events), ["round_started"]);
     run
+}
+
+/// A team's members are paid for out of its Run's allowance: each member
+/// gets a share of what remains; a team larger than the bound does not
+/// expand and says why, its Run unchanged.
+#[test]
+fn a_fan_out_pays_for_its_members_or_does_not_expand() {
+    let mut run = test_run();
+    let body = json!({"members": ["a", "b", "c"], "strategy": "fan_out"});
+    run.team = Some(TeamDefinition::from_json("soc", &body).unwrap());
+    let before = run.clone();
+    let e = expand_team(&mut run, 2, 1).unwrap_err();
+    assert_eq!(e.code(), Some(codes::TOO_MANY_DESCENDANTS));
+    assert_eq!(run.state, RunState::Pending);
+    assert!(run.children.is_none());
+    run = before;
+    expand_team(&mut run, 10, 1).unwrap();
+    // 10 - 3 = 7 left; each member 7 / 4 = 1; the team's Run keeps 4.
+    let c = run.children.clone().unwrap();
+    assert!(c.slots.iter().all(|s| s.descendants == Some(1)), "{c:?}");
+    assert_eq!(run.lineage().descendants_left, Some(4));
+    let member = new_child(&run, &c.slots[0], None, 2);
+    assert_eq!(member.lineage().descendants_left, Some(1));
+    assert_eq!(member.lineage().depth, 1);
 }
 
 fn member_ids(run: &Run) -> Vec<String> {
@@ -187,7 +213,10 @@ fn a_fan_out_expands_one_member_each_and_round_two_follows_the_last() {
     assert_eq!((run.state, run.epoch), (RunState::AwaitingChildren, 1));
     let ids = member_ids(&run);
     assert_eq!(ids.len(), 3);
-    assert!(expand_team(&mut run, 2).is_err(), "expands once");
+    assert!(
+        expand_team(&mut run, DEFAULT_MAX_DESCENDANTS, 2).is_err(),
+        "expands once"
+    );
     let (started, _) = start_queued(&mut run, 2);
     assert_eq!(started.len(), 3);
     // Out of order, the last one sees the others through `earlier`.

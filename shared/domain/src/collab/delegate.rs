@@ -261,6 +261,7 @@ fn slot(
         state: SlotState::Queued,
         outcome: None,
         resume: None,
+        descendants: None,
     }
 }
 

@@ -15,6 +15,8 @@
 //!   pinned model, the transcript copied, fail-closed checks)
 //! - [`chain`]: sequential relay chains (the link each step carries, what
 //!   a step's end means, the next input, the chain's view)
+//! - [`descendants`]: the bound on every Run one root's tree may have, as
+//!   an allowance each Run carries and shares with its children
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -22,6 +24,7 @@ use sha2::{Digest, Sha256};
 pub mod chain;
 pub mod children;
 pub mod delegate;
+pub mod descendants;
 pub mod resume;
 pub mod round;
 
@@ -40,6 +43,11 @@ pub const MAX_PLAN_TASKS: usize = crate::team::MAX_MEMBERS;
 /// otherwise (`ARMADA_MAX_CHILDREN_PER_WAIT`): one full `plan`. The limit
 /// of one call alone would let a step of many calls start thousands.
 pub const DEFAULT_MAX_CHILDREN_PER_WAIT: u32 = MAX_PLAN_TASKS as u32;
+/// Runs one root's tree may have below the root, unless the deployment
+/// says otherwise (`ARMADA_MAX_DESCENDANTS_PER_ROOT`): the limits per step
+/// and per level alone would let one start grow, step by step and level by
+/// level, to millions.
+pub const DEFAULT_MAX_DESCENDANTS: u32 = 256;
 
 /// The deployment's bounds on the children a step may ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +57,9 @@ pub struct ChildLimits {
     /// How many children one waiting point (one step's `delegate` and
     /// `plan` calls together) may have.
     pub max_children_per_wait: u32,
+    /// How many Runs one root's tree may have below the root (children,
+    /// theirs, team members, relay steps), all levels and steps together.
+    pub max_descendants: u32,
 }
 
 impl Default for ChildLimits {
@@ -56,6 +67,7 @@ impl Default for ChildLimits {
         ChildLimits {
             max_depth: DEFAULT_MAX_DEPTH,
             max_children_per_wait: DEFAULT_MAX_CHILDREN_PER_WAIT,
+            max_descendants: DEFAULT_MAX_DESCENDANTS,
         }
     }
 }
@@ -68,6 +80,7 @@ pub mod codes {
     pub const NOT_A_MEMBER: &str = "NOT_A_MEMBER";
     pub const PLAN_NOT_ALLOWED: &str = "PLAN_NOT_ALLOWED";
     pub const TOO_MANY_CHILDREN: &str = "TOO_MANY_CHILDREN";
+    pub const TOO_MANY_DESCENDANTS: &str = "TOO_MANY_DESCENDANTS";
     pub const INVALID_ARGS: &str = "INVALID_ARGS";
     pub const CHILD_FAILED: &str = "CHILD_FAILED";
     pub const CHILD_CANCELLED: &str = "CHILD_CANCELLED";
@@ -106,14 +119,20 @@ impl RunKind {
 }
 
 /// A Run's place in its tree (the DelegationTrace): the root it descends
-/// from, how deep it is, the agents on the way down (its own last), and
-/// why it exists.
+/// from, how deep it is, the agents on the way down (its own last), why it
+/// exists, and how many Runs it may still start below it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lineage {
     pub root_run_id: String,
     pub depth: u32,
     pub path: Vec<String>,
     pub kind: RunKind,
+    /// The Runs it may still start below it, itself and through the
+    /// shares it gives its children ([`descendants`]). `None`: never
+    /// decided, which reads as the deployment's whole bound: a root that
+    /// has not started any, or a record written before the bound existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub descendants_left: Option<u32>,
 }
 
 impl Lineage {
@@ -124,10 +143,12 @@ impl Lineage {
             depth: 0,
             path: vec![agent.to_string()],
             kind: RunKind::Root,
+            descendants_left: None,
         }
     }
 
-    /// The lineage of a child of this Run, run by `agent`.
+    /// The lineage of a child of this Run, run by `agent`: it may start no
+    /// Run below it until it is given a share of its parent's allowance.
     pub fn child(&self, agent: &str, kind: RunKind) -> Lineage {
         let mut path = self.path.clone();
         path.push(agent.to_string());
@@ -136,6 +157,7 @@ impl Lineage {
             depth: self.depth + 1,
             path,
             kind,
+            descendants_left: Some(0),
         }
     }
 

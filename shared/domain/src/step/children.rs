@@ -1,13 +1,14 @@
 //! The step's calls answered by child Runs (`delegate`, `plan`): checked
-//! against the registry's agents, the Run's path, the depth limit and the
-//! children one waiting point may have. A refused call is answered with
-//! its error at once (the Run carries on); the others become the children
-//! of a new waiting point, which the dispatcher creates and starts once
-//! the step has committed it.
+//! against the registry's agents, the Run's path, the depth limit, the
+//! children one waiting point may have and the Runs the Run may still
+//! start below it. A refused call is answered with its error at once (the
+//! Run carries on); the others become the children of a new waiting point,
+//! paid for out of the Run's allowance, which the dispatcher creates and
+//! starts once the step has committed it.
 
 use super::*;
 use crate::collab::children::open_round;
-use crate::collab::{codes, delegate, ChildSlot, DEFAULT_MAX_PARALLEL};
+use crate::collab::{codes, delegate, descendants, ChildSlot, DEFAULT_MAX_PARALLEL};
 
 pub(super) fn delegations(
     run: &mut Run,
@@ -33,7 +34,8 @@ pub(super) fn delegations(
         } else {
             delegate::delegate_slots(run, &rec.call_id, &rec.args, known, max_depth, resumes)
         }
-        .and_then(|s| within_wait(s, slots.len(), limits.max_children_per_wait));
+        .and_then(|s| within_wait(s, slots.len(), limits.max_children_per_wait))
+        .and_then(|s| descendants::within(run, s, slots.len(), limits.max_descendants));
         match asked {
             Ok(mut s) => {
                 apply_to(
@@ -63,6 +65,12 @@ pub(super) fn delegations(
         .team
         .as_ref()
         .map_or(DEFAULT_MAX_PARALLEL, |t| t.max_parallel);
+    // Each call was let through only if it fit with the ones before it.
+    let paid = descendants::hand_out(run, &mut slots, limits.max_descendants);
+    debug_assert!(
+        paid,
+        "the calls' children were checked against the allowance"
+    );
     open_round(run, slots, max_parallel);
     Ok(Decision::new(events, Next::AwaitChildren))
 }

@@ -528,3 +528,42 @@ fn one_waiting_point_holds_at_most_its_limit_of_children() {
         [("d2".to_string(), "TOO_MANY_CHILDREN".to_string())]
     );
 }
+
+/// The Runs one root's tree may have below it are bounded across steps
+/// and levels: a root of a deployment whose bound is 3 starts three
+/// children in one step and the fourth call is refused with
+/// `TOO_MANY_DESCENDANTS`; a child given a share of 1 starts one child,
+/// and its second call is refused, as an error its model reads.
+#[test]
+fn a_tree_holds_no_more_runs_than_its_roots_bound() {
+    let limits = ChildLimits {
+        max_descendants: 3,
+        ..ChildLimits::default()
+    };
+    let mut root = test_run();
+    let r = delegations(&[("b", "w"), ("c", "x"), ("b", "y"), ("c", "z")]);
+    let d = delegated(&mut root, &delegating_agent(), &r, limits);
+    assert_eq!(d.next, Next::AwaitChildren);
+    let children = root.children.clone().unwrap();
+    assert_eq!(children.outstanding, 3);
+    assert!(children.slots.iter().all(|s| s.descendants == Some(0)));
+    assert_eq!(root.lineage().descendants_left, Some(0));
+    assert_eq!(
+        refused_codes(&d),
+        [("d3".to_string(), "TOO_MANY_DESCENDANTS".to_string())]
+    );
+
+    let mut child = test_run();
+    child.lineage = Some(crate::collab::Lineage {
+        descendants_left: Some(1),
+        ..crate::collab::Lineage::root("r0", "x").child("a", crate::collab::RunKind::Delegation)
+    });
+    let r = delegations(&[("b", "y"), ("c", "z")]);
+    let d = delegated(&mut child, &delegating_agent(), &r, limits);
+    assert_eq!(child.children.clone().unwrap().outstanding, 1);
+    assert_eq!(child.lineage().descendants_left, Some(0));
+    assert_eq!(
+        refused_codes(&d),
+        [("d1".to_string(), "TOO_MANY_DESCENDANTS".to_string())]
+    );
+}
