@@ -281,6 +281,7 @@ impl LocalStack {
             secret_sha256: key.secret_hash(),
             revoked: false,
             role: KeyRole::Member,
+            owner: None,
         };
         ingress_svc
             .registry
@@ -294,6 +295,7 @@ impl LocalStack {
             secret_sha256: approver.secret_hash(),
             revoked: false,
             role: KeyRole::Approver,
+            owner: None,
         };
         ingress_svc
             .registry

@@ -28,7 +28,7 @@ impl Harness {
             .into_iter()
             .map(|r| {
                 let by = run.started_by.clone();
-                Approval::new(
+                let mut a = Approval::new(
                     &run.tenant,
                     &run.run_id,
                     &run.agent,
@@ -37,7 +37,9 @@ impl Harness {
                     &policy,
                     r,
                     now,
-                )
+                );
+                a.requested_by_address = run.started_by_address.clone();
+                a
             })
             .collect();
         run.apply(RunEvent::AwaitApproval, now)?;

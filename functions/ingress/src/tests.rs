@@ -45,6 +45,7 @@ impl Api {
             secret_sha256: key.secret_hash(),
             revoked: false,
             role,
+            owner: None,
         };
         self.svc
             .registry
@@ -640,4 +641,49 @@ async fn a_definition_read_can_be_written_back_and_if_match_guards_it() {
         .call("PUT", "/v1/agents/assistant", Some(ADMIN), &[], Some(typo))
         .await;
     assert_eq!(status, 400);
+}
+
+/// A key minted for a person (`owner`) marks the Runs it starts with that
+/// address, which their approval links are then held to.
+#[tokio::test]
+async fn a_key_minted_for_a_person_marks_the_runs_it_starts() {
+    let api = Api::new().await;
+    let (status, minted) = api
+        .call(
+            "POST",
+            "/v1/tenants/acme/keys",
+            Some(ADMIN),
+            &[],
+            Some(json!({"owner": "Alice@Example.com"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{minted}");
+    assert_eq!(minted["owner"], "alice@example.com");
+    let key = minted["key"].as_str().unwrap().to_string();
+    let body = json!({"agent": "assistant", "input": "hi"});
+    let (status, run) = api
+        .call("POST", "/v1/runs", Some(&key), &[], Some(body))
+        .await;
+    assert_eq!(status, 202, "{run}");
+    let stored = api
+        .svc
+        .runs
+        .get(run["run_id"].as_str().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.started_by_address.as_deref(),
+        Some("alice@example.com")
+    );
+    let (status, bad) = api
+        .call(
+            "POST",
+            "/v1/tenants/acme/keys",
+            Some(ADMIN),
+            &[],
+            Some(json!({"owner": "not an address"})),
+        )
+        .await;
+    assert_eq!((status, code(&bad)), (400, "INVALID_FIELD"));
 }

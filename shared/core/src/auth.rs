@@ -13,6 +13,8 @@ pub struct TenantKey {
     pub tenant: String,
     pub key_id: String,
     pub role: KeyRole,
+    /// Whose key it is (an address), when the admin said so.
+    pub owner: Option<String>,
 }
 
 /// Who is calling.
@@ -73,6 +75,7 @@ pub async fn authenticate(
         tenant: stored.tenant,
         key_id: stored.key_id,
         role: stored.role,
+        owner: stored.owner,
     }))
 }
 

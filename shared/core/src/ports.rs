@@ -107,6 +107,9 @@ pub struct StoredKey {
     pub secret_sha256: String,
     pub revoked: bool,
     pub role: KeyRole,
+    /// The address of the person the key is theirs (given when it was
+    /// minted): four eyes hold across keys and approval links alike.
+    pub owner: Option<String>,
 }
 
 /// The Run records: read, created, claimed, leased and committed, every

@@ -7,9 +7,11 @@ use armada_domain::fields::Fields;
 
 use crate::*;
 
-/// `POST /v1/tenants/{t}/keys {"role"?: "member" | "approver"}` (the
-/// body is optional; `member` by default). An `approver` key also decides
-/// the tenant's approvals.
+/// `POST /v1/tenants/{t}/keys {"role"?: "member" | "approver", "owner"?:
+/// address}` (the body is optional; `member` by default). An `approver`
+/// key also decides the tenant's approvals. `owner`, the address of the
+/// person the key is for, holds four eyes across keys and links: a Run
+/// the key starts is not let go on through that address's approval link.
 pub(crate) async fn mint_key(svc: &Services, req: &Request, tenant: &str) -> ApiResult {
     if !valid_tenant(tenant) {
         return Err(ApiError::new(
@@ -18,18 +20,32 @@ pub(crate) async fn mint_key(svc: &Services, req: &Request, tenant: &str) -> Api
             "tenant: must be 1-64 characters of a-z, 0-9 or '-'",
         ));
     }
-    let role = if req.body().is_empty() {
-        KeyRole::Member
+    let (role, owner) = if req.body().is_empty() {
+        (KeyRole::Member, None)
     } else {
         let body = body_json(req)?;
         let f = Fields::new(&body)?;
-        f.only(&["role"])?;
-        match f.opt_str("role")? {
+        f.only(&["role", "owner"])?;
+        let role = match f.opt_str("role")? {
             None => KeyRole::Member,
             Some(r) => KeyRole::parse(r).ok_or_else(|| {
                 ApiError::new(400, "INVALID_FIELD", "role: must be member or approver")
             })?,
-        }
+        };
+        let owner = match f.opt_str("owner")? {
+            None => None,
+            Some(o) if armada_domain::approval::policy::valid_email(o) => {
+                Some(o.to_ascii_lowercase())
+            }
+            Some(_) => {
+                return Err(ApiError::new(
+                    400,
+                    "INVALID_FIELD",
+                    "owner: must be an email address",
+                ))
+            }
+        };
+        (role, owner)
     };
     let key = ApiKey::mint();
     svc.registry
@@ -40,6 +56,7 @@ pub(crate) async fn mint_key(svc: &Services, req: &Request, tenant: &str) -> Api
                 secret_sha256: key.secret_hash(),
                 revoked: false,
                 role,
+                owner: owner.clone(),
             },
             svc.clock.now_ms(),
         )
@@ -47,7 +64,7 @@ pub(crate) async fn mint_key(svc: &Services, req: &Request, tenant: &str) -> Api
         .map_err(store_err)?;
     Ok((
         201,
-        json!({"key": key.token(), "key_id": key.key_id, "tenant": tenant, "role": role.as_str()}),
+        json!({"key": key.token(), "key_id": key.key_id, "tenant": tenant, "role": role.as_str(), "owner": owner}),
     ))
 }
 

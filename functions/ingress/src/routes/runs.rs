@@ -126,6 +126,8 @@ pub(crate) struct NewRun<'a> {
     pub(crate) tenant: &'a str,
     /// The key id that asked: it may not approve the Run's own gated calls.
     pub(crate) started_by: &'a str,
+    /// The starter's address (its key's owner), when known.
+    pub(crate) started_by_address: Option<&'a str>,
     pub(crate) agent: &'a AgentDefinition,
     pub(crate) input: String,
     pub(crate) session: Option<SessionHeader>,
@@ -150,6 +152,7 @@ impl<'a> NewRun<'a> {
         NewRun {
             tenant: &key.tenant,
             started_by: &key.key_id,
+            started_by_address: key.owner.as_deref(),
             agent,
             input: cr.input,
             session: None,
@@ -235,6 +238,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
         );
         run.team = new.team.clone();
         run.started_by = Some(new.started_by.to_string());
+        run.started_by_address = new.started_by_address.map(str::to_string);
         if let Some(link) = &new.chain {
             run.chain = Some(link.clone());
             run.lineage = Some(Lineage {

@@ -55,6 +55,7 @@ pub(crate) async fn session_message(
         NewRun {
             tenant,
             started_by: &key.key_id,
+            started_by_address: key.owner.as_deref(),
             agent: &agent,
             input,
             session: Some(header),

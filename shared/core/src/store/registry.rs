@@ -212,6 +212,9 @@ impl ports::Registry for Registry {
         item.insert("tenant".into(), s(&key.tenant));
         item.insert("secret_sha256".into(), s(&key.secret_sha256));
         item.insert("role".into(), s(key.role.as_str()));
+        if let Some(owner) = &key.owner {
+            item.insert("owner".into(), s(owner));
+        }
         item.insert("created_at".into(), n(now_ms));
         super::item::put_new(&self.dynamo, &self.table, item, "pk").await
     }
@@ -229,6 +232,7 @@ impl ports::Registry for Registry {
             role: opt_s(&item, "role")
                 .and_then(|r| KeyRole::parse(&r))
                 .unwrap_or_default(),
+            owner: opt_s(&item, "owner"),
         }))
     }
 

@@ -193,6 +193,10 @@ pub struct Approval {
     /// The key id that started the Run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_by: Option<String>,
+    /// The address of the person who started the Run, when known: its
+    /// link lets them stop their own work, never let it go on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by_address: Option<String>,
     pub approvers: Vec<String>,
     pub allow_self_approval: bool,
     pub on_reject: OnReject,
@@ -285,6 +289,7 @@ impl Approval {
             reasons: req.reasons,
             state: ApprovalState::Pending,
             requested_by,
+            requested_by_address: None,
             approvers: policy.approvers.clone(),
             allow_self_approval: policy.allow_self_approval,
             on_reject: policy.on_reject,
@@ -399,6 +404,19 @@ impl Approval {
                         "this link is not valid for this approval",
                     ));
                 };
+                // Four eyes through links too: the starter's own address
+                // (among the approvers) may stop its Run, not let it go on.
+                let own = self
+                    .requested_by_address
+                    .as_deref()
+                    .is_some_and(|a| a.eq_ignore_ascii_case(r));
+                if own && verdict.goes_on() && !self.allow_self_approval {
+                    return Err(refused(
+                        403,
+                        codes::SELF_APPROVAL,
+                        "this link is its run's starter's own: another approver must decide",
+                    ));
+                }
                 (r.to_string(), "token")
             }
             Decider::Key { key_id } => {

@@ -242,3 +242,37 @@ fn the_view_shows_no_token_hashes() {
     assert_eq!(v["expires_at"], "61000");
     assert!(!v.to_string().contains(&a.tokens[0].sha256));
 }
+
+/// Four eyes through links too: the starter's own address, among the
+/// approvers, gets a link that may stop its Run but not let it go on
+/// (unless the agent allows self-approval); another approver's link may.
+#[test]
+fn the_starters_own_link_stops_its_run_but_never_lets_it_go_on() {
+    let starter = |allow_self: bool| {
+        let mut a = pending(Risk::High, allow_self);
+        a.approvers.push("Alice@Example.com".into());
+        a.requested_by_address = Some("alice@example.com".into());
+        a.mint_token("Alice@Example.com", "alice-token", 1_500)
+            .unwrap();
+        a.mint_token("ops@example.com", "ops-token", 1_500).unwrap();
+        a
+    };
+    let link = |t: &str| Decider::Token { token: t.into() };
+    let mut a = starter(false);
+    let e = a
+        .decide(Verdict::Approve, &link("alice-token"), None, None, 2_000)
+        .unwrap_err();
+    assert_eq!((e.status, e.code), (403, codes::SELF_APPROVAL));
+    assert_eq!(a.state, ApprovalState::Pending, "nothing was decided");
+    a.decide(Verdict::Approve, &link("ops-token"), None, None, 2_000)
+        .unwrap();
+    assert_eq!(a.state, ApprovalState::Approved);
+    let mut a = starter(false);
+    a.decide(Verdict::Reject, &link("alice-token"), None, None, 2_000)
+        .unwrap();
+    assert_eq!(a.state, ApprovalState::Rejected, "stopping one's own work");
+    let mut a = starter(true);
+    a.decide(Verdict::Approve, &link("alice-token"), None, None, 2_000)
+        .unwrap();
+    assert_eq!(a.state, ApprovalState::Approved, "the agent allows it");
+}

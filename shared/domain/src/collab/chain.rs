@@ -93,6 +93,7 @@ pub fn next_step(
     });
     run.chain = Some(link);
     run.started_by = previous.started_by.clone();
+    run.started_by_address = previous.started_by_address.clone();
     Some(run)
 }
 

@@ -267,6 +267,7 @@ pub fn new_child(parent: &Run, slot: &ChildSlot, agent: Option<&AgentDefinition>
         ..parent.lineage().child(&slot.agent, slot.kind)
     });
     run.started_by = parent.started_by.clone();
+    run.started_by_address = parent.started_by_address.clone();
     if let Some(plan) = &slot.resume {
         // Who it runs as is its source's: same persona, the same model.
         run.identity = Some(plan.identity.clone());

@@ -78,6 +78,7 @@ impl Run {
             identity: None,
             resumed: None,
             started_by: None,
+            started_by_address: None,
             awaiting_human_since_ms: None,
         }
     }

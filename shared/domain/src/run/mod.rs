@@ -147,6 +147,10 @@ pub struct Run {
     /// let its own Run go on past an approval (approve, retry, happened).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<String>,
+    /// The address of the person whose key started it (or whose mail did),
+    /// when known: their approval links do not let it go on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_by_address: Option<String>,
     /// Since when it waits for a human: that wait does not count against
     /// its wall-clock budget (the approvals' own expiry bounds it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -210,6 +214,7 @@ impl Run {
             identity: None,
             resumed: None,
             started_by: None,
+            started_by_address: None,
             awaiting_human_since_ms: None,
         }
     }
