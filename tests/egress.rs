@@ -122,10 +122,7 @@ async fn without_an_operator_listing_loopback_is_refused_and_failures_are_coarse
         .unwrap();
     let run_id = v["run_id"].as_str().unwrap().to_string();
     t.wait_closed(&run_id).await;
-    let failed = t
-        .event(&run_id, "callback_failed")
-        .await
-        .expect("callback_failed");
+    let failed = t.event_eventually(&run_id, "callback_failed").await;
     assert_eq!(failed["error"], "EGRESS_REFUSED", "{failed}");
     assert!(rx.try_recv().is_err(), "nothing reached the receiver");
 

@@ -216,18 +216,9 @@ async fn results_are_posted_signed_to_the_callback_url() {
         payload["tenant"], tenant,
         "the signed body names its tenant"
     );
-    let evs = t
-        .client
-        .get(&format!("/v1/runs/{run_id}/events"))
-        .await
-        .unwrap();
-    let delivered = evs["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["type"] == "callback_delivered")
-        .cloned()
-        .unwrap();
+    // Delivered from the delivery queue once the Run closed, then noted
+    // on the Run.
+    let delivered = t.event_eventually(&run_id, "callback_delivered").await;
     assert_eq!(delivered["attempts"], 2);
 
     // A receiver that always fails: bounded attempts, recorded, the Run still closes.
@@ -242,7 +233,45 @@ async fn results_are_posted_signed_to_the_callback_url() {
         .unwrap();
     let run_id = v["run_id"].as_str().unwrap().to_string();
     assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_COMPLETED");
+    t.event_eventually(&run_id, "callback_failed").await;
+    t.stack.stop().await;
+}
+
+/// A callback endpoint that accepts and never answers (a tarpit) holds
+/// the delivery queue's consumer, not the settling of Runs: the Run closes
+/// first, and the failed delivery is noted on it afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_callback_endpoint_does_not_hold_a_runs_settling() {
+    let t = TestStack::start().await;
+    let tarpit = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", tarpit.local_addr().unwrap());
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for conn in tarpit.incoming().flatten() {
+            keep.lock().unwrap().push(conn);
+        }
+    });
+    let v = t
+        .client
+        .post(
+            "/v1/runs",
+            &json!({"agent": "assistant", "input": "hello", "callback_url": url}),
+        )
+        .await
+        .unwrap();
+    let run_id = v["run_id"].as_str().unwrap().to_string();
+    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_COMPLETED");
+    // Each of its attempts waits 5 s for an answer that never comes: the
+    // Run was closed without waiting for them.
     let types = t.event_types(&run_id).await;
-    assert!(types.contains(&"callback_failed".to_string()), "{types:?}");
+    assert!(
+        types.contains(&"run_closed".to_string())
+            && !types.iter().any(|k| k.starts_with("callback_")),
+        "{types:?}"
+    );
+    let failed = t.event_eventually(&run_id, "callback_failed").await;
+    assert_eq!(failed["error"], "CONNECT_FAILED", "{failed}");
+    assert!(!held.lock().unwrap().is_empty(), "the endpoint was reached");
     t.stack.stop().await;
 }

@@ -321,7 +321,11 @@ fn queues_outlast_their_consumers_and_report_batch_failures() {
         .map(|q| (q.logical_id.clone(), q))
         .collect();
     let mappings = t.event_source_mappings();
-    assert_eq!(mappings.len(), 4);
+    assert_eq!(
+        mappings.len(),
+        5,
+        "dispatch, delivery, both dead-letter queues, harness"
+    );
     for m in mappings {
         let q = &queues[&m.queue_logical_id];
         let timeout = t.function_timeout(&m.function).unwrap();

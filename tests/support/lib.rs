@@ -278,6 +278,17 @@ impl TestStack {
             .find(|e| e["type"] == kind)
     }
 
+    /// The first event of `kind` on a Run, once there is one (up to 30 s).
+    pub async fn event_eventually(&self, run_id: &str, kind: &str) -> serde_json::Value {
+        for _ in 0..300 {
+            if let Some(e) = self.event(run_id, kind).await {
+                return e;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no {kind} event on {run_id}");
+    }
+
     /// The events of a Run, by type.
     pub async fn event_types(&self, run_id: &str) -> Vec<String> {
         self.events(run_id)

@@ -153,7 +153,7 @@ impl Dispatcher {
                     &run.tenant,
                     &recipient,
                 );
-                tryo!(svc.queues.send_dispatch(&msg).await);
+                tryo!(svc.queues.send_routed(&msg).await);
             }
         }
         if next_due == i64::MAX {

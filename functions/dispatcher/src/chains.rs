@@ -55,7 +55,8 @@ impl Dispatcher {
                     return Outcome::Done;
                 };
                 let body = tryo!(self.chain_result(run, &link, state).await);
-                events.push(tryo!(self.callback(run, &url, &link.chain_id, body).await));
+                let (kind, data) = tryo!(self.callback(run, &url, &link.chain_id, body).await);
+                events.push(run.push_event(kind, data, now));
                 Outcome::Done
             }
         }

@@ -129,6 +129,14 @@ impl Dispatcher {
                     }
                     self.notify(&approval_id, &tenant, &recipient).await
                 }
+                DispatchMessage::DeliverCallback { run_id, tenant, .. } => {
+                    if !sealed {
+                        self.svc.counters.forged_drops.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(security = true, %run_id, %tenant, "a callback delivery not sealed by the control plane was dropped");
+                        return Outcome::Done;
+                    }
+                    self.deliver_callback(&run_id, &tenant, receives).await
+                }
                 DispatchMessage::RenewCredentials {
                     tenant,
                     agent,
@@ -333,35 +341,97 @@ impl Dispatcher {
         if advanced != Outcome::Done {
             return advanced;
         }
-        if let Some(url) = next.callback_url.clone() {
-            let body = json!({
-                "run_id": next.run_id,
-                "agent": next.agent,
-                "state": next.state.outcome(),
-                "output": match &next.output {
-                    Some(p) => Some(tryo!(self.svc.payloads.read(p).await)),
-                    None => None,
-                },
-                "error": next.error,
-                "session_id": next.session_id,
-                "metadata": next.metadata,
-            });
-            let delivery = next.run_id.clone();
-            events.push(tryo!(self.callback(&mut next, &url, &delivery, body).await));
+        if next.callback_url.is_some() {
+            // Queued before the close, so a settle that stops between the
+            // two is repeated and queues it again (receivers deduplicate on
+            // the delivery id, the Run's id); delivered once the Run is
+            // closed, apart from the settling of Runs.
+            let msg = DispatchMessage::deliver_callback(
+                &self.svc.cfg.callback_signing_secret,
+                &next.run_id,
+                &next.tenant,
+            );
+            tryo!(self.svc.queues.send_routed(&msg).await);
         }
         self.close(next, events).await
     }
 
+    /// Delivers closed Run `run_id`'s outcome to its callback URL and
+    /// records how it went on the Run (`callback_delivered` or
+    /// `callback_failed`, with the delivery id). A Run not yet closed (its
+    /// settling is under way) is looked at again later.
+    async fn deliver_callback(&self, run_id: &str, tenant: &str, receives: u32) -> Outcome {
+        let Some(run) = tryo!(self.svc.runs.get(run_id).await) else {
+            return Outcome::Done;
+        };
+        if run.tenant != tenant {
+            tracing::error!(
+                security = true,
+                run_id,
+                tenant,
+                "a callback delivery naming another tenant's Run was dropped"
+            );
+            return Outcome::Done;
+        }
+        let Some(url) = run.callback_url.clone() else {
+            return Outcome::Done;
+        };
+        if !run.state.is_closed() {
+            // Its settling queued this before closing it: a few tries, then
+            // it is delivered as the Run stands.
+            if receives < 5 {
+                return Outcome::retry("the run is not closed yet".to_string());
+            }
+        }
+        let body = json!({
+            "run_id": run.run_id,
+            "agent": run.agent,
+            "state": run.state.outcome(),
+            "output": match &run.output {
+                Some(p) => Some(tryo!(self.svc.payloads.read(p).await)),
+                None => None,
+            },
+            "error": run.error,
+            "session_id": run.session_id,
+            "metadata": run.metadata,
+        });
+        let delivery = run.run_id.clone();
+        let (kind, data) = tryo!(self.callback(&run, &url, &delivery, body).await);
+        // Recorded on the Run as it is now (read again on a conflict); the
+        // delivery itself is never repeated for the record's sake.
+        for _ in 0..5 {
+            let Some(current) = tryo!(self.svc.runs.get(run_id).await) else {
+                return Outcome::Done;
+            };
+            let prev = current.stamp();
+            let mut next = current;
+            let ev = next.push_event(kind, data.clone(), self.svc.clock.now_ms());
+            match self.svc.runs.save(prev, &next, &[ev], vec![]).await {
+                Ok(()) => return Outcome::Done,
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => {
+                    tracing::warn!(run_id, error = %e, "the callback's outcome was not recorded");
+                    return Outcome::Done;
+                }
+            }
+        }
+        tracing::warn!(
+            run_id,
+            "the callback's outcome was not recorded: the Run kept changing"
+        );
+        Outcome::Done
+    }
+
     /// Delivers a callback (signed with the tenant's secret, naming the
-    /// tenant, retried) and records how it went on `run`:
-    /// `callback_delivered` or `callback_failed`, with the delivery id.
+    /// tenant, retried) and says how it went: `callback_delivered` or
+    /// `callback_failed`, with what the event records.
     async fn callback(
         &self,
-        run: &mut Run,
+        run: &Run,
         url: &str,
         delivery: &str,
         mut body: serde_json::Value,
-    ) -> Result<RunEventRecord, StoreError> {
+    ) -> Result<(&'static str, serde_json::Value), StoreError> {
         let secret = self
             .svc
             .callbacks
@@ -387,10 +457,9 @@ impl Dispatcher {
             "callback_failed"
         };
         tracing::info!(run_id = %run.run_id, delivery, delivered = report.delivered, attempts = report.attempts, "callback");
-        Ok(run.push_event(
+        Ok((
             kind,
             json!({"delivery": delivery, "attempts": report.attempts, "status": report.status, "error": report.error}),
-            now,
         ))
     }
 
@@ -497,6 +566,14 @@ impl Dispatcher {
                 }
                 DispatchMessage::SpawnChildren { run_id, tenant, .. } => {
                     (run_id, tenant, "children's start".to_string())
+                }
+                DispatchMessage::DeliverCallback { run_id, .. } => {
+                    tracing::error!(
+                        run_id,
+                        queue,
+                        "a callback could not be delivered on any attempt"
+                    );
+                    return Outcome::Done;
                 }
                 DispatchMessage::NotifyApproval {
                     approval_id,

@@ -58,7 +58,9 @@ impl Harness {
                 );
                 // A link not sent now is sent by the watchdog, which finds
                 // a recipient without a token.
-                if let Err(e) = svc.queues.send_dispatch(&msg).await {
+                // A chat message goes to the delivery queue, mail to the
+                // dispatch queue.
+                if let Err(e) = svc.queues.send_routed(&msg).await {
                     tracing::warn!(approval_id = %a.approval_id, error = %e, "approval link not queued; the watchdog will");
                 }
             }

@@ -36,6 +36,9 @@ pub struct Config {
     pub dispatch_queue: String,
     /// Name of the dispatch dead-letter queue (`ARMADA_DISPATCH_DLQ`).
     pub dispatch_dlq: String,
+    /// Name of the delivery queue (`ARMADA_DELIVERY_QUEUE`): callbacks and
+    /// chat messages to tenants' endpoints.
+    pub delivery_queue: String,
     /// Name of the harness FIFO queue (`ARMADA_HARNESS_QUEUE`).
     pub harness_queue: String,
     /// Name of the harness dead-letter FIFO queue (`ARMADA_HARNESS_DLQ`).
@@ -231,6 +234,7 @@ impl Config {
             quotas_table: req("ARMADA_QUOTAS_TABLE")?,
             dispatch_queue: req("ARMADA_DISPATCH_QUEUE")?,
             dispatch_dlq: req("ARMADA_DISPATCH_DLQ")?,
+            delivery_queue: req("ARMADA_DELIVERY_QUEUE")?,
             harness_queue: req("ARMADA_HARNESS_QUEUE")?,
             harness_dlq: req("ARMADA_HARNESS_DLQ")?,
             payload_bucket: req("ARMADA_PAYLOAD_BUCKET")?,

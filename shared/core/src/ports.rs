@@ -547,6 +547,9 @@ pub trait Queues: Send + Sync + Debug {
     /// Sends to the harness FIFO queue, grouped by Run and deduplicated per
     /// step.
     async fn send_harness(&self, msg: &HarnessMessage) -> Result<(), StoreError>;
+    /// Sends to the delivery queue (callbacks and chat messages to a
+    /// tenant's endpoints), delivered after `delay_s` (at most 900).
+    async fn send_delivery(&self, msg: &DispatchMessage, delay_s: u32) -> Result<(), StoreError>;
     /// Hides a message being handled for `seconds` more (a heartbeat).
     async fn keep_hidden(&self, queue_url: &str, receipt_handle: &str, seconds: u32);
     /// Delays the next delivery of a failed message: `base * 2^(receives-1)`
@@ -570,6 +573,17 @@ pub trait Queues: Send + Sync + Debug {
 
     async fn send_dispatch(&self, msg: &DispatchMessage) -> Result<(), StoreError> {
         self.send_dispatch_delayed(msg, 0).await
+    }
+    /// Sends a dispatcher's message to the queue of its kind: what goes to
+    /// a tenant's endpoint to the delivery queue (a slow endpoint holds a
+    /// delivery slot there, never the settling of Runs), the rest to the
+    /// dispatch queue.
+    async fn send_routed(&self, msg: &DispatchMessage) -> Result<(), StoreError> {
+        if msg.is_delivery() {
+            self.send_delivery(msg, 0).await
+        } else {
+            self.send_dispatch(msg).await
+        }
     }
 }
 

@@ -34,6 +34,7 @@ pub struct Queues {
     sqs: Client,
     pub dispatch_url: String,
     pub harness_url: String,
+    pub delivery_url: String,
     /// Queue name → URL, for every queue this process consumes or sends to.
     urls: HashMap<String, String>,
     pub dispatch_dlq: String,
@@ -50,6 +51,7 @@ impl Queues {
             &cfg.harness_queue,
             &cfg.dispatch_dlq,
             &cfg.harness_dlq,
+            &cfg.delivery_queue,
         ] {
             let out = sqs
                 .get_queue_url()
@@ -65,6 +67,7 @@ impl Queues {
         Ok(Queues {
             dispatch_url: urls[&cfg.dispatch_queue].clone(),
             harness_url: urls[&cfg.harness_queue].clone(),
+            delivery_url: urls[&cfg.delivery_queue].clone(),
             urls,
             sqs,
             dispatch_dlq: cfg.dispatch_dlq.clone(),
@@ -95,6 +98,20 @@ impl ports::Queues for Queues {
             .sqs
             .send_message()
             .queue_url(&self.dispatch_url)
+            .message_body(body);
+        if delay_s > 0 {
+            req = req.delay_seconds(delay_s.min(900) as i32);
+        }
+        req.send().await.map_err(classify)?;
+        Ok(())
+    }
+
+    async fn send_delivery(&self, msg: &DispatchMessage, delay_s: u32) -> Result<(), StoreError> {
+        let body = serde_json::to_string(msg).map_err(|e| StoreError::Terminal(e.to_string()))?;
+        let mut req = self
+            .sqs
+            .send_message()
+            .queue_url(&self.delivery_url)
             .message_body(body);
         if delay_s > 0 {
             req = req.delay_seconds(delay_s.min(900) as i32);

@@ -61,6 +61,24 @@ pub enum DispatchMessage {
         requested_at_ms: i64,
         seal: String,
     },
+    /// Deliver the outcome of closed Run `run_id` to the `callback_url` it
+    /// was started with. On the delivery queue, consumed apart from the
+    /// dispatch queue: a slow or silent endpoint holds a delivery slot,
+    /// never the settling of Runs. Sealed by the control plane
+    /// ([`delivery_seal`]): no sandbox can have callbacks sent again.
+    DeliverCallback {
+        run_id: String,
+        tenant: String,
+        #[serde(default)]
+        seal: String,
+    },
+}
+
+/// The seal of a control plane's `DeliverCallback`: an HMAC of the Run
+/// under a key of its own (no notice's seal passes for it).
+pub fn delivery_seal(secret: &str, run_id: &str, tenant: &str) -> String {
+    let key = hmac_sha256_hex(secret.as_bytes(), b"armada-callback-deliveries");
+    hmac_sha256_hex(key.as_bytes(), format!("{run_id}\n{tenant}").as_bytes())
 }
 
 /// The seal of a control plane's `NotifyApproval`: an HMAC of its fields
@@ -84,10 +102,37 @@ impl DispatchMessage {
         }
     }
 
-    /// Whether a `NotifyApproval` was sealed by the control plane (any
-    /// other message: true, it is judged on its own terms).
+    /// The delivery of closed Run `run_id`'s outcome to its callback URL.
+    pub fn deliver_callback(secret: &str, run_id: &str, tenant: &str) -> Self {
+        DispatchMessage::DeliverCallback {
+            run_id: run_id.to_string(),
+            tenant: tenant.to_string(),
+            seal: delivery_seal(secret, run_id, tenant),
+        }
+    }
+
+    /// Whether the message goes to a tenant's endpoint (a Run's callback,
+    /// an approval's chat message): it travels on the delivery queue.
+    pub fn is_delivery(&self) -> bool {
+        match self {
+            DispatchMessage::DeliverCallback { .. } => true,
+            DispatchMessage::NotifyApproval { recipient, .. } => {
+                recipient == crate::approval::CHAT_RECIPIENT
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether a `NotifyApproval` or a `DeliverCallback` was sealed by the
+    /// control plane (any other message: true, it is judged on its own
+    /// terms).
     pub fn sealed_by_control_plane(&self, secret: &str) -> bool {
         match self {
+            DispatchMessage::DeliverCallback {
+                run_id,
+                tenant,
+                seal,
+            } => digest_eq(seal, &delivery_seal(secret, run_id, tenant)),
             DispatchMessage::NotifyApproval {
                 approval_id,
                 tenant,
@@ -110,7 +155,8 @@ impl DispatchMessage {
             DispatchMessage::StartRun { run_id, .. }
             | DispatchMessage::RunTerminal { run_id, .. }
             | DispatchMessage::SpawnChildren { run_id, .. }
-            | DispatchMessage::CheckRun { run_id, .. } => run_id,
+            | DispatchMessage::CheckRun { run_id, .. }
+            | DispatchMessage::DeliverCallback { run_id, .. } => run_id,
             DispatchMessage::NotifyApproval { approval_id, .. } => approval_id,
             DispatchMessage::RenewCredentials { agent, .. } => agent,
         }
@@ -208,5 +254,45 @@ impl HarnessMessage {
                 ..
             } => format!("{run_id}-result-{call_id}-{attempt}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What goes to a tenant's endpoint travels on the delivery queue, and
+    /// a callback delivery counts only with the control plane's seal.
+    #[test]
+    fn deliveries_are_told_apart_and_sealed() {
+        let cb = DispatchMessage::deliver_callback("secret", "run_1", "acme");
+        assert!(cb.is_delivery());
+        assert!(cb.sealed_by_control_plane("secret"));
+        assert!(!cb.sealed_by_control_plane("another"));
+        let forged = DispatchMessage::DeliverCallback {
+            run_id: "run_1".into(),
+            tenant: "acme".into(),
+            seal: String::new(),
+        };
+        assert!(!forged.sealed_by_control_plane("secret"));
+        let chat = DispatchMessage::notify_approval("secret", "apv_1", "acme", "chat");
+        let mail = DispatchMessage::notify_approval("secret", "apv_1", "acme", "ops@example.com");
+        assert!(chat.is_delivery() && !mail.is_delivery());
+        let start = DispatchMessage::StartRun {
+            run_id: "run_1".into(),
+            tenant: "acme".into(),
+        };
+        assert!(!start.is_delivery());
+        // A notice's seal does not pass for a callback's.
+        let notice = DispatchMessage::notify_approval("secret", "run_1", "acme", "callback");
+        let DispatchMessage::NotifyApproval { seal, .. } = notice else {
+            unreachable!()
+        };
+        let cb = DispatchMessage::DeliverCallback {
+            run_id: "run_1".into(),
+            tenant: "acme".into(),
+            seal,
+        };
+        assert!(!cb.sealed_by_control_plane("secret"));
     }
 }

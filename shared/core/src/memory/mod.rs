@@ -139,6 +139,7 @@ pub fn test_config() -> Config {
         ("ARMADA_QUOTAS_TABLE", "quotas"),
         ("ARMADA_DISPATCH_QUEUE", "dispatch"),
         ("ARMADA_DISPATCH_DLQ", "dispatch-dlq"),
+        ("ARMADA_DELIVERY_QUEUE", "delivery"),
         ("ARMADA_HARNESS_QUEUE", "harness.fifo"),
         ("ARMADA_HARNESS_DLQ", "harness-dlq.fifo"),
         ("ARMADA_PAYLOAD_BUCKET", "payloads"),

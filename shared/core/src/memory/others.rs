@@ -440,6 +440,13 @@ impl Queues for Memory {
         Ok(())
     }
 
+    /// In memory the delivery queue is the dispatch queue: the same
+    /// consumer takes both.
+    async fn send_delivery(&self, msg: &DispatchMessage, delay_s: u32) -> Result<(), StoreError> {
+        self.state().dispatch.push((msg.clone(), delay_s));
+        Ok(())
+    }
+
     async fn send_harness(&self, msg: &HarnessMessage) -> Result<(), StoreError> {
         self.state().harness.push(msg.clone());
         Ok(())
