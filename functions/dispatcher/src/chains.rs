@@ -51,12 +51,18 @@ impl Dispatcher {
                         now,
                     ));
                 }
-                let Some(url) = link.callback_url.clone() else {
+                if link.callback_url.is_none() {
                     return Outcome::Done;
-                };
-                let body = tryo!(self.chain_result(run, &link, state).await);
-                let (kind, data) = tryo!(self.callback(run, &url, &link.chain_id, body).await);
-                events.push(run.push_event(kind, data, now));
+                }
+                // Delivered from the delivery queue once this step is
+                // closed, as a Run's own callback is.
+                let msg = DispatchMessage::deliver_chain_callback(
+                    &self.svc.cfg.callback_signing_secret,
+                    &run.run_id,
+                    &run.tenant,
+                    state,
+                );
+                tryo!(self.svc.queues.send_routed(&msg).await);
                 Outcome::Done
             }
         }
@@ -116,7 +122,7 @@ impl Dispatcher {
 
     /// What the chain's callback hears: the chain, every step, and the
     /// last step's output or the breaking step's error.
-    async fn chain_result(
+    pub(crate) async fn chain_result(
         &self,
         run: &Run,
         link: &ChainLink,

@@ -129,13 +129,19 @@ impl Dispatcher {
                     }
                     self.notify(&approval_id, &tenant, &recipient).await
                 }
-                DispatchMessage::DeliverCallback { run_id, tenant, .. } => {
+                DispatchMessage::DeliverCallback {
+                    run_id,
+                    tenant,
+                    chain,
+                    ..
+                } => {
                     if !sealed {
                         self.svc.counters.forged_drops.fetch_add(1, Ordering::Relaxed);
                         tracing::error!(security = true, %run_id, %tenant, "a callback delivery not sealed by the control plane was dropped");
                         return Outcome::Done;
                     }
-                    self.deliver_callback(&run_id, &tenant, receives).await
+                    self.deliver_callback(&run_id, &tenant, chain, receives)
+                        .await
                 }
                 DispatchMessage::RenewCredentials {
                     tenant,
@@ -360,7 +366,13 @@ impl Dispatcher {
     /// records how it went on the Run (`callback_delivered` or
     /// `callback_failed`, with the delivery id). A Run not yet closed (its
     /// settling is under way) is looked at again later.
-    async fn deliver_callback(&self, run_id: &str, tenant: &str, receives: u32) -> Outcome {
+    async fn deliver_callback(
+        &self,
+        run_id: &str,
+        tenant: &str,
+        chain: Option<armada_domain::collab::chain::ChainState>,
+        receives: u32,
+    ) -> Outcome {
         let Some(run) = tryo!(self.svc.runs.get(run_id).await) else {
             return Outcome::Done;
         };
@@ -373,7 +385,13 @@ impl Dispatcher {
             );
             return Outcome::Done;
         }
-        let Some(url) = run.callback_url.clone() else {
+        // A chain's outcome goes to the chain's URL, its id the delivery's.
+        let (url, delivery) = match (&chain, &run.chain) {
+            (Some(_), Some(link)) => (link.callback_url.clone(), link.chain_id.clone()),
+            (Some(_), None) => (None, String::new()),
+            (None, _) => (run.callback_url.clone(), run.run_id.clone()),
+        };
+        let Some(url) = url else {
             return Outcome::Done;
         };
         if !run.state.is_closed() {
@@ -383,19 +401,21 @@ impl Dispatcher {
                 return Outcome::retry("the run is not closed yet".to_string());
             }
         }
-        let body = json!({
-            "run_id": run.run_id,
-            "agent": run.agent,
-            "state": run.state.outcome(),
-            "output": match &run.output {
-                Some(p) => Some(tryo!(self.svc.payloads.read(p).await)),
-                None => None,
-            },
-            "error": run.error,
-            "session_id": run.session_id,
-            "metadata": run.metadata,
-        });
-        let delivery = run.run_id.clone();
+        let body = match (chain, &run.chain) {
+            (Some(state), Some(link)) => tryo!(self.chain_result(&run, link, state).await),
+            _ => json!({
+                "run_id": run.run_id,
+                "agent": run.agent,
+                "state": run.state.outcome(),
+                "output": match &run.output {
+                    Some(p) => Some(tryo!(self.svc.payloads.read(p).await)),
+                    None => None,
+                },
+                "error": run.error,
+                "session_id": run.session_id,
+                "metadata": run.metadata,
+            }),
+        };
         let (kind, data) = tryo!(self.callback(&run, &url, &delivery, body).await);
         // Recorded on the Run as it is now (read again on a conflict); the
         // delivery itself is never repeated for the record's sake.

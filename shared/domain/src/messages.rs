@@ -69,6 +69,10 @@ pub enum DispatchMessage {
     DeliverCallback {
         run_id: String,
         tenant: String,
+        /// The Run is the last step of a relay chain that ended in this
+        /// state: the chain's outcome goes to the chain's callback URL.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        chain: Option<crate::collab::chain::ChainState>,
         #[serde(default)]
         seal: String,
     },
@@ -76,9 +80,18 @@ pub enum DispatchMessage {
 
 /// The seal of a control plane's `DeliverCallback`: an HMAC of the Run
 /// under a key of its own (no notice's seal passes for it).
-pub fn delivery_seal(secret: &str, run_id: &str, tenant: &str) -> String {
+pub fn delivery_seal(
+    secret: &str,
+    run_id: &str,
+    tenant: &str,
+    chain: Option<crate::collab::chain::ChainState>,
+) -> String {
     let key = hmac_sha256_hex(secret.as_bytes(), b"armada-callback-deliveries");
-    hmac_sha256_hex(key.as_bytes(), format!("{run_id}\n{tenant}").as_bytes())
+    let chain = chain.map(|c| format!("{c:?}")).unwrap_or_default();
+    hmac_sha256_hex(
+        key.as_bytes(),
+        format!("{run_id}\n{tenant}\n{chain}").as_bytes(),
+    )
 }
 
 /// The seal of a control plane's `NotifyApproval`: an HMAC of its fields
@@ -104,10 +117,31 @@ impl DispatchMessage {
 
     /// The delivery of closed Run `run_id`'s outcome to its callback URL.
     pub fn deliver_callback(secret: &str, run_id: &str, tenant: &str) -> Self {
+        Self::deliver(secret, run_id, tenant, None)
+    }
+
+    /// The delivery of a relay chain's outcome (`state`), which ended at
+    /// its step `run_id`, to the chain's callback URL.
+    pub fn deliver_chain_callback(
+        secret: &str,
+        run_id: &str,
+        tenant: &str,
+        state: crate::collab::chain::ChainState,
+    ) -> Self {
+        Self::deliver(secret, run_id, tenant, Some(state))
+    }
+
+    fn deliver(
+        secret: &str,
+        run_id: &str,
+        tenant: &str,
+        chain: Option<crate::collab::chain::ChainState>,
+    ) -> Self {
         DispatchMessage::DeliverCallback {
             run_id: run_id.to_string(),
             tenant: tenant.to_string(),
-            seal: delivery_seal(secret, run_id, tenant),
+            chain,
+            seal: delivery_seal(secret, run_id, tenant, chain),
         }
     }
 
@@ -131,8 +165,9 @@ impl DispatchMessage {
             DispatchMessage::DeliverCallback {
                 run_id,
                 tenant,
+                chain,
                 seal,
-            } => digest_eq(seal, &delivery_seal(secret, run_id, tenant)),
+            } => digest_eq(seal, &delivery_seal(secret, run_id, tenant, *chain)),
             DispatchMessage::NotifyApproval {
                 approval_id,
                 tenant,
@@ -272,6 +307,7 @@ mod tests {
         let forged = DispatchMessage::DeliverCallback {
             run_id: "run_1".into(),
             tenant: "acme".into(),
+            chain: None,
             seal: String::new(),
         };
         assert!(!forged.sealed_by_control_plane("secret"));
@@ -291,6 +327,7 @@ mod tests {
         let cb = DispatchMessage::DeliverCallback {
             run_id: "run_1".into(),
             tenant: "acme".into(),
+            chain: None,
             seal,
         };
         assert!(!cb.sealed_by_control_plane("secret"));
