@@ -255,7 +255,7 @@ async fn each_tenant_signs_with_its_own_secret_and_only_it_can_rotate_it() {
     );
     let (ts, mac) = sig.strip_prefix("t=").unwrap().split_once(",v1=").unwrap();
     let mac_with = |secret: &str| {
-        armada_domain::api::hmac_sha256_hex(secret.as_bytes(), format!("{ts}.{body}").as_bytes())
+        armada_domain::crypto::hmac_sha256_hex(secret.as_bytes(), format!("{ts}.{body}").as_bytes())
     };
     assert_eq!(mac, mac_with(&second), "signed with acme's current secret");
     assert_ne!(mac, mac_with(&first), "not with the one it replaced");

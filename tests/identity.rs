@@ -163,7 +163,7 @@ async fn an_answer_not_sealed_by_the_calls_own_sandbox_is_refused() {
         .unwrap();
     let outside = ResultBody::Stored {
         key: elsewhere.into(),
-        sha256: armada_domain::api::sha256_hex(text.as_bytes()),
+        sha256: armada_domain::crypto::sha256_hex(text.as_bytes()),
     };
     let seal_outside = Answer {
         body: &outside,

@@ -209,7 +209,7 @@ async fn results_are_posted_signed_to_the_callback_url() {
     assert_eq!(payload["metadata"]["ticket"], 7);
     let (ts, mac) = sig.strip_prefix("t=").unwrap().split_once(",v1=").unwrap();
     let mac_with = |secret: &str| {
-        armada_domain::api::hmac_sha256_hex(secret.as_bytes(), format!("{ts}.{body}").as_bytes())
+        armada_domain::crypto::hmac_sha256_hex(secret.as_bytes(), format!("{ts}.{body}").as_bytes())
     };
     assert_eq!(mac, mac_with(&secret));
     assert_eq!(

@@ -500,7 +500,7 @@ async fn run(cli: Cli) -> Result<()> {
             println!("ARMADA_ADMIN_KEY={key}");
             println!(
                 "AdminKeySha256={}",
-                armada_domain::api::sha256_hex(key.as_bytes())
+                armada_domain::crypto::sha256_hex(key.as_bytes())
             );
             Ok(())
         }

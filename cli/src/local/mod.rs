@@ -27,7 +27,8 @@ use armada_core::aws::AwsClients;
 use armada_core::config::Config;
 use armada_core::store::registry::StoredKey;
 use armada_core::Services;
-use armada_domain::api::{sha256_hex, ApiKey, KeyRole};
+use armada_domain::api::{ApiKey, KeyRole};
+use armada_domain::crypto::sha256_hex;
 use armada_harness::{Harness, NoHooks, StepHooks};
 
 use self::http::HttpHandler;

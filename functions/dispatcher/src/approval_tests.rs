@@ -269,7 +269,8 @@ async fn chat_endpoint() -> (String, tokio::sync::oneshot::Receiver<(String, Str
 
 #[tokio::test]
 async fn a_chat_message_is_signed_so_no_callback_receiver_accepts_it() {
-    use armada_domain::api::{chat_signing_secret, digest_eq, hmac_sha256_hex};
+    use armada_domain::api::chat_signing_secret;
+    use armada_domain::crypto::{digest_eq, hmac_sha256_hex};
     let (url, received) = chat_endpoint().await;
     let s = stack_with(json!({"chat_webhook_url": url})).await;
     s.start("ops", "/tool launch {}", None).await;

@@ -258,7 +258,7 @@ async fn a_stored_outcome_over_the_bound_fails_its_call_unread() {
     svc.payloads.put_text(&key, &huge).await.expect("stored");
     let body = ResultBody::Stored {
         key,
-        sha256: armada_domain::api::sha256_hex(huge.as_bytes()),
+        sha256: armada_domain::crypto::sha256_hex(huge.as_bytes()),
     };
     let seal = Answer {
         run_id: &run.run_id,

@@ -6,7 +6,7 @@
 //! (`armada_domain::sandbox::seal`): one sandbox cannot answer for another.
 
 use armada_core::ports::Bounded;
-use armada_domain::api::{digest_eq, sha256_hex};
+use armada_domain::crypto::{digest_eq, sha256_hex};
 use armada_domain::sandbox::access::object_prefix;
 use armada_domain::sandbox::hand::{CallOutcome, MAX_STORED_OUTCOME_BYTES};
 use armada_domain::sandbox::seal::{answer_key, Answer, Seal};

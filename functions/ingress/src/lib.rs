@@ -21,11 +21,12 @@ use armada_core::unreadable::{self, Ending};
 use armada_core::Services;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::api::{
-    minute_window, parse_message, sha256_hex, valid_tenant, ApiError, ApiKey, CreateRun,
-    CreateSession, RunTarget,
+    minute_window, parse_message, valid_tenant, ApiError, ApiKey, CreateRun, CreateSession,
+    RunTarget,
 };
 use armada_domain::collab::chain::{step_run_id, ChainLink};
 use armada_domain::collab::{Lineage, RunKind};
+use armada_domain::crypto::sha256_hex;
 use armada_domain::messages::DispatchMessage;
 use armada_domain::run::{
     NewRun as NewRunRecord, Payload, Run, RunEvent, RunHead, RunState, CORRUPT_RECORD,

@@ -25,7 +25,7 @@ impl Api {
     /// The test deployment, configured by `edit`.
     async fn with(edit: impl FnOnce(&mut armada_core::config::Config)) -> Api {
         let mut cfg = test_config();
-        cfg.admin_key_sha256 = armada_domain::api::sha256_hex(ADMIN.as_bytes());
+        cfg.admin_key_sha256 = armada_domain::crypto::sha256_hex(ADMIN.as_bytes());
         edit(&mut cfg);
         let (svc, mem) = Services::in_memory(cfg);
         agent(&svc, "assistant", &["current_time"]).await;

@@ -208,7 +208,7 @@ impl Agent {
     pub(super) async fn answer(&self, inv: &Invocation, outcome: CallOutcome) -> Result<()> {
         let inline = serde_json::to_string(&outcome)?;
         let body = if inline.len() > INLINE_OUTCOME_BYTES {
-            let sha256 = armada_domain::api::sha256_hex(inline.as_bytes());
+            let sha256 = armada_domain::crypto::sha256_hex(inline.as_bytes());
             let key = armada_domain::sandbox::access::outcome_key(
                 &self.cfg.tenant,
                 &self.cfg.agent,

@@ -2,7 +2,8 @@
 //! its hash, tenant keys by their stored hash, in constant time). Shared
 //! by the functions that serve the API (ingress, hitl).
 
-use armada_domain::api::{digest_eq, sha256_hex, ApiError, ApiKey, KeyRole};
+use armada_domain::api::{ApiError, ApiKey, KeyRole};
+use armada_domain::crypto::{digest_eq, sha256_hex};
 
 use crate::error::StoreError;
 use crate::Services;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use aws_sdk_sqs::Client;
 
-use armada_domain::api::hmac_sha256_hex;
+use armada_domain::crypto::hmac_sha256_hex;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
 
 use async_trait::async_trait;

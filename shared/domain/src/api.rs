@@ -1,8 +1,8 @@
 //! What HTTP callers see: stable error codes, request bodies validated field
 //! by field, and API keys.
 
+use crate::crypto::{hmac_sha256_hex, sha256_hex};
 use rand::RngCore;
-use sha2::{Digest, Sha256};
 
 use crate::fields::{FieldError, Fields};
 use crate::session::OnBusy;
@@ -395,28 +395,6 @@ impl ApiKey {
     }
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
-/// HMAC-SHA256 (RFC 2104), hex-encoded.
-pub fn hmac_sha256_hex(key: &[u8], message: &[u8]) -> String {
-    const BLOCK: usize = 64;
-    let mut k = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        k[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = Sha256::new();
-    inner.update(k.map(|b| b ^ 0x36));
-    inner.update(message);
-    let mut outer = Sha256::new();
-    outer.update(k.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    hex::encode(outer.finalize())
-}
-
 /// The `X-Armada-Signature` of a callback: `t=<unix seconds>,v1=<hex>` over
 /// `"<t>.<body>"`, so a receiver can refuse replays of old deliveries.
 pub fn callback_signature(secret: &str, timestamp_s: i64, body: &str) -> String {
@@ -477,15 +455,6 @@ pub fn tenant_callback_secret(deployment_secret: &str, tenant: &str, salt: &str)
     format!("whsec_{mac}")
 }
 
-/// Compares two hex digests without an early exit.
-pub fn digest_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
-
 pub fn valid_tenant(t: &str) -> bool {
     !t.is_empty()
         && t.len() <= 64
@@ -496,6 +465,7 @@ pub fn valid_tenant(t: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crypto::digest_eq;
     use serde_json::json;
 
     #[test]
@@ -622,14 +592,6 @@ mod tests {
         assert_ne!(
             chat_signing_secret(&secret),
             chat_signing_secret(&tenant_callback_secret("deployment secret", "acme", "s2"))
-        );
-    }
-
-    #[test]
-    fn hmac_matches_rfc_4231_case_2() {
-        assert_eq!(
-            hmac_sha256_hex(b"Jefe", b"what do ya want for nothing?"),
-            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
     }
 

@@ -22,6 +22,7 @@ pub mod approval;
 pub mod chat;
 pub mod collab;
 pub mod context;
+pub mod crypto;
 pub mod egress;
 pub mod fields;
 pub mod ledger;

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{digest_eq, hmac_sha256_hex};
+use crate::crypto::{digest_eq, hmac_sha256_hex};
 use crate::sandbox::hand::CallOutcome;
 
 /// On the dispatch queue (ingress → dispatcher, harness → dispatcher).

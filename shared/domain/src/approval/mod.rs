@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::api::{digest_eq, sha256_hex};
+use crate::crypto::{digest_eq, sha256_hex};
 use crate::skills::Risk;
 
 pub mod notice;

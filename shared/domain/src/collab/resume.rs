@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::delegate::CallError;
 use crate::agent::{AgentDefinition, ModelSpec};
-use crate::api::sha256_hex;
 use crate::chat::{estimate_tokens, ChatMessage};
+use crate::crypto::sha256_hex;
 use crate::run::{Run, RunState};
 
 pub const RESUME_NOT_FOUND: &str = "RESUME_NOT_FOUND";

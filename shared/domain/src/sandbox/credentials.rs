@@ -15,7 +15,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{digest_eq, hmac_sha256_hex};
+use crate::crypto::{digest_eq, hmac_sha256_hex};
 
 use super::lifecycle::SandboxRecord;
 

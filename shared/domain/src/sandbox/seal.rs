@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{digest_eq, hmac_sha256_hex};
+use crate::crypto::{digest_eq, hmac_sha256_hex};
 use crate::messages::ResultBody;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,60 @@
+//! Hashes, MACs and comparisons: a leaf module (it imports nothing of the
+//! domain), so seals, credentials, approvals and messages use it without
+//! reaching into the HTTP vocabulary. The primitives are RustCrypto's
+//! (`sha2`, `hmac`, `subtle`), not written here.
+
+use hmac::{KeyInit, Mac};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// SHA-256, hex-encoded.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// HMAC-SHA256 (RFC 2104), hex-encoded.
+pub fn hmac_sha256_hex(key: &[u8], message: &[u8]) -> String {
+    // Any key length is a valid HMAC key: `new_from_slice` cannot fail.
+    let mut mac = match hmac::Hmac::<Sha256>::new_from_slice(key) {
+        Ok(m) => m,
+        Err(_) => return String::new(),
+    };
+    mac.update(message);
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// Whether two digests (hex strings, or any secret strings) are equal,
+/// compared in constant time: how far a guess matched is never timed.
+/// Their lengths are public (every digest of a kind has the same).
+pub fn digest_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_matches_rfc_4231() {
+        // Case 2, and case 6 (a key longer than the block).
+        assert_eq!(
+            hmac_sha256_hex(b"Jefe", b"what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        assert_eq!(
+            hmac_sha256_hex(
+                &[0xaa; 131],
+                b"Test Using Larger Than Block-Size Key - Hash Key First"
+            ),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+    }
+
+    #[test]
+    fn digests_compare_equal_only_when_equal() {
+        assert!(digest_eq("abc", "abc"));
+        assert!(!digest_eq("abc", "abd"));
+        assert!(!digest_eq("abc", "abcd"));
+        assert_eq!(sha256_hex(b"").len(), 64);
+    }
+}
