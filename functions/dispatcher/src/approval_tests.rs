@@ -6,7 +6,8 @@
 
 use armada_core::memory::fixtures::sqs_event;
 use armada_domain::agent::AgentDefinition;
-use armada_domain::approval::{Approval, ApprovalState, Decider, Verdict};
+use armada_domain::approval::{Approval, ApprovalEvent, ApprovalState, Decider, Verdict};
+use armada_domain::machine::Machine;
 use armada_domain::skills::{builtin, Risk, CURRENT_TIME};
 use serde_json::json;
 
@@ -47,16 +48,15 @@ fn approvals(s: &Stack) -> Vec<Approval> {
 
 fn decided(s: &Stack, a: &Approval, verdict: Verdict) -> HarnessMessage {
     let mut next = a.clone();
-    next.decide(
+    let decide = ApprovalEvent::Decide {
         verdict,
-        &Decider::Key {
+        by: Decider::Key {
             key_id: "k_boss".into(),
         },
-        None,
-        None,
-        s.svc.clock.now_ms(),
-    )
-    .expect("decidable");
+        from: None,
+        comment: None,
+    };
+    next.apply(decide, s.svc.clock.now_ms()).expect("decidable");
     s.mem
         .state()
         .approvals

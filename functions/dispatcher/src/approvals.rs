@@ -7,7 +7,8 @@
 //! Run's pending approvals end `cancelled`).
 
 use armada_core::clock::rfc3339;
-use armada_domain::approval::{notice, Approval, ApprovalState, CHAT_RECIPIENT};
+use armada_domain::approval::{notice, Approval, ApprovalEvent, ApprovalState, CHAT_RECIPIENT};
+use armada_domain::machine::Machine;
 
 use super::*;
 
@@ -37,7 +38,11 @@ impl Dispatcher {
             let now = svc.clock.now_ms();
             let mut a = read.clone();
             let token = armada_domain::approval::new_token();
-            if a.mint_token(recipient, &token, now).is_err() {
+            let minted = ApprovalEvent::MintToken {
+                recipient: recipient.to_string(),
+                token: token.clone(),
+            };
+            if a.apply(minted, now).is_err() {
                 // Decided, expired or cancelled meanwhile: nothing to ask.
                 return Outcome::Done;
             }
@@ -118,7 +123,7 @@ impl Dispatcher {
             };
             if a.state == ApprovalState::Pending && a.is_overdue(now) {
                 let read = a.version;
-                if a.expire(now).is_ok() {
+                if a.apply(ApprovalEvent::Expire, now).is_ok() {
                     match svc.approvals.update(read, &a).await {
                         Ok(()) => tracing::info!(approval_id = %id, "approval expired"),
                         // Decided meanwhile: its decision is sent below next time.
@@ -193,7 +198,7 @@ impl Dispatcher {
                 continue;
             }
             let read = a.version;
-            if a.cancel(svc.clock.now_ms()).is_ok() {
+            if a.apply(ApprovalEvent::Cancel, svc.clock.now_ms()).is_ok() {
                 match svc.approvals.update(read, &a).await {
                     Ok(()) => {}
                     Err(StoreError::Conflict { .. }) => {

@@ -3,7 +3,8 @@
 //! two deciders at once one wins and the other is told it was decided —
 //! then announced to the Run in its FIFO group.
 
-use armada_domain::approval::Approval;
+use armada_domain::approval::{Approval, ApprovalAction, ApprovalEvent, ApprovalRefusal};
+use armada_domain::machine::Machine;
 use armada_domain::messages::HarnessMessage;
 
 use crate::*;
@@ -34,17 +35,20 @@ pub async fn decide(
     for _ in 0..5 {
         let read = load(svc, id, tenant).await?;
         let mut next = read.clone();
-        next.decide(
-            verdict.clone(),
-            &by,
-            from.clone(),
-            comment.clone(),
-            svc.clock.now_ms(),
-        )
-        .map_err(|r| ApiError::new(r.status, r.code, r.message))?;
+        let decided = ApprovalEvent::Decide {
+            verdict: verdict.clone(),
+            by: by.clone(),
+            from: from.clone(),
+            comment: comment.clone(),
+        };
+        let actions = next
+            .apply(decided, svc.clock.now_ms())
+            .map_err(|r| ApiError::new(status_of(&r), r.code(), r.to_string()))?;
         match svc.approvals.update(read.version, &next).await {
             Ok(()) => {
-                announce(svc, &next).await;
+                if actions.contains(&ApprovalAction::ResumeRun) {
+                    announce(svc, &next).await;
+                }
                 tracing::info!(
                     approval_id = id,
                     state = next.state.as_str(),
@@ -70,5 +74,17 @@ async fn announce(svc: &Services, a: &Approval) {
     };
     if let Err(e) = svc.queues.send_harness(&msg).await {
         tracing::warn!(approval_id = %a.approval_id, error = %e, "decision stored but not announced; the watchdog will");
+    }
+}
+
+/// How an approval's refusal is answered over HTTP.
+fn status_of(r: &ApprovalRefusal) -> u16 {
+    match r {
+        ApprovalRefusal::WrongDecision(_) => 400,
+        ApprovalRefusal::LinkInvalid | ApprovalRefusal::SelfApproval(_) => 403,
+        ApprovalRefusal::Expired
+        | ApprovalRefusal::Cancelled
+        | ApprovalRefusal::AlreadyDecided(_)
+        | ApprovalRefusal::NotOverdue => 409,
     }
 }

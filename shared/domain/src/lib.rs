@@ -26,6 +26,7 @@ pub mod crypto;
 pub mod egress;
 pub mod fields;
 pub mod ledger;
+pub mod machine;
 pub mod messages;
 pub mod run;
 pub mod sandbox;

@@ -215,20 +215,111 @@ pub struct Approval {
     pub version: u64,
 }
 
-/// Why a decision was refused; `status` is its HTTP status.
+/// Why an approval refused an event (nothing changed): the domain's
+/// reasons, each with its stable code; what a caller answers over HTTP is
+/// the caller's to say.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{code}: {message}")]
-pub struct Refused {
-    pub status: u16,
-    pub code: &'static str,
-    pub message: String,
+pub enum ApprovalRefusal {
+    #[error("the approval expired before it was decided")]
+    Expired,
+    #[error("the run was cancelled; nothing is left to decide")]
+    Cancelled,
+    #[error("the approval was already decided: {0}")]
+    AlreadyDecided(&'static str),
+    /// A verdict of the other kind of approval.
+    #[error("decision: this approval takes {0}")]
+    WrongDecision(&'static str),
+    #[error("this link is not valid for this approval")]
+    LinkInvalid,
+    /// The key that started the Run, or its starter's own link, would let
+    /// it go on.
+    #[error("{}", if *.0 { "this link is its run's starter's own: another approver must decide" } else { "the key that started the run cannot let its own run go on: another approver must decide" })]
+    SelfApproval(bool),
+    #[error("not overdue")]
+    NotOverdue,
 }
 
-fn refused(status: u16, code: &'static str, message: impl Into<String>) -> Refused {
-    Refused {
-        status,
-        code,
-        message: message.into(),
+impl ApprovalRefusal {
+    /// The stable code of the refusal.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApprovalRefusal::Expired => codes::APPROVAL_EXPIRED,
+            ApprovalRefusal::NotOverdue => codes::APPROVAL_DECIDED,
+            ApprovalRefusal::Cancelled => codes::APPROVAL_CANCELLED,
+            ApprovalRefusal::AlreadyDecided(_) => codes::APPROVAL_DECIDED,
+            ApprovalRefusal::WrongDecision(_) => codes::INVALID_DECISION,
+            ApprovalRefusal::LinkInvalid => codes::TOKEN_INVALID,
+            ApprovalRefusal::SelfApproval(_) => codes::SELF_APPROVAL,
+        }
+    }
+}
+
+/// What an approval's machine is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalEvent {
+    /// A link token was minted for `recipient` (the plain token: only
+    /// its hash is kept; a link whose sending failed is void).
+    MintToken { recipient: String, token: String },
+    /// A person decided.
+    Decide {
+        verdict: Verdict,
+        by: Decider,
+        from: Option<String>,
+        comment: Option<String>,
+    },
+    /// Its deadline passed with no decision.
+    Expire,
+    /// Its Run ended while it waited.
+    Cancel,
+}
+
+/// What the handler does after an approval's event is committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalAction {
+    /// Send the link with `token` to `recipient`.
+    SendLink { recipient: String, token: String },
+    /// Tell the Run (its harness applies decided approvals, each once).
+    ResumeRun,
+}
+
+impl crate::machine::Machine for Approval {
+    type Event = ApprovalEvent;
+    type Action = ApprovalAction;
+    type Refusal = ApprovalRefusal;
+    type Version = u64;
+
+    fn apply(
+        &mut self,
+        event: ApprovalEvent,
+        now_ms: i64,
+    ) -> Result<Vec<ApprovalAction>, ApprovalRefusal> {
+        match event {
+            ApprovalEvent::MintToken { recipient, token } => {
+                self.mint_token(&recipient, &token, now_ms)?;
+                Ok(vec![ApprovalAction::SendLink { recipient, token }])
+            }
+            ApprovalEvent::Decide {
+                verdict,
+                by,
+                from,
+                comment,
+            } => {
+                self.decide(verdict, &by, from, comment, now_ms)?;
+                Ok(vec![ApprovalAction::ResumeRun])
+            }
+            ApprovalEvent::Expire => {
+                self.expire(now_ms)?;
+                Ok(vec![ApprovalAction::ResumeRun])
+            }
+            ApprovalEvent::Cancel => {
+                self.cancel(now_ms)?;
+                Ok(vec![])
+            }
+        }
+    }
+
+    fn version(&self) -> u64 {
+        self.version
     }
 }
 
@@ -320,7 +411,12 @@ impl Approval {
 
     /// Records the hash of a freshly minted link token for `recipient`
     /// (replacing any earlier one: a link whose sending failed is void).
-    pub fn mint_token(&mut self, recipient: &str, token: &str, now_ms: i64) -> Result<(), Refused> {
+    pub(crate) fn mint_token(
+        &mut self,
+        recipient: &str,
+        token: &str,
+        now_ms: i64,
+    ) -> Result<(), ApprovalRefusal> {
         self.pending(now_ms)?;
         self.tokens.retain(|t| t.recipient != recipient);
         self.tokens.push(StoredToken {
@@ -345,29 +441,13 @@ impl Approval {
         found
     }
 
-    fn pending(&self, now_ms: i64) -> Result<(), Refused> {
+    fn pending(&self, now_ms: i64) -> Result<(), ApprovalRefusal> {
         match self.state {
-            ApprovalState::Pending if self.is_overdue(now_ms) => Err(refused(
-                409,
-                codes::APPROVAL_EXPIRED,
-                "the approval expired before it was decided",
-            )),
+            ApprovalState::Pending if self.is_overdue(now_ms) => Err(ApprovalRefusal::Expired),
             ApprovalState::Pending => Ok(()),
-            ApprovalState::Cancelled => Err(refused(
-                409,
-                codes::APPROVAL_CANCELLED,
-                "the run was cancelled; nothing is left to decide",
-            )),
-            ApprovalState::Expired => Err(refused(
-                409,
-                codes::APPROVAL_EXPIRED,
-                "the approval expired before it was decided",
-            )),
-            decided => Err(refused(
-                409,
-                codes::APPROVAL_DECIDED,
-                format!("the approval was already decided: {}", decided.as_str()),
-            )),
+            ApprovalState::Cancelled => Err(ApprovalRefusal::Cancelled),
+            ApprovalState::Expired => Err(ApprovalRefusal::Expired),
+            decided => Err(ApprovalRefusal::AlreadyDecided(decided.as_str())),
         }
     }
 
@@ -376,33 +456,25 @@ impl Approval {
     /// role by the caller, and here for self-approval: the key that started
     /// the Run may reject or fail its own calls, never approve, retry or
     /// settle them as happened (unless the agent allows self-approval).
-    pub fn decide(
+    pub(crate) fn decide(
         &mut self,
         verdict: Verdict,
         by: &Decider,
         from: Option<String>,
         comment: Option<String>,
         now_ms: i64,
-    ) -> Result<(), Refused> {
+    ) -> Result<(), ApprovalRefusal> {
         if !verdict.fits(self.kind) {
             let what = match self.kind {
                 ApprovalKind::Gate => "approve or reject",
                 ApprovalKind::Indeterminate => "happened (with its result), retry or fail",
             };
-            return Err(refused(
-                400,
-                codes::INVALID_DECISION,
-                format!("decision: this approval takes {what}"),
-            ));
+            return Err(ApprovalRefusal::WrongDecision(what));
         }
         let (who, how) = match by {
             Decider::Token { token } => {
                 let Some(r) = self.token_recipient(token) else {
-                    return Err(refused(
-                        403,
-                        codes::TOKEN_INVALID,
-                        "this link is not valid for this approval",
-                    ));
+                    return Err(ApprovalRefusal::LinkInvalid);
                 };
                 // Four eyes through links too: the starter's own address
                 // (among the approvers) may stop its Run, not let it go on.
@@ -411,11 +483,7 @@ impl Approval {
                     .as_deref()
                     .is_some_and(|a| a.eq_ignore_ascii_case(r));
                 if own && verdict.goes_on() && !self.allow_self_approval {
-                    return Err(refused(
-                        403,
-                        codes::SELF_APPROVAL,
-                        "this link is its run's starter's own: another approver must decide",
-                    ));
+                    return Err(ApprovalRefusal::SelfApproval(true));
                 }
                 (r.to_string(), "token")
             }
@@ -427,11 +495,7 @@ impl Approval {
                 // work (reject, fail) is always allowed.
                 let own = self.requested_by.as_deref() == Some(key_id.as_str());
                 if own && verdict.goes_on() && !self.allow_self_approval {
-                    return Err(refused(
-                        403,
-                        codes::SELF_APPROVAL,
-                        "the key that started the run cannot let its own run go on: another approver must decide",
-                    ));
+                    return Err(ApprovalRefusal::SelfApproval(false));
                 }
                 (key_id.clone(), "key")
             }
@@ -448,9 +512,9 @@ impl Approval {
     }
 
     /// The deadline passed with no decision.
-    pub fn expire(&mut self, now_ms: i64) -> Result<(), Refused> {
+    pub(crate) fn expire(&mut self, now_ms: i64) -> Result<(), ApprovalRefusal> {
         if self.state != ApprovalState::Pending || !self.is_overdue(now_ms) {
-            return Err(refused(409, codes::APPROVAL_DECIDED, "not overdue"));
+            return Err(ApprovalRefusal::NotOverdue);
         }
         self.state = ApprovalState::Expired;
         self.close("system".into(), "expiry", None, None, now_ms);
@@ -458,9 +522,9 @@ impl Approval {
     }
 
     /// Its Run ended while it waited.
-    pub fn cancel(&mut self, now_ms: i64) -> Result<(), Refused> {
+    pub(crate) fn cancel(&mut self, now_ms: i64) -> Result<(), ApprovalRefusal> {
         if self.state != ApprovalState::Pending {
-            return Err(refused(409, codes::APPROVAL_DECIDED, "already decided"));
+            return Err(ApprovalRefusal::AlreadyDecided(self.state.as_str()));
         }
         self.state = ApprovalState::Cancelled;
         self.close("system".into(), "cancel", None, None, now_ms);

@@ -72,7 +72,7 @@ fn one_decision_and_only_one() {
         let e = a
             .decide(v, &key("key_boss"), None, None, 2_001)
             .unwrap_err();
-        assert_eq!((e.status, e.code), (409, codes::APPROVAL_DECIDED));
+        assert_eq!(e.code(), codes::APPROVAL_DECIDED);
     }
     assert_eq!((a.state, a.version), (ApprovalState::Approved, 1));
     assert!(a.refusal().is_none());
@@ -103,7 +103,7 @@ fn the_starting_key_lets_nothing_of_its_own_run_go_on_unless_allowed() {
         let e = mine
             .decide(v.clone(), &key("key_starter"), None, None, 2_000)
             .unwrap_err();
-        assert_eq!((e.status, e.code), (403, codes::SELF_APPROVAL), "{v:?}");
+        assert_eq!(e, ApprovalRefusal::SelfApproval(false), "{v:?}");
         assert_eq!((mine.state, mine.version), (ApprovalState::Pending, 0));
         // A second person may; and so may the starter when allowed.
         a.clone()
@@ -149,7 +149,7 @@ fn tokens_are_single_use_and_only_their_approvals() {
     let e = a
         .decide(Verdict::Approve, &forged, None, None, 2_000)
         .unwrap_err();
-    assert_eq!((e.status, e.code), (403, codes::TOKEN_INVALID));
+    assert_eq!(e.code(), codes::TOKEN_INVALID);
     let mut other = pending(Risk::High, false);
     other.approval_id = "apv_other".into();
     let real = Decider::Token {
@@ -159,7 +159,7 @@ fn tokens_are_single_use_and_only_their_approvals() {
         other
             .decide(Verdict::Approve, &real, None, None, 2_000)
             .unwrap_err()
-            .code,
+            .code(),
         codes::TOKEN_INVALID
     );
     a.decide(Verdict::Reject, &real, None, Some("not now".into()), 2_000)
@@ -173,7 +173,7 @@ fn tokens_are_single_use_and_only_their_approvals() {
     let e = a
         .decide(Verdict::Approve, &real, None, None, 2_001)
         .unwrap_err();
-    assert_eq!(e.code, codes::APPROVAL_DECIDED);
+    assert_eq!(e.code(), codes::APPROVAL_DECIDED);
     // Reminting a link for a decided approval is refused.
     assert!(a.mint_token("ops@example.com", "again", 2_002).is_err());
 }
@@ -205,7 +205,7 @@ fn expiry_counts_as_a_rejection_and_ends_every_way_of_deciding() {
             61_000,
         )
         .unwrap_err();
-    assert_eq!(e.code, codes::APPROVAL_EXPIRED);
+    assert_eq!(e.code(), codes::APPROVAL_EXPIRED);
     a.expire(61_000).unwrap();
     assert_eq!(a.state, ApprovalState::Expired);
     assert_eq!(a.refusal().unwrap().0, codes::APPROVAL_EXPIRED);
@@ -220,7 +220,7 @@ fn a_cancelled_runs_approval_says_so() {
     let e = a
         .decide(Verdict::Approve, &key("key_boss"), None, None, 2_001)
         .unwrap_err();
-    assert_eq!(e.code, codes::APPROVAL_CANCELLED);
+    assert_eq!(e.code(), codes::APPROVAL_CANCELLED);
 }
 
 #[test]
@@ -262,7 +262,7 @@ fn the_starters_own_link_stops_its_run_but_never_lets_it_go_on() {
     let e = a
         .decide(Verdict::Approve, &link("alice-token"), None, None, 2_000)
         .unwrap_err();
-    assert_eq!((e.status, e.code), (403, codes::SELF_APPROVAL));
+    assert_eq!(e, ApprovalRefusal::SelfApproval(true));
     assert_eq!(a.state, ApprovalState::Pending, "nothing was decided");
     a.decide(Verdict::Approve, &link("ops-token"), None, None, 2_000)
         .unwrap();
@@ -275,4 +275,61 @@ fn the_starters_own_link_stops_its_run_but_never_lets_it_go_on() {
     a.decide(Verdict::Approve, &link("alice-token"), None, None, 2_000)
         .unwrap();
     assert_eq!(a.state, ApprovalState::Approved, "the agent allows it");
+}
+
+/// The approval's machine in the common shape: each event returns what the
+/// handler does next, and a refusal changes nothing.
+#[test]
+fn the_machine_says_what_follows_each_event() {
+    use crate::machine::Machine;
+    let mut a = pending(Risk::High, false);
+    let mint = ApprovalEvent::MintToken {
+        recipient: "ops@example.com".into(),
+        token: "t1".into(),
+    };
+    assert_eq!(
+        a.apply(mint, 1_500).unwrap(),
+        vec![ApprovalAction::SendLink {
+            recipient: "ops@example.com".into(),
+            token: "t1".into()
+        }]
+    );
+    let before = a.clone();
+    let own = ApprovalEvent::Decide {
+        verdict: Verdict::Approve,
+        by: key("key_starter"),
+        from: None,
+        comment: None,
+    };
+    assert_eq!(
+        a.apply(own, 2_000).unwrap_err(),
+        ApprovalRefusal::SelfApproval(false)
+    );
+    assert_eq!(a, before, "a refusal changes nothing");
+    let boss = ApprovalEvent::Decide {
+        verdict: Verdict::Approve,
+        by: key("key_boss"),
+        from: None,
+        comment: None,
+    };
+    assert_eq!(
+        a.apply(boss, 2_000).unwrap(),
+        vec![ApprovalAction::ResumeRun]
+    );
+    assert_eq!(
+        a.apply(ApprovalEvent::Cancel, 2_001).unwrap_err(),
+        ApprovalRefusal::AlreadyDecided("approved")
+    );
+    let mut late = pending(Risk::High, false);
+    assert_eq!(
+        late.apply(ApprovalEvent::Expire, 2_000).unwrap_err(),
+        ApprovalRefusal::NotOverdue
+    );
+    assert_eq!(
+        late.apply(ApprovalEvent::Expire, 61_000).unwrap(),
+        vec![ApprovalAction::ResumeRun]
+    );
+    let mut gone = pending(Risk::High, false);
+    assert!(gone.apply(ApprovalEvent::Cancel, 2_000).unwrap().is_empty());
+    assert_eq!(gone.version(), 1, "each change is a new version");
 }

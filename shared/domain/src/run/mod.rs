@@ -367,6 +367,24 @@ pub struct Stamp {
     pub event_seq: u64,
 }
 
+/// The Run's machine in the common shape ([`crate::machine::Machine`]):
+/// its transition table is [`machine`]'s, and it is versioned by its
+/// stamp.
+impl crate::machine::Machine for Run {
+    type Event = RunEvent;
+    type Action = RunAction;
+    type Refusal = IllegalTransition;
+    type Version = Stamp;
+
+    fn apply(&mut self, event: RunEvent, now_ms: i64) -> Result<Vec<RunAction>, IllegalTransition> {
+        Run::apply(self, event, now_ms)
+    }
+
+    fn version(&self) -> Stamp {
+        self.stamp()
+    }
+}
+
 impl Run {
     pub fn stamp(&self) -> Stamp {
         Stamp {
