@@ -13,6 +13,7 @@
 //! - [`cgroup`]: v1/v2 cgroups: limits, freezing, killing, OOM counts
 //! - [`env`]: one sandbox's directories, uid, capability set → jail specs
 //! - [`fargate`]: a sandbox task as Fargate runs one, made locally (`task`)
+//! - [`pipe`]: two TCP connections joined (the relays')
 //! - [`runner`]: one call through the jail: timeout, output, reaping, OOM
 //! - [`skills`]: `shell_exec`, `python_exec`, `file_read`, `file_write`, `serve`
 //! - [`sys`]: the raw system calls, wrapped once
@@ -25,6 +26,7 @@ pub mod entry;
 pub mod env;
 pub mod fargate;
 pub mod jail;
+pub mod pipe;
 pub mod runner;
 pub mod skills;
 pub mod sys;

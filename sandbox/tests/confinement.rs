@@ -528,22 +528,33 @@ async fn file_write_never_replaces_a_file_unless_approved(mode: Mode) {
     assert_eq!(read["content"], "two");
 }
 
-/// Runs `skill` as an unapproved call whose changes are judged (as the
-/// agent runs every call of a Run), under its own call id.
+/// Runs `skill` under call id `id` as the agent runs every call of a Run
+/// whose agent judges destructive work by effect: unapproved, its changes
+/// are judged; approved, what was held for it is applied.
+async fn as_agent(
+    f: &support::Fixture,
+    skill: &str,
+    args: serde_json::Value,
+    id: &str,
+    approved: bool,
+) -> serde_json::Value {
+    let key = armada_sandbox::effects::held_key("run_1", id);
+    let j = skills::Judged {
+        key: Some(&key),
+        approved,
+    };
+    skills::invoke_judged(&f.runner, skill, &args, "run_1", 30, j)
+        .await
+        .result
+}
+
 async fn judged(
     f: &support::Fixture,
     skill: &str,
     args: serde_json::Value,
     id: &str,
 ) -> serde_json::Value {
-    let key = armada_sandbox::effects::held_key("run_1", id);
-    let j = skills::Judged {
-        key: Some(&key),
-        approved: false,
-    };
-    skills::invoke_judged(&f.runner, skill, &args, "run_1", 30, j)
-        .await
-        .result
+    as_agent(f, skill, args, id, false).await
 }
 
 async fn approved(
@@ -552,14 +563,7 @@ async fn approved(
     args: serde_json::Value,
     id: &str,
 ) -> serde_json::Value {
-    let key = armada_sandbox::effects::held_key("run_1", id);
-    let j = skills::Judged {
-        key: Some(&key),
-        approved: true,
-    };
-    skills::invoke_judged(&f.runner, skill, &args, "run_1", 30, j)
-        .await
-        .result
+    as_agent(f, skill, args, id, true).await
 }
 
 /// Every way past a list of command words (issue 19) deletes, truncates or

@@ -28,25 +28,10 @@ pub(super) fn serve(listener: TcpListener, mut table: File, host_net: File, port
                 return;
             }
             if let Ok(up) = TcpStream::connect(("127.0.0.1", port)) {
-                pipe(conn, up);
+                crate::pipe::pipe(conn, up);
             }
         });
     }
-}
-
-/// Copies both ways until either side closes.
-fn pipe(a: TcpStream, b: TcpStream) {
-    let (Ok(a2), Ok(b2)) = (a.try_clone(), b.try_clone()) else {
-        return;
-    };
-    let one = std::thread::spawn(move || copy(a, b));
-    copy(b2, a2);
-    let _ = one.join();
-}
-
-fn copy(mut from: TcpStream, mut to: TcpStream) {
-    let _ = std::io::copy(&mut from, &mut to);
-    let _ = to.shutdown(Shutdown::Write);
 }
 
 /// The uid owning the loopback socket of local port `peer` connected to

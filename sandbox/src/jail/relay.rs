@@ -162,7 +162,7 @@ impl HostJob {
                         .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
                         .is_ok()
                     {
-                        pipe(client, up);
+                        crate::pipe::pipe(client, up);
                     }
                 }
                 Err(status) => refuse(&mut client, status),
@@ -271,23 +271,8 @@ fn inbound(port: u16, to_host: mpsc::Sender<HostJob>) {
         let Ok(conn) = conn else { continue };
         std::thread::spawn(move || {
             if let Ok(server) = TcpStream::connect(("127.0.0.1", port)) {
-                pipe(conn, server);
+                crate::pipe::pipe(conn, server);
             }
         });
     }
-}
-
-/// Copies both ways until either side closes.
-fn pipe(a: TcpStream, b: TcpStream) {
-    let (Ok(a2), Ok(b2)) = (a.try_clone(), b.try_clone()) else {
-        return;
-    };
-    let one = std::thread::spawn(move || copy(a, b));
-    copy(b2, a2);
-    let _ = one.join();
-}
-
-fn copy(mut from: TcpStream, mut to: TcpStream) {
-    let _ = std::io::copy(&mut from, &mut to);
-    let _ = to.shutdown(Shutdown::Write);
 }

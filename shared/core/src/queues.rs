@@ -81,6 +81,23 @@ impl Queues {
         keyed_dedup_id(&self.dedup_key, &msg.dedup_id())
     }
 
+    /// Sends `msg` to the standard queue at `url`, delivered after
+    /// `delay_s` (at most SQS's 900).
+    async fn send_standard(
+        &self,
+        url: &str,
+        msg: &DispatchMessage,
+        delay_s: u32,
+    ) -> Result<(), StoreError> {
+        let body = serde_json::to_string(msg).map_err(|e| StoreError::Terminal(e.to_string()))?;
+        let mut req = self.sqs.send_message().queue_url(url).message_body(body);
+        if delay_s > 0 {
+            req = req.delay_seconds(delay_s.min(900) as i32);
+        }
+        req.send().await.map_err(classify)?;
+        Ok(())
+    }
+
     pub fn queue_name(arn: &str) -> &str {
         arn.rsplit(':').next().unwrap_or(arn)
     }
@@ -93,31 +110,11 @@ impl ports::Queues for Queues {
         msg: &DispatchMessage,
         delay_s: u32,
     ) -> Result<(), StoreError> {
-        let body = serde_json::to_string(msg).map_err(|e| StoreError::Terminal(e.to_string()))?;
-        let mut req = self
-            .sqs
-            .send_message()
-            .queue_url(&self.dispatch_url)
-            .message_body(body);
-        if delay_s > 0 {
-            req = req.delay_seconds(delay_s.min(900) as i32);
-        }
-        req.send().await.map_err(classify)?;
-        Ok(())
+        self.send_standard(&self.dispatch_url, msg, delay_s).await
     }
 
     async fn send_delivery(&self, msg: &DispatchMessage, delay_s: u32) -> Result<(), StoreError> {
-        let body = serde_json::to_string(msg).map_err(|e| StoreError::Terminal(e.to_string()))?;
-        let mut req = self
-            .sqs
-            .send_message()
-            .queue_url(&self.delivery_url)
-            .message_body(body);
-        if delay_s > 0 {
-            req = req.delay_seconds(delay_s.min(900) as i32);
-        }
-        req.send().await.map_err(classify)?;
-        Ok(())
+        self.send_standard(&self.delivery_url, msg, delay_s).await
     }
 
     /// Grouped by run id and deduplicated per step, so one Run's steps are
