@@ -345,17 +345,11 @@ async fn cancel_ends_a_run_and_fences_its_worker() {
         .await
         .unwrap();
     // Wait until a worker is inside the model call.
-    for _ in 0..100 {
-        if t.stack
-            .model_stats
-            .requests
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 0
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let requests = &t.stack.model_stats.requests;
+    armada_tests::wait::eventually("a worker is inside the model call", || async {
+        requests.load(std::sync::atomic::Ordering::Relaxed) > 0
+    })
+    .await;
     let reached = t
         .stack
         .model_stats
@@ -386,12 +380,10 @@ async fn cancel_ends_a_run_and_fences_its_worker() {
         (409, Some("RUN_TERMINAL"))
     );
     // The worker comes back from the model and its commit is refused.
-    for _ in 0..100 {
-        if fenced.load(std::sync::atomic::Ordering::Relaxed) > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    armada_tests::wait::eventually("the worker's commit is refused", || async {
+        fenced.load(std::sync::atomic::Ordering::Relaxed) > 0
+    })
+    .await;
     assert_eq!(
         fenced.load(std::sync::atomic::Ordering::Relaxed),
         1,

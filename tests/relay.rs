@@ -188,13 +188,14 @@ async fn cancelling_a_chain_cancels_its_running_step_and_skips_the_rest() {
     let body =
         json!({"chain": ["assistant", "researcher", "assistant"], "input": "/sleep 5000 slow"});
     let (first, chain_id) = start_chain(&t, body).await;
-    for _ in 0..50 {
-        let v = t.client.get(&format!("/v1/runs/{first}")).await.unwrap();
-        if v["state"] == "EXECUTING" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let client = &t.client;
+    armada_tests::wait::eventually("the first step is executing", || async {
+        client
+            .get(&format!("/v1/runs/{first}"))
+            .await
+            .is_ok_and(|v| v["state"] == "EXECUTING")
+    })
+    .await;
     let v = t
         .client
         .post(&format!("/v1/chains/{chain_id}/cancel"), &json!({}))
