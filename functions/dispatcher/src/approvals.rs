@@ -19,12 +19,12 @@ const ATTEMPTS: usize = 5;
 
 impl Dispatcher {
     /// Sends approval `approval_id`'s link to `recipient`.
-    pub(crate) async fn notify(&self, approval_id: &str, tenant: &str, recipient: &str) -> Outcome {
+    pub(crate) async fn notify(&self, approval_id: &str, tenant: &str, recipient: &str) -> Handled {
         let svc = &self.svc;
         for _ in 0..ATTEMPTS {
-            let Some(read) = tryo!(svc.approvals.get(approval_id).await) else {
+            let Some(read) = svc.approvals.get(approval_id).await? else {
                 tracing::warn!(approval_id, "notice for an unknown approval dropped");
-                return Outcome::Done;
+                return Ok(Outcome::Done);
             };
             if read.tenant != tenant || !read.recipients().iter().any(|r| r == recipient) {
                 tracing::error!(
@@ -33,7 +33,7 @@ impl Dispatcher {
                     recipient,
                     "security: a notice for another tenant's approval or recipient; dropped"
                 );
-                return Outcome::Done;
+                return Ok(Outcome::Done);
             }
             let now = svc.clock.now_ms();
             let mut a = read.clone();
@@ -44,12 +44,12 @@ impl Dispatcher {
             };
             if a.apply(minted, now).is_err() {
                 // Decided, expired or cancelled meanwhile: nothing to ask.
-                return Outcome::Done;
+                return Ok(Outcome::Done);
             }
             match svc.approvals.update(read.version, &a).await {
                 Ok(()) => {}
                 Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return retry(e),
+                Err(e) => return Err(e.into()),
             }
             let link = notice::review_link(svc.cfg.public_url.as_deref(), approval_id, &token);
             let sent = if recipient == CHAT_RECIPIENT {
@@ -64,13 +64,17 @@ impl Dispatcher {
             return match sent {
                 Ok(()) => {
                     tracing::info!(approval_id, recipient, "approval link sent");
-                    Outcome::Done
+                    Ok(Outcome::Done)
                 }
                 // The next attempt mints a new link (this one never arrived).
-                Err(e) => Outcome::retry(format!("approval link to {recipient} not sent: {e}")),
+                Err(e) => Ok(Outcome::retry(format!(
+                    "approval link to {recipient} not sent: {e}"
+                ))),
             };
         }
-        Outcome::retry("the approval kept changing while its link was minted")
+        Ok(Outcome::retry(
+            "the approval kept changing while its link was minted",
+        ))
     }
 
     async fn notify_chat(&self, a: &Approval, link: &str) -> Result<(), String> {
@@ -107,7 +111,7 @@ impl Dispatcher {
     /// decisions the Run has not taken note of are sent to it again, links
     /// never sent are sent; then the next check, no later than the earliest
     /// deadline.
-    pub(crate) async fn check_approvals(&self, run: &Run, step: u32, epoch: u64) -> Outcome {
+    pub(crate) async fn check_approvals(&self, run: &Run, step: u32, epoch: u64) -> Handled {
         let svc = &self.svc;
         let now = svc.clock.now_ms();
         let waiting: Vec<String> = run
@@ -118,7 +122,7 @@ impl Dispatcher {
             .collect();
         let mut next_due = i64::MAX;
         for id in &waiting {
-            let Some(mut a) = tryo!(svc.approvals.get(id).await) else {
+            let Some(mut a) = svc.approvals.get(id).await? else {
                 continue;
             };
             if a.state == ApprovalState::Pending && a.is_overdue(now) {
@@ -128,22 +132,20 @@ impl Dispatcher {
                         Ok(()) => tracing::info!(approval_id = %id, "approval expired"),
                         // Decided meanwhile: its decision is sent below next time.
                         Err(StoreError::Conflict { .. }) => {
-                            return Outcome::retry("approval changed while expiring")
+                            return Ok(Outcome::retry("approval changed while expiring"))
                         }
-                        Err(e) => return retry(e),
+                        Err(e) => return Err(e.into()),
                     }
                 }
             }
             if a.state != ApprovalState::Pending {
-                tryo!(
-                    svc.queues
-                        .send_harness(&HarnessMessage::ApprovalDecided {
-                            run_id: run.run_id.clone(),
-                            tenant: run.tenant.clone(),
-                            approval_id: id.clone(),
-                        })
-                        .await
-                );
+                svc.queues
+                    .send_harness(&HarnessMessage::ApprovalDecided {
+                        run_id: run.run_id.clone(),
+                        tenant: run.tenant.clone(),
+                        approval_id: id.clone(),
+                    })
+                    .await?;
                 continue;
             }
             next_due = next_due.min(a.expires_at_ms);
@@ -158,42 +160,40 @@ impl Dispatcher {
                     &run.tenant,
                     &recipient,
                 );
-                tryo!(svc.queues.send_routed(&msg).await);
+                svc.queues.send_routed(&msg).await?;
             }
         }
         if next_due == i64::MAX {
             // Every decision is on its way to the Run: its harness checks again.
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         }
         let until_due_s = (next_due - now + 999) / 1000;
         // At most SQS's longest delay, and no longer than 30 sandbox checks
         // (a stack with quick checks looks at approvals quickly too).
         let cap = MAX_DELAY_S.min(i64::from(svc.cfg.sandbox.check_seconds.max(1)) * 30);
         let delay = until_due_s.clamp(1, cap) as u32;
-        tryo!(
-            svc.queues
-                .send_dispatch_delayed(
-                    &DispatchMessage::CheckRun {
-                        run_id: run.run_id.clone(),
-                        tenant: run.tenant.clone(),
-                        step,
-                        epoch,
-                    },
-                    delay,
-                )
-                .await
-        );
-        Outcome::Done
+        svc.queues
+            .send_dispatch_delayed(
+                &DispatchMessage::CheckRun {
+                    run_id: run.run_id.clone(),
+                    tenant: run.tenant.clone(),
+                    step,
+                    epoch,
+                },
+                delay,
+            )
+            .await?;
+        Ok(Outcome::Done)
     }
 
     /// A Run ended: its approvals still pending end `cancelled` (their
     /// links then say so).
-    pub(crate) async fn cancel_approvals(&self, run: &Run) -> Outcome {
+    pub(crate) async fn cancel_approvals(&self, run: &Run) -> Handled {
         if !run.ledger.values().any(|r| r.approval.is_some()) {
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         }
         let svc = &self.svc;
-        for mut a in tryo!(svc.approvals.of_run(&run.run_id).await) {
+        for mut a in svc.approvals.of_run(&run.run_id).await? {
             if a.state != ApprovalState::Pending || a.tenant != run.tenant {
                 continue;
             }
@@ -202,12 +202,12 @@ impl Dispatcher {
                 match svc.approvals.update(read, &a).await {
                     Ok(()) => {}
                     Err(StoreError::Conflict { .. }) => {
-                        return Outcome::retry("approval changed while cancelling")
+                        return Ok(Outcome::retry("approval changed while cancelling"))
                     }
-                    Err(e) => return retry(e),
+                    Err(e) => return Err(e.into()),
                 }
             }
         }
-        Outcome::Done
+        Ok(Outcome::Done)
     }
 }

@@ -17,9 +17,9 @@ impl Dispatcher {
         &self,
         run: &mut Run,
         events: &mut Vec<RunEventRecord>,
-    ) -> Outcome {
+    ) -> Handled {
         let Some(link) = run.chain.clone() else {
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         };
         let now = self.svc.clock.now_ms();
         let room = descendants::next_step(run, self.svc.cfg.max_descendants_per_root);
@@ -29,14 +29,14 @@ impl Dispatcher {
                 agent,
                 descendants,
             } => {
-                let next_id = tryo!(self.start_next_step(run, &agent, descendants, now).await);
+                let next_id = self.start_next_step(run, &agent, descendants, now).await?;
                 tracing::info!(run_id = %run.run_id, next = %next_id, index, "chain step started");
                 events.push(run.push_event(
                     "chain_step_started",
                     json!({"chain_id": link.chain_id, "index": index, "agent": agent, "run_id": next_id}),
                     now,
                 ));
-                Outcome::Done
+                Ok(Outcome::Done)
             }
             AfterStep::Ended {
                 state,
@@ -52,7 +52,7 @@ impl Dispatcher {
                     ));
                 }
                 if link.callback_url.is_none() {
-                    return Outcome::Done;
+                    return Ok(Outcome::Done);
                 }
                 // Delivered from the delivery queue once this step is
                 // closed, as a Run's own callback is.
@@ -62,8 +62,8 @@ impl Dispatcher {
                     &run.tenant,
                     state,
                 );
-                tryo!(self.svc.queues.send_routed(&msg).await);
-                Outcome::Done
+                self.svc.queues.send_routed(&msg).await?;
+                Ok(Outcome::Done)
             }
         }
     }

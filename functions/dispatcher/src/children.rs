@@ -25,27 +25,27 @@ const PARENT_ATTEMPTS: usize = 20;
 impl Dispatcher {
     /// `SpawnChildren`: the children of waiting point `round` that do not
     /// exist yet are created, and as many as `max_parallel` allows started.
-    pub(crate) async fn spawn_children(&self, run_id: &str, tenant: &str, round: u32) -> Outcome {
+    pub(crate) async fn spawn_children(&self, run_id: &str, tenant: &str, round: u32) -> Handled {
         for _ in 0..PARENT_ATTEMPTS {
-            let Some(parent) = tryo!(self.load(run_id, tenant).await) else {
-                return Outcome::Done;
+            let Some(parent) = self.load(run_id, tenant).await? else {
+                return Ok(Outcome::Done);
             };
             let current = parent.children.as_ref().map_or(0, |c| c.round);
             if parent.state != RunState::AwaitingChildren || current != round {
                 tracing::info!(run_id, state = %parent.state, round, current, "children's start for a parent that moved on dropped");
-                return Outcome::Done;
+                return Ok(Outcome::Done);
             }
-            let created = self.create_children(&parent).await;
+            let created = self.create_children(&parent).await?;
             if created != Outcome::Done {
-                return created;
+                return Ok(created);
             }
             let now = self.svc.clock.now_ms();
             let mut next = parent.clone();
             let (start, events) = children::start_queued(&mut next, now);
             if start.is_empty() {
-                return Outcome::Done;
+                return Ok(Outcome::Done);
             }
-            tryo!(self.send_starts(&start, tenant).await);
+            self.send_starts(&start, tenant).await?;
             match self
                 .svc
                 .runs
@@ -54,20 +54,20 @@ impl Dispatcher {
             {
                 Ok(()) => {
                     tracing::info!(run_id, round, started = start.len(), "children started");
-                    return Outcome::Done;
+                    return Ok(Outcome::Done);
                 }
                 Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return retry(e),
+                Err(e) => return Err(e.into()),
             }
         }
-        Outcome::retry("the parent kept changing")
+        Ok(Outcome::retry("the parent kept changing"))
     }
 
     /// Creates the Runs of the current waiting point's children that are
     /// not created yet (each is created once: its id is fixed by its slot).
-    async fn create_children(&self, parent: &Run) -> Outcome {
+    async fn create_children(&self, parent: &Run) -> Handled {
         let Some(c) = parent.children.as_ref() else {
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         };
         let now = self.svc.clock.now_ms();
         let mut agents: HashMap<String, Option<AgentDefinition>> = HashMap::new();
@@ -77,7 +77,7 @@ impl Dispatcher {
                 continue;
             }
             if !agents.contains_key(&slot.agent) {
-                let def = tryo!(self.svc.registry.agent(&slot.agent).await);
+                let def = self.svc.registry.agent(&slot.agent).await?;
                 agents.insert(slot.agent.clone(), def);
             }
             // An agent deleted since its child was planned: the child is
@@ -114,10 +114,10 @@ impl Dispatcher {
         for created in futures::future::join_all(creates).await {
             match created {
                 Ok(()) | Err(StoreError::Conflict { .. }) => {}
-                Err(e) => return retry(e),
+                Err(e) => return Err(e.into()),
             }
         }
-        Outcome::Done
+        Ok(Outcome::Done)
     }
 
     /// Sends the children's starts, side by side.
@@ -134,7 +134,7 @@ impl Dispatcher {
     }
 
     /// Round 1 of a fan-out team's Run, instead of its first step.
-    pub(crate) async fn expand(&self, run: Run) -> Outcome {
+    pub(crate) async fn expand(&self, run: Run) -> Handled {
         let now = self.svc.clock.now_ms();
         let mut next = run.clone();
         let max = self.svc.cfg.max_descendants_per_root;
@@ -150,13 +150,13 @@ impl Dispatcher {
                 };
                 return match self.end_from_outside(run, event, json!({}), now).await {
                     Ok(Ok(())) => self.settle(&next.run_id, &next.tenant).await,
-                    Ok(Err(e)) => self.illegal(&next.run_id, &e),
-                    Err(e) => retry(e),
+                    Ok(Err(e)) => Ok(self.illegal(&next.run_id, &e)),
+                    Err(e) => Err(e.into()),
                 };
             }
             Err(e) => {
                 tracing::error!(run_id = %run.run_id, error = %e, "team run not expanded; dropped");
-                return Outcome::Done;
+                return Ok(Outcome::Done);
             }
         };
         match self
@@ -174,11 +174,11 @@ impl Dispatcher {
                     epoch: next.epoch,
                 };
                 let delay = self.svc.cfg.sandbox.check_seconds;
-                tryo!(self.svc.queues.send_dispatch_delayed(&check, delay).await);
+                self.svc.queues.send_dispatch_delayed(&check, delay).await?;
             }
             // Someone else expanded it: the spawn below is idempotent.
             Err(StoreError::Conflict { .. }) => {}
-            Err(e) => return retry(e),
+            Err(e) => return Err(e.into()),
         }
         tracing::info!(run_id = %run.run_id, members = next.outstanding_children(), "team expanded");
         self.spawn_children(&run.run_id, &run.tenant, 1).await
@@ -198,24 +198,24 @@ impl Dispatcher {
     /// harness queue, where the parent's notes are taken in order, in
     /// batches, never racing the parent's own steps (see the harness's
     /// `child_end`).
-    pub(crate) async fn announce_to_parent(&self, child: &Run) -> Outcome {
+    pub(crate) async fn announce_to_parent(&self, child: &Run) -> Handled {
         let Some(parent) = child.parent_run_id.clone() else {
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         };
         let msg = HarnessMessage::ChildEnded {
             run_id: parent,
             tenant: child.tenant.clone(),
             child_run_id: child.run_id.clone(),
         };
-        tryo!(self.svc.queues.send_harness(&msg).await);
-        Outcome::Done
+        self.svc.queues.send_harness(&msg).await?;
+        Ok(Outcome::Done)
     }
 
     /// A parent ended: every child still active is cancelled (fenced, as
     /// any cancel), and each one's own settling does the same below it.
-    pub(crate) async fn cancel_children(&self, parent: &Run) -> Outcome {
+    pub(crate) async fn cancel_children(&self, parent: &Run) -> Handled {
         let Some(c) = parent.children.as_ref() else {
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         };
         let open: Vec<String> = c
             .slots
@@ -226,22 +226,22 @@ impl Dispatcher {
         for child_id in open {
             let outcome = self
                 .cancel_child(&child_id, &parent.tenant, &parent.run_id)
-                .await;
+                .await?;
             if outcome != Outcome::Done {
-                return outcome;
+                return Ok(outcome);
             }
         }
-        Outcome::Done
+        Ok(Outcome::Done)
     }
 
-    async fn cancel_child(&self, child_id: &str, tenant: &str, parent_id: &str) -> Outcome {
+    async fn cancel_child(&self, child_id: &str, tenant: &str, parent_id: &str) -> Handled {
         for _ in 0..5 {
             // Never created (the parent ended first): nothing to cancel.
-            let Some(child) = tryo!(self.load(child_id, tenant).await) else {
-                return Outcome::Done;
+            let Some(child) = self.load(child_id, tenant).await? else {
+                return Ok(Outcome::Done);
             };
             if child.state.is_terminal() {
-                return Outcome::Done;
+                return Ok(Outcome::Done);
             }
             let now = self.svc.clock.now_ms();
             let by = json!({"by": "parent", "parent_run_id": parent_id, "code": collab_codes::PARENT_ENDED});
@@ -251,27 +251,25 @@ impl Dispatcher {
             {
                 Ok(Ok(())) => {
                     tracing::info!(run_id = %child_id, parent = %parent_id, "child cancelled with its parent");
-                    tryo!(
-                        self.svc
-                            .queues
-                            .send_dispatch(&DispatchMessage::RunTerminal {
-                                run_id: child_id.to_string(),
-                                tenant: tenant.to_string(),
-                            })
-                            .await
-                    );
-                    return Outcome::Done;
+                    self.svc
+                        .queues
+                        .send_dispatch(&DispatchMessage::RunTerminal {
+                            run_id: child_id.to_string(),
+                            tenant: tenant.to_string(),
+                        })
+                        .await?;
+                    return Ok(Outcome::Done);
                 }
-                Ok(Err(e)) => return self.illegal(child_id, &e),
+                Ok(Err(e)) => return Ok(self.illegal(child_id, &e)),
                 Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return retry(e),
+                Err(e) => return Err(e.into()),
             }
         }
-        Outcome::retry("the child kept changing")
+        Ok(Outcome::retry("the child kept changing"))
     }
 
     /// A child whose parent ended before it started: cancelled, then settled.
-    pub(crate) async fn cancel_orphan(&self, run: Run) -> Outcome {
+    pub(crate) async fn cancel_orphan(&self, run: Run) -> Handled {
         let (run_id, tenant) = (run.run_id.clone(), run.tenant.clone());
         let now = self.svc.clock.now_ms();
         let by = json!({"by": "parent", "code": armada_domain::collab::codes::PARENT_ENDED});
@@ -280,9 +278,9 @@ impl Dispatcher {
             .await
         {
             Ok(Ok(())) => self.settle(&run_id, &tenant).await,
-            Ok(Err(e)) => self.illegal(&run_id, &e),
-            Err(StoreError::Conflict { .. }) => Outcome::retry("the run changed"),
-            Err(e) => retry(e),
+            Ok(Err(e)) => Ok(self.illegal(&run_id, &e)),
+            Err(StoreError::Conflict { .. }) => Ok(Outcome::retry("the run changed")),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -11,14 +11,14 @@ use armada_domain::sandbox::credentials::{judge_renewal, Renewal, RenewalVerdict
 use armada_domain::sandbox::hand::HandMessage;
 use armada_domain::sandbox::seal::answer_key;
 
-use super::{retry, Dispatcher};
+use super::{Dispatcher, Handled};
 
 impl Dispatcher {
-    pub(super) async fn renew_credentials(&self, req: &Renewal<'_>, seal: &str) -> Outcome {
+    pub(super) async fn renew_credentials(&self, req: &Renewal<'_>, seal: &str) -> Handled {
         // The record's salt is in the generation's key: read it first.
         let record = match self.svc.sandboxes.get(req.tenant, req.agent).await {
             Ok(r) => r,
-            Err(e) => return retry(e),
+            Err(e) => return Err(e.into()),
         };
         let key = answer_key(
             &self.svc.cfg.callback_signing_secret,
@@ -53,7 +53,7 @@ impl Dispatcher {
                         "credentials renewal dropped"
                     );
                 }
-                return Outcome::Done;
+                return Ok(Outcome::Done);
             }
         };
         let issued = self
@@ -69,9 +69,9 @@ impl Dispatcher {
                     agent = req.agent,
                     "credentials renewal asked for, but the deployment names no identity role"
                 );
-                return Outcome::Done;
+                return Ok(Outcome::Done);
             }
-            Err(e) => return retry(e),
+            Err(e) => return Err(e.into()),
         };
         tracing::info!(tenant = req.tenant, agent = req.agent, generation = req.generation, key = %credentials.access_key_id, "credentials renewed");
         let msg = HandMessage::Credentials {
@@ -79,8 +79,8 @@ impl Dispatcher {
             credentials,
         };
         match self.svc.provider.send(&hand_queue_url, &msg).await {
-            Ok(()) => Outcome::Done,
-            Err(e) => retry(e),
+            Ok(()) => Ok(Outcome::Done),
+            Err(e) => Err(e.into()),
         }
     }
 }

@@ -50,19 +50,22 @@ pub struct Dispatcher {
     svc: Arc<Services>,
 }
 
-fn retry(e: StoreError) -> Outcome {
-    Outcome::retry(e.to_string())
+/// Why handling a message failed in a way worth retrying: the record is
+/// delivered again after a backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
-/// Maps `?` on store calls to a retry of the record.
-macro_rules! tryo {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(e) => return retry(e),
-        }
-    };
+impl From<DispatchError> for Outcome {
+    fn from(e: DispatchError) -> Outcome {
+        Outcome::retry(e.to_string())
+    }
 }
+
+/// What handling a message came to, or why it is to be retried.
+type Handled = Result<Outcome, DispatchError>;
 
 impl Dispatcher {
     pub fn new(svc: Arc<Services>) -> Self {
@@ -87,7 +90,10 @@ impl Dispatcher {
         let receives = receive_count(&msg);
         let body = msg.body.unwrap_or_default();
         if self.svc.queues.is_dead_letter_queue(&queue) {
-            return self.dead_letter(&queue, &body, receives).await;
+            return self
+                .dead_letter(&queue, &body, receives)
+                .await
+                .unwrap_or_else(Outcome::from);
         }
         let parsed: DispatchMessage = match serde_json::from_str(&body) {
             Ok(m) => m,
@@ -125,7 +131,7 @@ impl Dispatcher {
                     if !sealed {
                         self.svc.counters.forged_drops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tracing::error!(security = true, %approval_id, %tenant, "an approval notice not sealed by the control plane was dropped");
-                        return Outcome::Done;
+                        return Ok(Outcome::Done);
                     }
                     self.notify(&approval_id, &tenant, &recipient).await
                 }
@@ -138,7 +144,7 @@ impl Dispatcher {
                     if !sealed {
                         self.svc.counters.forged_drops.fetch_add(1, Ordering::Relaxed);
                         tracing::error!(security = true, %run_id, %tenant, "a callback delivery not sealed by the control plane was dropped");
-                        return Outcome::Done;
+                        return Ok(Outcome::Done);
                     }
                     self.deliver_callback(&run_id, &tenant, chain, receives)
                         .await
@@ -161,7 +167,9 @@ impl Dispatcher {
             }
         }
         .instrument(span);
-        on_behalf(Some(&subject), work).await
+        on_behalf(Some(&subject), work)
+            .await
+            .unwrap_or_else(Outcome::from)
     }
 
     async fn load(&self, run_id: &str, tenant: &str) -> Result<Option<Run>, StoreError> {
@@ -178,9 +186,9 @@ impl Dispatcher {
         }
     }
 
-    async fn start(&self, run_id: &str, tenant: &str) -> Outcome {
-        let Some(run) = tryo!(self.load(run_id, tenant).await) else {
-            return Outcome::Done;
+    async fn start(&self, run_id: &str, tenant: &str) -> Handled {
+        let Some(run) = self.load(run_id, tenant).await? else {
+            return Ok(Outcome::Done);
         };
         if run.state == RunState::AwaitingChildren && Self::fans_out(&run) {
             // A start retried after its expansion committed: the spawn
@@ -189,9 +197,9 @@ impl Dispatcher {
         }
         if run.state != RunState::Pending {
             tracing::info!(run_id, state = %run.state, "already started; duplicate dropped");
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         }
-        if !tryo!(self.parent_still_waits(&run).await) {
+        if !self.parent_still_waits(&run).await? {
             return self.cancel_orphan(run).await;
         }
         if Self::fans_out(&run) {
@@ -212,19 +220,17 @@ impl Dispatcher {
         }
     }
 
-    async fn send_first_step(&self, run: &Run) -> Outcome {
-        tryo!(
-            self.svc
-                .queues
-                .send_harness(&HarnessMessage::Step {
-                    run_id: run.run_id.clone(),
-                    tenant: run.tenant.clone(),
-                    step: 0,
-                })
-                .await
-        );
+    async fn send_first_step(&self, run: &Run) -> Handled {
+        self.svc
+            .queues
+            .send_harness(&HarnessMessage::Step {
+                run_id: run.run_id.clone(),
+                tenant: run.tenant.clone(),
+                step: 0,
+            })
+            .await?;
         tracing::info!(run_id = %run.run_id, "run started");
-        Outcome::Done
+        Ok(Outcome::Done)
     }
 
     /// Passes over ended messages at the head of the session and starts the
@@ -234,10 +240,10 @@ impl Dispatcher {
     ///
     /// `known` is a Run of this session the caller has just read; it is not
     /// read again when it is the head.
-    async fn advance_session(&self, session_id: &str, known: &Run) -> Outcome {
-        let Some(mut h) = tryo!(self.svc.sessions.header(session_id).await) else {
+    async fn advance_session(&self, session_id: &str, known: &Run) -> Handled {
+        let Some(mut h) = self.svc.sessions.header(session_id).await? else {
             tracing::error!(session_id, "session of a run is missing");
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         };
         // Whether `h.next_seq` is as read (not carried over a local update).
         let mut fresh = true;
@@ -245,12 +251,12 @@ impl Dispatcher {
             let next = h.done_seq + 1;
             if next > h.next_seq {
                 if fresh {
-                    return Outcome::Done;
+                    return Ok(Outcome::Done);
                 }
                 // A message may have been accepted since the header was read.
-                h = match tryo!(self.svc.sessions.header(session_id).await) {
+                h = match self.svc.sessions.header(session_id).await? {
                     Some(h) => h,
-                    None => return Outcome::Done,
+                    None => return Ok(Outcome::Done),
                 };
                 fresh = true;
                 continue;
@@ -258,12 +264,12 @@ impl Dispatcher {
             let run = if known.session_seq == Some(next) {
                 known.clone()
             } else {
-                let Some(rid) = tryo!(self.svc.sessions.message_run(session_id, next).await) else {
+                let Some(rid) = self.svc.sessions.message_run(session_id, next).await? else {
                     tracing::error!(session_id, seq = next, "session message index missing");
-                    return Outcome::Done;
+                    return Ok(Outcome::Done);
                 };
-                let Some(run) = tryo!(self.svc.runs.get(&rid).await) else {
-                    return Outcome::Done;
+                let Some(run) = self.svc.runs.get(&rid).await? else {
+                    return Ok(Outcome::Done);
                 };
                 run
             };
@@ -276,13 +282,13 @@ impl Dispatcher {
                     }
                     // Someone else did: see where it is now.
                     Err(StoreError::Conflict { .. }) => {
-                        h = match tryo!(self.svc.sessions.header(session_id).await) {
+                        h = match self.svc.sessions.header(session_id).await? {
                             Some(h) => h,
-                            None => return Outcome::Done,
+                            None => return Ok(Outcome::Done),
                         };
                         fresh = true;
                     }
-                    Err(e) => return retry(e),
+                    Err(e) => return Err(e.into()),
                 }
                 continue;
             }
@@ -290,62 +296,62 @@ impl Dispatcher {
                 return self.send_first_step(&run).await;
             }
             // The head is running: it will advance the session when it ends.
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         }
-        Outcome::retry("session advance did not converge")
+        Ok(Outcome::retry("session advance did not converge"))
     }
 
     /// Post-terminal duties, then `CLOSED_*`.
-    async fn settle(&self, run_id: &str, tenant: &str) -> Outcome {
-        let Some(run) = tryo!(self.load(run_id, tenant).await) else {
-            return Outcome::Done;
+    async fn settle(&self, run_id: &str, tenant: &str) -> Handled {
+        let Some(run) = self.load(run_id, tenant).await? else {
+            return Ok(Outcome::Done);
         };
         if run.state.is_active() {
             tracing::warn!(run_id, state = %run.state, "terminal notice for an active run dropped");
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         }
         if run.state.is_closed() {
             tracing::info!(run_id, "already closed; duplicate dropped");
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         }
         // A Run started through the API stops counting against its
         // tenant's active Runs as soon as it has ended (not after its
         // callback, which may take a while); removing the marker again
         // when this settlement is retried is harmless.
         if run.parent_run_id.is_none() {
-            tryo!(self.svc.quotas.run_ended(&run.tenant, &run.run_id).await);
+            self.svc.quotas.run_ended(&run.tenant, &run.run_id).await?;
         }
         if let Some(sid) = &run.session_id {
-            let advanced = self.advance_session(sid, &run).await;
+            let advanced = self.advance_session(sid, &run).await?;
             if advanced != Outcome::Done {
-                return advanced;
+                return Ok(advanced);
             }
         }
         if run.sandbox_key.is_some() {
-            let released = self.release_sandbox(&run).await;
+            let released = self.release_sandbox(&run).await?;
             if released != Outcome::Done {
-                return released;
+                return Ok(released);
             }
         }
         // Collaboration: the children it leaves go with it, its parent
         // hears of its end.
-        let cancelled = self.cancel_children(&run).await;
+        let cancelled = self.cancel_children(&run).await?;
         if cancelled != Outcome::Done {
-            return cancelled;
+            return Ok(cancelled);
         }
-        let cancelled = self.cancel_approvals(&run).await;
+        let cancelled = self.cancel_approvals(&run).await?;
         if cancelled != Outcome::Done {
-            return cancelled;
+            return Ok(cancelled);
         }
-        let announced = self.announce_to_parent(&run).await;
+        let announced = self.announce_to_parent(&run).await?;
         if announced != Outcome::Done {
-            return announced;
+            return Ok(announced);
         }
         let mut next = run;
         let mut events = Vec::new();
-        let advanced = self.advance_chain(&mut next, &mut events).await;
+        let advanced = self.advance_chain(&mut next, &mut events).await?;
         if advanced != Outcome::Done {
-            return advanced;
+            return Ok(advanced);
         }
         if next.callback_url.is_some() {
             // Queued before the close, so a settle that stops between the
@@ -357,7 +363,7 @@ impl Dispatcher {
                 &next.run_id,
                 &next.tenant,
             );
-            tryo!(self.svc.queues.send_routed(&msg).await);
+            self.svc.queues.send_routed(&msg).await?;
         }
         self.close(next, events).await
     }
@@ -372,9 +378,9 @@ impl Dispatcher {
         tenant: &str,
         chain: Option<armada_domain::collab::chain::ChainState>,
         receives: u32,
-    ) -> Outcome {
-        let Some(run) = tryo!(self.svc.runs.get(run_id).await) else {
-            return Outcome::Done;
+    ) -> Handled {
+        let Some(run) = self.svc.runs.get(run_id).await? else {
+            return Ok(Outcome::Done);
         };
         if run.tenant != tenant {
             tracing::error!(
@@ -383,7 +389,7 @@ impl Dispatcher {
                 tenant,
                 "a callback delivery naming another tenant's Run was dropped"
             );
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         }
         // A chain's outcome goes to the chain's URL, its id the delivery's.
         let (url, delivery) = match (&chain, &run.chain) {
@@ -392,23 +398,23 @@ impl Dispatcher {
             (None, _) => (run.callback_url.clone(), run.run_id.clone()),
         };
         let Some(url) = url else {
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         };
         if !run.state.is_closed() {
             // Its settling queued this before closing it: a few tries, then
             // it is delivered as the Run stands.
             if receives < 5 {
-                return Outcome::retry("the run is not closed yet".to_string());
+                return Ok(Outcome::retry("the run is not closed yet".to_string()));
             }
         }
         let body = match (chain, &run.chain) {
-            (Some(state), Some(link)) => tryo!(self.chain_result(&run, link, state).await),
+            (Some(state), Some(link)) => self.chain_result(&run, link, state).await?,
             _ => json!({
                 "run_id": run.run_id,
                 "agent": run.agent,
                 "state": run.state.outcome(),
                 "output": match &run.output {
-                    Some(p) => Some(tryo!(self.svc.payloads.read(p).await)),
+                    Some(p) => Some(self.svc.payloads.read(p).await?),
                     None => None,
                 },
                 "error": run.error,
@@ -416,22 +422,22 @@ impl Dispatcher {
                 "metadata": run.metadata,
             }),
         };
-        let (kind, data) = tryo!(self.callback(&run, &url, &delivery, body).await);
+        let (kind, data) = self.callback(&run, &url, &delivery, body).await?;
         // Recorded on the Run as it is now (read again on a conflict); the
         // delivery itself is never repeated for the record's sake.
         for _ in 0..5 {
-            let Some(current) = tryo!(self.svc.runs.get(run_id).await) else {
-                return Outcome::Done;
+            let Some(current) = self.svc.runs.get(run_id).await? else {
+                return Ok(Outcome::Done);
             };
             let prev = current.stamp();
             let mut next = current;
             let ev = next.push_event(kind, data.clone(), self.svc.clock.now_ms());
             match self.svc.runs.save(prev, &next, &[ev], vec![]).await {
-                Ok(()) => return Outcome::Done,
+                Ok(()) => return Ok(Outcome::Done),
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => {
                     tracing::warn!(run_id, error = %e, "the callback's outcome was not recorded");
-                    return Outcome::Done;
+                    return Ok(Outcome::Done);
                 }
             }
         }
@@ -439,7 +445,7 @@ impl Dispatcher {
             run_id,
             "the callback's outcome was not recorded: the Run kept changing"
         );
-        Outcome::Done
+        Ok(Outcome::Done)
     }
 
     /// Delivers a callback (signed with the tenant's secret, naming the
@@ -483,7 +489,7 @@ impl Dispatcher {
         ))
     }
 
-    async fn close(&self, run: Run, mut events: Vec<RunEventRecord>) -> Outcome {
+    async fn close(&self, run: Run, mut events: Vec<RunEventRecord>) -> Handled {
         let now = self.svc.clock.now_ms();
         // The version read before any event was added in memory.
         let prev = Stamp {
@@ -492,20 +498,20 @@ impl Dispatcher {
         };
         let mut next = run;
         if let Err(e) = next.apply(RunEvent::Closed, now) {
-            return self.illegal(&next.run_id, &e);
+            return Ok(self.illegal(&next.run_id, &e));
         }
         events.push(next.push_event("run_closed", json!({"outcome": next.state.outcome()}), now));
         match self.svc.runs.save(prev, &next, &events, vec![]).await {
-            Ok(()) | Err(StoreError::Conflict { .. }) => Outcome::Done,
-            Err(e) => retry(e),
+            Ok(()) | Err(StoreError::Conflict { .. }) => Ok(Outcome::Done),
+            Err(e) => Err(e.into()),
         }
     }
 
     /// The Run let go of its agent's sandbox (or left the queue for it); the
     /// next waiting Run, if any, is woken.
-    async fn release_sandbox(&self, run: &Run) -> Outcome {
-        tryo!(sandboxing::release_and_wake(&self.svc, run).await);
-        Outcome::Done
+    async fn release_sandbox(&self, run: &Run) -> Handled {
+        sandboxing::release_and_wake(&self.svc, run).await?;
+        Ok(Outcome::Done)
     }
 
     /// Ends a Run from outside the harness, taking the next epoch as a
@@ -544,7 +550,7 @@ impl Dispatcher {
     }
 
     /// A message that kept failing: fail its Run with the reason, then settle it.
-    async fn dead_letter(&self, queue: &str, body: &str, receives: u32) -> Outcome {
+    async fn dead_letter(&self, queue: &str, body: &str, receives: u32) -> Handled {
         let (run_id, tenant, what) = if let Ok(m) = serde_json::from_str::<HarnessMessage>(body) {
             match m {
                 HarnessMessage::Step {
@@ -593,7 +599,7 @@ impl Dispatcher {
                         queue,
                         "a callback could not be delivered on any attempt"
                     );
-                    return Outcome::Done;
+                    return Ok(Outcome::Done);
                 }
                 DispatchMessage::NotifyApproval {
                     approval_id,
@@ -608,7 +614,7 @@ impl Dispatcher {
                         queue,
                         "an approval link could not be sent on any attempt"
                     );
-                    return Outcome::Done;
+                    return Ok(Outcome::Done);
                 }
                 DispatchMessage::RenewCredentials {
                     tenant,
@@ -624,28 +630,28 @@ impl Dispatcher {
                         queue,
                         "a credentials renewal failed on every attempt"
                     );
-                    return Outcome::Done;
+                    return Ok(Outcome::Done);
                 }
             }
         } else {
             tracing::error!(queue, "unreadable dead letter dropped");
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         };
         tracing::error!(run_id, queue, what, "dead letter received");
         for _ in 0..5 {
             let run = match self.load(&run_id, &tenant).await {
                 Ok(Some(run)) => run,
-                Ok(None) => return Outcome::Done,
+                Ok(None) => return Ok(Outcome::Done),
                 // Its document cannot be read (which is likely why every
                 // delivery failed): it is rebuilt from its head and ended.
                 Err(StoreError::Corrupt(why)) => {
                     match unreadable::end(&self.svc, &run_id, &tenant, &why, Ending::Fail).await {
                         Ok(_) => return self.settle(&run_id, &tenant).await,
                         Err(StoreError::Conflict { .. }) => continue,
-                        Err(e) => return retry(e),
+                        Err(e) => return Err(e.into()),
                     }
                 }
-                Err(e) => return retry(e),
+                Err(e) => return Err(e.into()),
             };
             if run.state.is_terminal() {
                 return self.settle(&run_id, &tenant).await;
@@ -661,12 +667,12 @@ impl Dispatcher {
             let extra = json!({"receives": receives});
             match self.end_from_outside(run, event, extra, now).await {
                 Ok(Ok(())) => return self.settle(&run_id, &tenant).await,
-                Ok(Err(e)) => return self.illegal(&run_id, &e),
+                Ok(Err(e)) => return Ok(self.illegal(&run_id, &e)),
                 Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return retry(e),
+                Err(e) => return Err(e.into()),
             }
         }
-        Outcome::retry("the run kept changing")
+        Ok(Outcome::retry("the run kept changing"))
     }
 }
 

@@ -18,9 +18,9 @@ impl Dispatcher {
         tenant: &str,
         step: u32,
         epoch: u64,
-    ) -> Outcome {
-        let Some(run) = tryo!(self.load(run_id, tenant).await) else {
-            return Outcome::Done;
+    ) -> Handled {
+        let Some(run) = self.load(run_id, tenant).await? else {
+            return Ok(Outcome::Done);
         };
         let waiting = matches!(
             run.state,
@@ -28,7 +28,7 @@ impl Dispatcher {
         );
         if run.epoch != epoch || run.step != step || !waiting {
             // The Run moved on; a later wait has its own check.
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         }
         let now = self.svc.clock.now_ms();
         if run.past_deadline(now) {
@@ -50,20 +50,20 @@ impl Dispatcher {
                 .iter()
                 .any(|s| s.round == c.round && s.state == SlotState::Queued);
             if queued && c.running() < c.max_parallel as usize {
-                let spawned = self.spawn_children(run_id, tenant, c.round).await;
+                let spawned = self.spawn_children(run_id, tenant, c.round).await?;
                 if spawned != Outcome::Done {
-                    return spawned;
+                    return Ok(spawned);
                 }
             }
         }
         if run.state == RunState::AwaitingTool && run.sandbox_key.is_some() {
-            let agent = tryo!(self.svc.registry.agent(&run.agent).await);
-            let mut rec = tryo!(self.svc.sandboxes.get(&run.tenant, &run.agent).await);
+            let agent = self.svc.registry.agent(&run.agent).await?;
+            let mut rec = self.svc.sandboxes.get(&run.tenant, &run.agent).await?;
             if let Some(r) = &rec {
                 if r.holder_run_id.as_deref() == Some(run_id) {
                     match sandboxing::check_start(&self.svc, r, agent.as_ref()).await {
                         Ok(updated) => rec = Some(updated),
-                        Err(SandboxError::Store(e)) => return retry(e),
+                        Err(SandboxError::Store(e)) => return Err(e.into()),
                         Err(SandboxError::Placement(why)) => {
                             tracing::warn!(run_id, %why, "sandbox restart after a start timeout failed");
                         }
@@ -86,7 +86,7 @@ impl Dispatcher {
                     attempt: c.attempt,
                 };
                 let watch =
-                    tryo!(sandboxing::watch_call(&self.svc, rec.as_ref(), &call, generation).await);
+                    sandboxing::watch_call(&self.svc, rec.as_ref(), &call, generation).await?;
                 let (outcome, why_destroy) = match watch {
                     CallWatch::Wait => continue,
                     CallWatch::NotRun(why) => {
@@ -114,9 +114,7 @@ impl Dispatcher {
                 if rec.as_ref().is_some_and(|r| !r.state.is_gone()) {
                     // The Run's own identity: nothing the sandbox wrote decides whose
                     // sandbox goes.
-                    tryo!(
-                        sandboxing::destroy(&self.svc, &run.tenant, &run.agent, why_destroy).await
-                    );
+                    sandboxing::destroy(&self.svc, &run.tenant, &run.agent, why_destroy).await?;
                 }
                 tracing::warn!(run_id, call_id = %c.call_id, ?outcome, "watchdog answers for a sandbox call");
                 // The platform speaks for the generation the call went to,
@@ -140,41 +138,37 @@ impl Dispatcher {
                     body: &body,
                 };
                 let seal = Some(answer.seal(&key, generation));
-                tryo!(
-                    self.svc
-                        .queues
-                        .send_harness(&HarnessMessage::ToolResult {
-                            run_id: run.run_id.clone(),
-                            tenant: run.tenant.clone(),
-                            step,
-                            call_id: c.call_id.clone(),
-                            attempt: c.attempt,
-                            body,
-                            seal,
-                        })
-                        .await
-                );
+                self.svc
+                    .queues
+                    .send_harness(&HarnessMessage::ToolResult {
+                        run_id: run.run_id.clone(),
+                        tenant: run.tenant.clone(),
+                        step,
+                        call_id: c.call_id.clone(),
+                        attempt: c.attempt,
+                        body,
+                        seal,
+                    })
+                    .await?;
             }
         }
-        tryo!(
-            self.svc
-                .queues
-                .send_dispatch_delayed(
-                    &DispatchMessage::CheckRun {
-                        run_id: run_id.to_string(),
-                        tenant: tenant.to_string(),
-                        step,
-                        epoch,
-                    },
-                    self.svc.cfg.sandbox.check_seconds,
-                )
-                .await
-        );
-        Outcome::Done
+        self.svc
+            .queues
+            .send_dispatch_delayed(
+                &DispatchMessage::CheckRun {
+                    run_id: run_id.to_string(),
+                    tenant: tenant.to_string(),
+                    step,
+                    epoch,
+                },
+                self.svc.cfg.sandbox.check_seconds,
+            )
+            .await?;
+        Ok(Outcome::Done)
     }
 
     /// A waiting Run ran out of wall-clock time: it ends TIMED_OUT.
-    async fn time_out(&self, run: Run, now: i64) -> Outcome {
+    async fn time_out(&self, run: Run, now: i64) -> Handled {
         let error = RunError::new(
             "TIMED_OUT",
             "the run exceeded its wall-clock budget while waiting",
@@ -183,9 +177,9 @@ impl Dispatcher {
         let event = RunEvent::DeadlineExceeded { error };
         match self.end_from_outside(run, event, json!({}), now).await {
             Ok(Ok(())) => self.settle(&run_id, &tenant).await,
-            Ok(Err(e)) => self.illegal(&run_id, &e),
-            Err(StoreError::Conflict { .. }) => Outcome::Done,
-            Err(e) => retry(e),
+            Ok(Err(e)) => Ok(self.illegal(&run_id, &e)),
+            Err(StoreError::Conflict { .. }) => Ok(Outcome::Done),
+            Err(e) => Err(e.into()),
         }
     }
 }
