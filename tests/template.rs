@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use armada_cli::local::emulator;
 use armada_cli::local::template::Template;
@@ -25,7 +25,7 @@ fn deploy_parameters() -> HashMap<String, String> {
 }
 
 fn raw_template() -> Value {
-    serde_yaml::from_str(&std::fs::read_to_string(root().join("infra/template.yaml")).unwrap())
+    serde_norway::from_str(&std::fs::read_to_string(root().join("infra/template.yaml")).unwrap())
         .unwrap()
 }
 
@@ -383,7 +383,7 @@ fn sandbox_tasks_act_only_through_their_identitys_credentials() {
         .as_sequence()
         .unwrap();
     let get_att = |id: &str| -> Value {
-        serde_yaml::from_str(&format!("{{Fn::GetAtt: [{id}, Arn]}}")).unwrap()
+        serde_norway::from_str(&format!("{{Fn::GetAtt: [{id}, Arn]}}")).unwrap()
     };
     let (assumers, may_assume) = (
         ["DispatcherFunctionRole", "HarnessFunctionRole"],
@@ -445,7 +445,7 @@ fn sandbox_tasks_act_only_through_their_identitys_credentials() {
         "DispatcherFunction",
         "HarnessFunction",
     ] {
-        let inline = serde_yaml::to_string(&res[function]["Properties"]["Policies"]).unwrap();
+        let inline = serde_norway::to_string(&res[function]["Properties"]["Policies"]).unwrap();
         assert!(!inline.contains("sts:AssumeRole"), "{function}");
     }
     let required = deploy_parameters();
@@ -477,7 +477,7 @@ fn bootstrap_files_are_read_by_the_execution_role_alone() {
         Some("SandboxExecutionRole")
     );
     let reads =
-        serde_yaml::to_string(&res["SandboxExecutionRole"]["Properties"]["Policies"]).unwrap();
+        serde_norway::to_string(&res["SandboxExecutionRole"]["Properties"]["Policies"]).unwrap();
     assert!(
         reads.contains("s3:GetObject") && reads.contains("/bootstrap/*"),
         "{reads}"

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde_yaml::Value;
+use serde_norway::Value;
 
 /// The pseudo parameter the emulator's account is given under (`Ref:
 /// AWS::AccountId`, and the ARN of a role), as CloudFormation knows it.
@@ -106,7 +106,7 @@ impl Template {
         region: &str,
         overrides: &HashMap<String, String>,
     ) -> Result<Self> {
-        let doc: Value = serde_yaml::from_str(text).context("infra/template.yaml is not YAML")?;
+        let doc: Value = serde_norway::from_str(text).context("infra/template.yaml is not YAML")?;
         let mut parameters = HashMap::new();
         if let Some(Value::Mapping(ps)) = get(&doc, "Parameters") {
             for (k, v) in ps {
@@ -255,7 +255,7 @@ impl Template {
                     .find('}')
                     .ok_or_else(|| anyhow!("unterminated ${{ in {s}"))?;
                 let name = &rest[start + 2..start + end];
-                let mut m = serde_yaml::Mapping::new();
+                let mut m = serde_norway::Mapping::new();
                 m.insert(Value::String("Ref".into()), Value::String(name.into()));
                 out.push_str(&self.resolve_str(&Value::Mapping(m))?);
                 rest = &rest[start + end + 1..];
