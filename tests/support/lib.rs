@@ -280,13 +280,12 @@ impl TestStack {
 
     /// The first event of `kind` on a Run, once there is one (up to 30 s).
     pub async fn event_eventually(&self, run_id: &str, kind: &str) -> serde_json::Value {
-        for _ in 0..300 {
-            if let Some(e) = self.event(run_id, kind).await {
-                return e;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("no {kind} event on {run_id}");
+        let what = format!("a {kind} event on {run_id}");
+        crate::wait::eventually(&what, || async { self.event(run_id, kind).await.is_some() }).await;
+        // Events are only ever appended: the one seen is still there.
+        self.event(run_id, kind)
+            .await
+            .expect("an event seen a moment ago")
     }
 
     /// The events of a Run, by type.
