@@ -16,7 +16,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use lambda_http::aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use lambda_http::request::LambdaRequest;
-use lambda_http::{Body, Request, Response};
+use lambda_http::Request;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -26,7 +26,31 @@ use super::template::Route;
 /// API Gateway's own payload limit.
 const GATEWAY_MAX_BODY: usize = 10 * 1024 * 1024;
 
-pub type HttpHandler = Arc<dyn Fn(Request) -> BoxFuture<'static, Response<Body>> + Send + Sync>;
+pub type HttpHandler =
+    Arc<dyn Fn(Request) -> BoxFuture<'static, hyper::Response<Full<Bytes>>> + Send + Sync>;
+
+/// A function's axum router as the handler its routes are given to, as
+/// `lambda_http::run` serves it in AWS.
+pub fn function(app: axum::Router) -> HttpHandler {
+    Arc::new(move |req: Request| {
+        let app = app.clone();
+        Box::pin(async move {
+            use lambda_http::tower::ServiceExt;
+            let resp = match app.oneshot(req).await {
+                Ok(resp) => resp,
+                Err(never) => match never {},
+            };
+            let (parts, body) = resp.into_parts();
+            match body.collect().await {
+                Ok(b) => hyper::Response::from_parts(parts, Full::new(b.to_bytes())),
+                Err(e) => {
+                    tracing::error!(error = %e, "the function's answer could not be read");
+                    plain(500, json!({"message": "Internal Server Error"}))
+                }
+            }
+        })
+    })
+}
 
 #[derive(Clone)]
 struct Router {
@@ -176,15 +200,7 @@ async fn serve_one(
         }
     };
     let request: Request = LambdaRequest::ApiGatewayV2(v2).into();
-    let resp = handler(request).await;
-    let (parts, body) = resp.into_parts();
-    let bytes = match body {
-        Body::Empty => Bytes::new(),
-        Body::Text(t) => Bytes::from(t),
-        Body::Binary(b) => Bytes::from(b),
-        _ => Bytes::new(),
-    };
-    hyper::Response::from_parts(parts, Full::new(bytes))
+    handler(request).await
 }
 
 /// Serves until `shutdown` turns true.

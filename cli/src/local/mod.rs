@@ -318,21 +318,11 @@ impl LocalStack {
         tasks.push(tokio::spawn(supervisor.run(shutdown_rx.clone())));
 
         let mut http_handlers: HashMap<String, HttpHandler> = HashMap::new();
-        let isvc = ingress_svc.clone();
         http_handlers.insert(
             "ingress".into(),
-            Arc::new(move |req| {
-                let svc = isvc.clone();
-                Box::pin(async move { armada_ingress::handle(svc, req).await })
-            }),
+            http::function(armada_ingress::app(ingress_svc.clone())),
         );
-        http_handlers.insert(
-            "hitl".into(),
-            Arc::new(move |req| {
-                let svc = hitl_svc.clone();
-                Box::pin(async move { armada_hitl::handle(svc, req).await })
-            }),
-        );
+        http_handlers.insert("hitl".into(), http::function(armada_hitl::app(hitl_svc)));
         tasks.push(tokio::spawn(http::serve(
             api_listener,
             template.routes(),

@@ -3,11 +3,14 @@
 //! two deciders at once one wins and the other is told it was decided —
 //! then announced to the Run in its FIFO group.
 
-use armada_domain::approval::{Approval, ApprovalAction, ApprovalEvent, ApprovalRefusal};
+use armada_api::ApiError;
+use armada_core::error::StoreError;
+use armada_core::Services;
+use armada_domain::approval::{
+    Approval, ApprovalAction, ApprovalEvent, ApprovalRefusal, Decider, Verdict,
+};
 use armada_domain::machine::Machine;
 use armada_domain::messages::HarnessMessage;
-
-use crate::*;
 
 /// Reads approval `id`; another tenant's is not found.
 pub(crate) async fn load(
@@ -15,7 +18,7 @@ pub(crate) async fn load(
     id: &str,
     tenant: Option<&str>,
 ) -> Result<Approval, ApiError> {
-    let found = svc.approvals.get(id).await.map_err(store_err)?;
+    let found = svc.approvals.get(id).await?;
     match found {
         Some(a) if tenant.is_none_or(|t| t == a.tenant) => Ok(a),
         _ => Err(ApiError::not_found(&format!("approval '{id}'"))),
@@ -58,8 +61,8 @@ pub async fn decide(
             }
             // Someone else wrote first: read again, and the domain says
             // whether anything is left to decide.
-            Err(armada_core::error::StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(store_err(e)),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
     Err(ApiError::unavailable("the approval kept changing; retry"))

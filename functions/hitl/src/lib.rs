@@ -10,19 +10,26 @@
 //!
 //! A decision is one conditional write of the approval ([`decide`]); the
 //! Run hears of it through its FIFO group on the harness queue (and, if
-//! that send fails, from its watchdog).
+//! that send fails, from its watchdog). Like ingress, one axum router,
+//! built with its part of the OpenAPI document.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use lambda_http::{Body, Request, RequestExt, Response};
-use serde_json::{json, Value};
-use tracing::Instrument;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::HeaderMap;
+use axum::{Json, Router};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use armada_core::auth::{authenticate, error_reply, store_err, Principal};
+use armada_api::approvals::{ApprovalList, ApprovalView, ApprovalsQuery, DecisionBody};
+use armada_api::server::{Path, Query, RawBody};
+use armada_api::{ApiError, ErrorBody};
+use armada_core::auth::{authenticate, Principal};
 use armada_core::clock::rfc3339;
 use armada_core::Services;
-use armada_domain::api::{ApiError, KeyRole};
+use armada_domain::api::KeyRole;
 use armada_domain::approval::{codes, ApprovalState, Decider, Verdict};
 use armada_domain::fields::Fields;
 
@@ -38,62 +45,47 @@ const MAX_COMMENT_BYTES: usize = 2048;
 /// The most approvals one list returns.
 const MAX_LIST: usize = 200;
 
-type ApiResult = Result<(u16, Value), ApiError>;
-
-/// Handles one HTTP request and always answers: JSON for the API, HTML
-/// for the review page.
-pub async fn handle(svc: Arc<Services>, req: Request) -> Response<Body> {
-    let method = req.method().as_str().to_string();
-    let path = req.uri().path().to_string();
-    let span = tracing::info_span!("http", %method, %path);
-    async {
-        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-        if req.body().len() > MAX_BODY_BYTES {
-            return json_response(413, &ApiError::too_large(MAX_BODY_BYTES).body());
-        }
-        match (segs.as_slice(), method.as_str()) {
-            (["v1", "approvals", id, "review"], "GET") => page::show(&svc, &req, id).await,
-            (["v1", "approvals", id, "review"], "POST") => page::submit(&svc, &req, id).await,
-            _ => {
-                let (status, body) = match api(&svc, &req, &segs, &method).await {
-                    Ok(ok) => ok,
-                    Err(e) => error_reply(&e),
-                };
-                json_response(status, &body)
-            }
-        }
-    }
-    .instrument(span)
-    .await
+fn api() -> OpenApiRouter<Arc<Services>> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(get_approval))
+        .routes(routes!(decision))
+        .routes(routes!(page::show, page::submit))
 }
 
-async fn api(svc: &Services, req: &Request, segs: &[&str], method: &str) -> ApiResult {
-    match (segs, method) {
-        (["v1", "approvals", id, "decision"], "POST") => decision(svc, req, id).await,
-        (["v1", "approvals"], "GET") => {
-            let who = who(svc, req).await?;
-            list(svc, req, who.tenant()?).await
-        }
-        (["v1", "approvals", id], "GET") => {
-            let who = who(svc, req).await?;
-            let a = decide::load(svc, id, Some(who.tenant()?)).await?;
-            Ok((200, a.view(rfc3339)))
-        }
-        _ => Err(ApiError::not_found("route")),
-    }
+/// The approvals' router, ready to serve.
+pub fn app(svc: Arc<Services>) -> Router {
+    let (router, _) = api().split_for_parts();
+    router
+        .method_not_allowed_fallback(armada_api::server::wrong_method)
+        .fallback(armada_api::server::no_route)
+        .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn(armada_core::calls::request_span))
+        .with_state(svc)
 }
 
-async fn who(svc: &Services, req: &Request) -> Result<Principal, ApiError> {
-    let header = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok());
-    authenticate(svc, header).await
+/// This function's part of the OpenAPI document.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api().split_for_parts().1
 }
 
-async fn list(svc: &Services, req: &Request, tenant: &str) -> ApiResult {
-    let q = query(req);
-    let state = match q.get("state").map(String::as_str) {
+/// The tenant's approvals, newest first, optionally in one state.
+#[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalsQuery),
+    responses(
+        (status = 200, description = "The approvals.", body = ApprovalList),
+        (status = 400, description = "`INVALID_FIELD`, `INVALID_QUERY`.", body = ErrorBody),
+        (status = 401, description = "`UNAUTHORIZED`.", body = ErrorBody),
+        (status = 403, description = "`FORBIDDEN`: the admin key.", body = ErrorBody),
+        (status = 503, description = "`UNAVAILABLE`.", body = ErrorBody),
+    ),
+    security(("member_key" = []), ("approver_key" = [])))]
+async fn list(
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    Query(q): Query<ApprovalsQuery>,
+) -> Result<Json<ApprovalList>, ApiError> {
+    let tenant = who.tenant()?;
+    let state = match q.state.as_deref() {
         None | Some("") => None,
         Some(s) => Some(ApprovalState::parse(s).ok_or_else(|| {
             ApiError::new(
@@ -103,29 +95,68 @@ async fn list(svc: &Services, req: &Request, tenant: &str) -> ApiResult {
             )
         })?),
     };
-    let limit = match q.get("limit") {
+    let limit = match q.limit {
         None => 50,
-        Some(l) => l
-            .parse::<usize>()
+        Some(l) => usize::try_from(l)
             .ok()
             .filter(|n| (1..=MAX_LIST).contains(n))
             .ok_or_else(|| {
                 ApiError::new(400, "INVALID_FIELD", format!("limit: must be 1-{MAX_LIST}"))
             })?,
     };
-    let found = svc
-        .approvals
-        .of_tenant(tenant, state, limit)
-        .await
-        .map_err(store_err)?;
-    let views: Vec<Value> = found.iter().map(|a| a.view(rfc3339)).collect();
-    Ok((200, json!({"approvals": views})))
+    let found = svc.approvals.of_tenant(tenant, state, limit).await?;
+    Ok(Json(ApprovalList {
+        approvals: found.iter().map(|a| ApprovalView::of(a, rfc3339)).collect(),
+    }))
 }
 
-/// `POST /v1/approvals/{id}/decision`: by an approver key, or by a link's
-/// token (in the body) instead of a key.
-async fn decision(svc: &Services, req: &Request, id: &str) -> ApiResult {
-    let body = ApiError::json_body(req.body().as_ref())?;
+/// One of the tenant's approvals.
+#[utoipa::path(get, path = "/v1/approvals/{approval_id}", tag = "approvals",
+    params(("approval_id" = String, Path, description = "The approval's id (`apv_…`).")),
+    responses(
+        (status = 200, description = "The approval.", body = ApprovalView),
+        (status = 401, description = "`UNAUTHORIZED`.", body = ErrorBody),
+        (status = 403, description = "`FORBIDDEN`: the admin key.", body = ErrorBody),
+        (status = 404, description = "`NOT_FOUND`: no such approval in the caller's tenant.", body = ErrorBody),
+        (status = 503, description = "`UNAVAILABLE`.", body = ErrorBody),
+    ),
+    security(("member_key" = []), ("approver_key" = [])))]
+async fn get_approval(
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    Path(approval_id): Path<String>,
+) -> Result<Json<ApprovalView>, ApiError> {
+    let a = decide::load(&svc, &approval_id, Some(who.tenant()?)).await?;
+    Ok(Json(ApprovalView::of(&a, rfc3339)))
+}
+
+/// Decides an approval: by an approver key, or by a link's token (in the
+/// body) instead of a key.
+#[utoipa::path(post, path = "/v1/approvals/{approval_id}/decision", tag = "approvals",
+    request_body = DecisionBody,
+    params(("approval_id" = String, Path, description = "The approval's id (`apv_…`).")),
+    responses(
+        (status = 200, description = "Decided.", body = ApprovalView),
+        (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`.", body = ErrorBody),
+        (status = 401, description = "`UNAUTHORIZED`: neither a key nor a token.", body = ErrorBody),
+        (status = 403, description = "`NOT_AN_APPROVER`, `TOKEN_INVALID`, `SELF_APPROVAL`, `FORBIDDEN`.", body = ErrorBody),
+        (status = 404, description = "`NOT_FOUND`: no such approval in the caller's tenant.", body = ErrorBody),
+        (status = 409, description = "`ALREADY_DECIDED`, `EXPIRED`, `CANCELLED`.", body = ErrorBody),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`.", body = ErrorBody),
+        (status = 503, description = "`UNAVAILABLE`.", body = ErrorBody),
+    ),
+    security(("approver_key" = []), ()))]
+async fn decision(
+    State(svc): State<Arc<Services>>,
+    Path(id): Path<String>,
+    source: SourceIp,
+    headers: HeaderMap,
+    RawBody(raw): RawBody,
+) -> Result<Json<ApprovalView>, ApiError> {
+    if raw.len() > MAX_BODY_BYTES {
+        return Err(ApiError::too_large(MAX_BODY_BYTES));
+    }
+    let body = ApiError::json_body(&raw)?;
     let f = Fields::new(&body)?;
     f.only(&["decision", "comment", "token", "result"])?;
     let verdict = Verdict::parse(f.req_str("decision")?, body.get("result").cloned())
@@ -145,7 +176,10 @@ async fn decision(svc: &Services, req: &Request, id: &str) -> ApiResult {
             None,
         ),
         None => {
-            let who = who(svc, req).await?;
+            let header = headers
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            let who = authenticate(&svc, header).await?;
             let key = who.tenant_key()?;
             if key.role != KeyRole::Approver {
                 return Err(ApiError::new(
@@ -162,17 +196,8 @@ async fn decision(svc: &Services, req: &Request, id: &str) -> ApiResult {
             )
         }
     };
-    let a = decide(
-        svc,
-        id,
-        verdict,
-        by,
-        source_ip(req),
-        comment,
-        tenant.as_deref(),
-    )
-    .await?;
-    Ok((200, a.view(rfc3339)))
+    let a = decide(&svc, &id, verdict, by, source.0, comment, tenant.as_deref()).await?;
+    Ok(Json(ApprovalView::of(&a, rfc3339)))
 }
 
 /// A comment as kept: trimmed, at most [`MAX_COMMENT_BYTES`].
@@ -189,28 +214,23 @@ fn comment(c: Option<&str>) -> Result<Option<String>, ApiError> {
 }
 
 /// The caller's address as API Gateway saw it.
-fn source_ip(req: &Request) -> Option<String> {
-    match req.request_context_ref()? {
-        lambda_http::request::RequestContext::ApiGatewayV2(ctx) => ctx.http.source_ip.clone(),
-        _ => None,
+struct SourceIp(Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for SourceIp {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        use lambda_http::request::RequestContext;
+        Ok(SourceIp(match parts.extensions.get::<RequestContext>() {
+            Some(RequestContext::ApiGatewayV2(ctx)) => ctx.http.source_ip.clone(),
+            _ => None,
+        }))
     }
 }
 
-fn query(req: &Request) -> HashMap<String, String> {
-    form(req.uri().query().unwrap_or_default())
-}
-
-/// Decodes `application/x-www-form-urlencoded` (a query or a form body).
+/// Decodes `application/x-www-form-urlencoded` (a form body).
 fn form(s: &str) -> HashMap<String, String> {
     form_urlencoded::parse(s.as_bytes())
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect()
-}
-
-pub fn json_response(status: u16, body: &Value) -> Response<Body> {
-    Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(Body::Text(body.to_string()))
-        .unwrap_or_else(|_| Response::new(Body::Empty))
 }

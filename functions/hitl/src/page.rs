@@ -4,17 +4,51 @@
 //! links); the form's POST decides. A link that is forged, another
 //! approval's, used or expired gets a page that says so, with a 4xx.
 
-use armada_domain::approval::{Approval, ApprovalKind};
+use std::sync::Arc;
 
-use crate::*;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use utoipa::IntoParams;
 
-/// `GET /v1/approvals/{id}/review?token=…`
-pub(crate) async fn show(svc: &Services, req: &Request, id: &str) -> Response<Body> {
-    let token = query(req).remove("token").unwrap_or_default();
-    let a = match svc.approvals.get(id).await {
+use armada_api::server::{Path, Query, RawBody};
+use armada_api::ApiError;
+use armada_core::clock::rfc3339;
+use armada_core::Services;
+use armada_domain::approval::{codes, Approval, ApprovalKind, ApprovalState, Decider, Verdict};
+
+use crate::{comment, decide, form, SourceIp, MAX_BODY_BYTES, MAX_COMMENT_BYTES};
+
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ReviewQuery {
+    /// The link's token.
+    #[serde(default)]
+    token: Option<String>,
+}
+
+/// The review page an approval link opens: what is asked, and a form to
+/// decide it. Showing it changes nothing.
+#[utoipa::path(get, path = "/v1/approvals/{approval_id}/review", tag = "approvals",
+    params(("approval_id" = String, Path, description = "The approval's id (`apv_…`)."), ReviewQuery),
+    responses(
+        (status = 200, description = "The page, with the form.", content_type = "text/html"),
+        (status = 403, description = "The link is not valid.", content_type = "text/html"),
+        (status = 409, description = "Nothing left to decide.", content_type = "text/html"),
+        (status = 503, description = "Briefly unavailable.", content_type = "text/html"),
+    ))]
+pub(crate) async fn show(
+    State(svc): State<Arc<Services>>,
+    Path(id): Path<String>,
+    Query(q): Query<ReviewQuery>,
+) -> Response {
+    let token = q.token.unwrap_or_default();
+    let a = match svc.approvals.get(&id).await {
         Ok(Some(a)) => a,
         Ok(None) => return invalid_link(),
-        Err(e) => return unavailable(store_err(e)),
+        Err(e) => return unavailable(e.into()),
     };
     if a.token_recipient(&token).is_none() {
         return invalid_link();
@@ -55,9 +89,31 @@ const UNCERTAIN_BUTTONS: &str = "<button type=\"submit\" name=\"decision\" value
      <button type=\"submit\" name=\"decision\" value=\"retry\" id=\"retry\">Run it again</button>\n\
      <button type=\"submit\" name=\"decision\" value=\"fail\" id=\"fail\">Fail the run</button>";
 
-/// `POST /v1/approvals/{id}/review` (the page's form).
-pub(crate) async fn submit(svc: &Services, req: &Request, id: &str) -> Response<Body> {
-    let text = std::str::from_utf8(req.body().as_ref()).unwrap_or_default();
+/// The review page's form: `token`, `decision`, and optionally
+/// `comment` and `result`, form-encoded.
+#[utoipa::path(post, path = "/v1/approvals/{approval_id}/review", tag = "approvals",
+    params(("approval_id" = String, Path, description = "The approval's id (`apv_…`).")),
+    request_body(content = String, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "Decided: what happens now.", content_type = "text/html"),
+        (status = 400, description = "The form was not understood.", content_type = "text/html"),
+        (status = 403, description = "The link is not valid.", content_type = "text/html"),
+        (status = 409, description = "Nothing left to decide.", content_type = "text/html"),
+        (status = 413, description = "The form is too large.", content_type = "text/html"),
+        (status = 503, description = "Briefly unavailable.", content_type = "text/html"),
+    ))]
+pub(crate) async fn submit(
+    State(svc): State<Arc<Services>>,
+    Path(id): Path<String>,
+    source: SourceIp,
+    raw: Result<RawBody, ApiError>,
+) -> Response {
+    let raw = match raw {
+        Ok(RawBody(raw)) if raw.len() <= MAX_BODY_BYTES => raw,
+        _ => return html(413, "Too large", "<p>The form is too large.</p>"),
+    };
+    let (svc, id) = (svc.as_ref(), id.as_str());
+    let text = std::str::from_utf8(&raw).unwrap_or_default();
     let mut f = form(text);
     let token = f.remove("token").unwrap_or_default();
     // A result given for an uncertain call: JSON if it is JSON, else text.
@@ -84,7 +140,7 @@ pub(crate) async fn submit(svc: &Services, req: &Request, id: &str) -> Response<
         }
     };
     let by = Decider::Token { token };
-    match decide(svc, id, verdict, by, source_ip(req), comment, None).await {
+    match decide(svc, id, verdict, by, source.0, comment, None).await {
         Ok(a) => {
             let (title, what) = match &a.verdict {
                 Some(Verdict::Approve) => {
@@ -166,7 +222,7 @@ fn settled(a: &Approval, now: i64) -> String {
     format!("<p id=\"result\">{}</p>\n{}", esc(&what), details(a))
 }
 
-fn invalid_link() -> Response<Body> {
+fn invalid_link() -> Response {
     html(
         403,
         "This link is not valid",
@@ -174,7 +230,7 @@ fn invalid_link() -> Response<Body> {
     )
 }
 
-fn unavailable(e: ApiError) -> Response<Body> {
+fn unavailable(e: ApiError) -> Response {
     html(
         e.status,
         "Try again",
@@ -198,7 +254,7 @@ fn esc(s: &str) -> String {
     out
 }
 
-fn html(status: u16, title: &str, body: &str) -> Response<Body> {
+fn html(status: u16, title: &str, body: &str) -> Response {
     let page = format!(
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
@@ -210,19 +266,23 @@ fn html(status: u16, title: &str, body: &str) -> Response<Body> {
          </head>\n<body>\n<main>\n<h1>{title}</h1>\n{body}\n</main>\n</body>\n</html>\n",
         title = esc(title),
     );
-    Response::builder()
-        .status(status)
-        .header("content-type", "text/html; charset=utf-8")
-        // The token is in the URL: never cached, never sent on.
-        .header("cache-control", "no-store")
-        .header("referrer-policy", "no-referrer")
-        .header("x-frame-options", "DENY")
-        .header(
-            "content-security-policy",
-            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
-        )
-        .body(Body::Text(page))
-        .unwrap_or_else(|_| Response::new(Body::Empty))
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [
+            ("content-type", "text/html; charset=utf-8"),
+            // The token is in the URL: never cached, never sent on.
+            ("cache-control", "no-store"),
+            ("referrer-policy", "no-referrer"),
+            ("x-frame-options", "DENY"),
+            (
+                "content-security-policy",
+                "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+            ),
+        ],
+        page,
+    )
+        .into_response()
 }
 
 #[cfg(test)]

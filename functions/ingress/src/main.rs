@@ -1,16 +1,10 @@
-//! The ingress Lambda: `lambda_http` around [`armada_ingress::handle`].
+//! The ingress Lambda: [`armada_ingress::app`] served by `lambda_http`.
 
-use std::convert::Infallible;
-
-use lambda_http::{service_fn, Error, Request};
+use lambda_http::Error;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     armada_core::telemetry::init();
     let svc = armada_core::Services::from_env().await?;
-    lambda_http::run(service_fn(move |req: Request| {
-        let svc = svc.clone();
-        async move { Ok::<_, Infallible>(armada_ingress::handle(svc, req).await) }
-    }))
-    .await
+    lambda_http::run(armada_ingress::app(svc)).await
 }

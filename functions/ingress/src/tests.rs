@@ -2,12 +2,37 @@
 //! `Idempotency-Key`, a tenant never seeing another's Run, cancelling
 //! (fenced, announced once, refused when ended), bad input. No emulator.
 
+use std::sync::Arc;
+
+use lambda_http::Body;
+use serde_json::{json, Value};
+
 use armada_core::memory::fixtures::agent;
 use armada_core::memory::{test_config, Memory};
+use armada_core::ports::StoredKey;
+use armada_core::Services;
 use armada_domain::api::{ApiKey, KeyRole};
 use armada_domain::messages::DispatchMessage;
+use armada_domain::run::RunState;
 
-use super::*;
+use super::app;
+
+/// One request through the API's router, its answer's body read whole.
+async fn handle(svc: Arc<Services>, req: http::Request<Body>) -> http::Response<Body> {
+    use http_body_util::BodyExt;
+    use lambda_http::tower::ServiceExt;
+    let resp = match app(svc).oneshot(req).await {
+        Ok(resp) => resp,
+        Err(never) => match never {},
+    };
+    let (parts, body) = resp.into_parts();
+    let bytes = body.collect().await.expect("a body").to_bytes();
+    let body = match String::from_utf8(bytes.to_vec()) {
+        Ok(t) => Body::Text(t),
+        Err(e) => Body::Binary(e.into_bytes()),
+    };
+    http::Response::from_parts(parts, body)
+}
 
 struct Api {
     svc: Arc<Services>,
@@ -324,7 +349,7 @@ async fn a_tenant_with_its_quota_of_active_runs_waits_for_one_to_end() {
         (429, "TOO_MANY_ACTIVE_RUNS"),
         "{body}"
     );
-    assert_eq!(wait, Some(armada_domain::api::ACTIVE_RUNS_RETRY_S));
+    assert_eq!(wait, Some(armada_api::error::ACTIVE_RUNS_RETRY_S));
     {
         let st = api.mem.state();
         assert_eq!(st.runs.len(), 2, "the refused start wrote nothing");
@@ -390,7 +415,7 @@ async fn a_tenant_with_its_long_polls_all_waiting_is_told_to_retry() {
         (429, "TOO_MANY_LONG_POLLS"),
         "{body}"
     );
-    assert_eq!(wait, Some(armada_domain::api::LONG_POLLS_RETRY_S));
+    assert_eq!(wait, Some(armada_api::error::LONG_POLLS_RETRY_S));
     for path in [
         format!("/v1/runs/{id}/events?after=99"),
         format!("/v1/runs/{id}/events?after=0&wait=1"),

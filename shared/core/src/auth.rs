@@ -2,7 +2,8 @@
 //! its hash, tenant keys by their stored hash, in constant time). Shared
 //! by the functions that serve the API (ingress, hitl).
 
-use armada_domain::api::{ApiError, ApiKey, KeyRole};
+use armada_api::ApiError;
+use armada_domain::api::{ApiKey, KeyRole};
 use armada_domain::crypto::{digest_eq, sha256_hex};
 
 use crate::error::StoreError;
@@ -80,28 +81,41 @@ pub async fn authenticate(
     }))
 }
 
-/// A store error as the API shows it: retry later, or an internal error
-/// (the detail goes to the log, never to the caller).
+/// A store error as the API shows it (see `From<StoreError> for ApiError`).
 pub fn store_err(e: StoreError) -> ApiError {
-    match e {
-        StoreError::Retryable(m) => {
-            tracing::warn!(error = %m, "store unavailable");
-            ApiError::unavailable("the service is briefly unavailable; retry")
-        }
-        other => {
-            tracing::error!(error = %other, "store error");
-            ApiError::internal()
-        }
+    ApiError::from(e)
+}
+
+/// The caller of a route that takes a key: its `Authorization` header
+/// authenticated (`401` without a valid one).
+impl axum::extract::FromRequestParts<std::sync::Arc<Services>> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        svc: &std::sync::Arc<Services>,
+    ) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        authenticate(svc, header).await
     }
 }
 
-/// An API error as its answer (status and body), logged: a 5xx as an
-/// error (its detail stays in the log), a 4xx as a refusal.
-pub fn error_reply(e: &ApiError) -> (u16, serde_json::Value) {
-    if e.status >= 500 {
-        tracing::error!(code = e.code, message = %e.message, "request failed");
-    } else {
-        tracing::info!(status = e.status, code = e.code, "request refused");
+/// A caller with the admin key (`401` without a valid key, `403` with a
+/// tenant's), checked before the request's body is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdminKey;
+
+impl axum::extract::FromRequestParts<std::sync::Arc<Services>> for AdminKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        svc: &std::sync::Arc<Services>,
+    ) -> Result<Self, ApiError> {
+        Principal::from_request_parts(parts, svc).await?.admin()?;
+        Ok(AdminKey)
     }
-    (e.status, e.body())
 }

@@ -68,3 +68,20 @@ where
         )),
     }
 }
+
+/// A store error as the API shows it: retry later, or an internal error
+/// (the detail goes to the log, never to the caller).
+impl From<StoreError> for armada_api::ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Retryable(m) => {
+                tracing::warn!(error = %m, "store unavailable");
+                armada_api::ApiError::unavailable("the service is briefly unavailable; retry")
+            }
+            other => {
+                tracing::error!(error = %other, "store error");
+                armada_api::ApiError::internal()
+            }
+        }
+    }
+}

@@ -3,7 +3,6 @@
 //! destroy): the lifecycle of the domain applied to the sandboxes table,
 //! and the provider's tasks and hand queues started and stopped to match.
 
-use serde_json::Value;
 
 use armada_domain::agent::AgentDefinition;
 use armada_domain::messages::HarnessMessage;
@@ -472,33 +471,8 @@ pub async fn check_start(
 }
 
 /// The view of a sandbox the API and CLI show.
-pub fn view(rec: &SandboxRecord) -> Value {
-    use crate::clock::rfc3339;
-    let mut v = serde_json::json!({
-        "agent": rec.agent,
-        "tenant": rec.tenant,
-        "state": rec.state,
-        "generation": rec.generation,
-        "task_arn": rec.task_arn,
-        "ports": rec.ports,
-        "holder_run_id": rec.holder_run_id,
-        "waiting_runs": rec.waiters,
-        "last_used_at": rfc3339(rec.last_used_at_ms),
-        "created_at": rfc3339(rec.created_at_ms),
-        "profile": rec.profile,
-        "controls": rec.controls,
-    });
-    if let Some(f) = &rec.failure {
-        v["failure"] = serde_json::json!(f);
-    }
-    // Which of its own credentials the sandbox signs with (never a secret).
-    if let Some(c) = &rec.credentials {
-        v["credentials"] = serde_json::json!({
-            "access_key_id": c.access_key_id,
-            "expires_at": rfc3339(c.expires_at_ms),
-        });
-    }
-    v
+pub fn view(rec: &SandboxRecord) -> armada_api::sandboxes::SandboxView {
+    armada_api::sandboxes::SandboxView::of(rec, crate::clock::rfc3339)
 }
 
 /// A lifecycle move the sandbox's record refused: logged with the sandbox

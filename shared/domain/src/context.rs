@@ -11,6 +11,7 @@ use crate::collab::children::round_message_at;
 use crate::run::RunEventRecord;
 
 /// One turn of an AgentSession's history.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryTurn {
     pub role: Role,

@@ -13,6 +13,7 @@ use crate::sandbox::{
     self, MountMode, Placement, SkillKind, DEFAULT_CALL_TIMEOUT_S, MAX_CALL_TIMEOUT_S,
 };
 
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Risk {

@@ -1,85 +1,160 @@
 //! `/v1/agents` (admin writes): definitions, their versions, deletion
 //! (which destroys the agent's sandboxes in every tenant).
 
-use crate::*;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::Json;
+use serde_json::{Map, Value};
+
+use armada_api::registry::{AgentBody, AgentDeleted, AgentList, AgentView};
+use armada_api::server::{JsonBody, Path};
+use armada_api::{ApiError, ErrorBody};
+use armada_core::auth::{AdminKey, Principal};
+use armada_core::error::StoreError;
+use armada_core::sandboxing;
+use armada_core::Services;
+use armada_domain::agent::AgentDefinition;
+
+use super::runs::egress_checked;
+use crate::doc::KeyRefusals;
 
 pub(crate) async fn agent_named(svc: &Services, name: &str) -> Result<AgentDefinition, ApiError> {
     svc.registry
         .agent(name)
-        .await
-        .map_err(store_err)?
+        .await?
         .ok_or_else(|| ApiError::not_found(&format!("agent '{name}'")))
 }
 
-pub(crate) fn agent_json(def: &AgentDefinition, version: u64) -> Value {
-    let mut v = serde_json::to_value(def).unwrap_or(Value::Null);
-    v["version"] = json!(version);
-    v
+/// Who sees a definition whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Audience {
+    /// The admin key: every field.
+    Operator,
+    /// A tenant's key. Agents are shared by every tenant, and some fields
+    /// are the operator's: the chat webhook URL is a bearer secret
+    /// (whoever holds it posts to the channel), the approvers' addresses
+    /// are people's, and the model's endpoint and key variable map the
+    /// deployment. What a tenant needs to call the agent stays.
+    Tenant,
 }
 
-/// The definition as a tenant's key sees it. Agents are shared by every
-/// tenant, and some fields are the operator's: the chat webhook URL is a
-/// bearer secret (whoever holds it posts to the channel), the approvers'
-/// addresses are people's, and the model's endpoint and key variable map
-/// the deployment. What a tenant needs to call the agent stays.
-pub(crate) fn tenant_agent_json(def: &AgentDefinition, version: u64) -> Value {
-    let mut v = agent_json(def, version);
-    if let Some(model) = v.get_mut("model").and_then(Value::as_object_mut) {
-        model.remove("base_url");
-        model.remove("api_key_env");
-    }
-    if let Some(approvals) = v.get_mut("approvals").and_then(Value::as_object_mut) {
-        approvals.remove("chat_webhook_url");
-        approvals.remove("approvers");
-    }
-    v
-}
-
-/// The whole definition for the admin key, the tenant's view otherwise.
-fn view(who: &Principal) -> fn(&AgentDefinition, u64) -> Value {
-    match who {
-        Principal::Admin => agent_json,
-        Principal::Tenant(_) => tenant_agent_json,
+impl Audience {
+    fn of(who: &Principal) -> Self {
+        match who {
+            Principal::Admin => Audience::Operator,
+            Principal::Tenant(_) => Audience::Tenant,
+        }
     }
 }
 
-pub(crate) async fn list_agents(svc: &Services, who: &Principal) -> ApiResult {
-    let agents = svc.registry.list_agents().await.map_err(store_err)?;
-    let json = view(who);
-    let list: Vec<Value> = agents.iter().map(|(d, v)| json(d, *v)).collect();
-    Ok((200, json!({"agents": list})))
+fn agent_view(def: &AgentDefinition, version: u64, audience: Audience) -> AgentView {
+    let mut definition = match serde_json::to_value(def) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    definition.remove("name");
+    definition.remove("version");
+    if audience == Audience::Tenant {
+        if let Some(model) = definition.get_mut("model").and_then(Value::as_object_mut) {
+            model.remove("base_url");
+            model.remove("api_key_env");
+        }
+        if let Some(approvals) = definition
+            .get_mut("approvals")
+            .and_then(Value::as_object_mut)
+        {
+            approvals.remove("chat_webhook_url");
+            approvals.remove("approvers");
+        }
+    }
+    AgentView {
+        name: def.name.clone(),
+        version,
+        shadowed_profiles: None,
+        definition,
+    }
 }
 
-pub(crate) async fn get_agent(svc: &Services, who: &Principal, name: &str) -> ApiResult {
-    match svc.registry.agent_version(name).await.map_err(store_err)? {
-        Some((def, v)) => Ok((200, view(who)(&def, v))),
+/// Every agent, each at its current version.
+#[utoipa::path(get, path = "/v1/agents", tag = "registry",
+    responses((status = 200, description = "The agents.", body = AgentList), KeyRefusals),
+    security(("admin_key" = []), ("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn list_agents(
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+) -> Result<Json<AgentList>, ApiError> {
+    let agents = svc.registry.list_agents().await?;
+    let audience = Audience::of(&who);
+    Ok(Json(AgentList {
+        agents: agents
+            .iter()
+            .map(|(d, v)| agent_view(d, *v, audience))
+            .collect(),
+    }))
+}
+
+/// An agent's definition and version (what `PUT` takes back as it is).
+#[utoipa::path(get, path = "/v1/agents/{name}", tag = "registry",
+    params(("name" = String, Path, description = "The agent's name.")),
+    responses(
+        (status = 200, description = "The agent.", body = AgentView),
+        (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = []), ("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn get_agent(
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    Path(name): Path<String>,
+) -> Result<Json<AgentView>, ApiError> {
+    match svc.registry.agent_version(&name).await? {
+        Some((def, v)) => Ok(Json(agent_view(&def, v, Audience::of(&who)))),
         None => Err(ApiError::not_found(&format!("agent '{name}'"))),
     }
 }
 
-pub(crate) async fn put_agent(svc: &Services, req: &Request, name: &str) -> ApiResult {
-    let body = body_json(req)?;
-    let mut def = AgentDefinition::from_json(name, &body)?;
+/// Defines an agent, or its next version. With `If-Match: <version>`,
+/// only if it is still at that version.
+#[utoipa::path(put, path = "/v1/agents/{name}", tag = "registry", request_body = AgentBody,
+    params(
+        ("name" = String, Path, description = "The agent's name."),
+        ("If-Match" = Option<String>, Header, description = "The version the change was made to (`7` or `\"7\"`)."),
+    ),
+    responses(
+        (status = 200, description = "Written: the definition at its new version.", body = AgentView),
+        (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`, `INVALID_HEADER`.", body = ErrorBody),
+        (status = 412, description = "`PRECONDITION_FAILED`: changed since the version in `If-Match`.", body = ErrorBody),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = [])))]
+pub(crate) async fn put_agent(
+    State(svc): State<Arc<Services>>,
+    _: AdminKey,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody,
+) -> Result<Json<AgentView>, ApiError> {
+    let mut def = AgentDefinition::from_json(&name, &body)?;
     if let Some(url) = def
         .approvals
         .as_ref()
         .and_then(|a| a.chat_webhook_url.as_deref())
     {
-        crate::routes::runs::egress_checked(svc, "approvals.chat_webhook_url", url)?;
+        egress_checked(&svc, "approvals.chat_webhook_url", url)?;
     }
-    svc.registry
-        .resolve_manifests(&mut def)
-        .await
-        .map_err(store_err)??;
+    svc.registry.resolve_manifests(&mut def).await??;
     // The profile must resolve now, global profiles first: a placement that
     // could never be met is refused here rather than at the first call.
-    let global = svc.registry.profiles().await.map_err(store_err)?;
+    let global = svc.registry.profiles().await?;
     let (_, shadowed) = def
         .sandbox
         .resolve(global)
         .map_err(|e| ApiError::new(400, "INVALID_FIELD", format!("sandbox.profile: {e}")))?;
-    let version = match if_match(req)? {
-        None => svc.registry.put_agent(&def).await.map_err(store_err)?,
+    let version = match if_match(&headers)? {
+        None => svc.registry.put_agent(&def).await?,
         Some(expected) => match svc.registry.put_agent_if(&def, expected).await {
             Ok(v) => v,
             Err(StoreError::Conflict { .. }) => {
@@ -92,21 +167,19 @@ pub(crate) async fn put_agent(svc: &Services, req: &Request, name: &str) -> ApiR
                     ),
                 ))
             }
-            Err(e) => return Err(store_err(e)),
+            Err(e) => return Err(e.into()),
         },
     };
-    let mut v = agent_json(&def, version);
-    if !shadowed.is_empty() {
-        // Reported, not silently dropped: the global definitions hold.
-        v["shadowed_profiles"] = json!(shadowed);
-    }
-    Ok((200, v))
+    let mut view = agent_view(&def, version, Audience::Operator);
+    // Reported, not silently dropped: the global definitions hold.
+    view.shadowed_profiles = (!shadowed.is_empty()).then_some(shadowed);
+    Ok(Json(view))
 }
 
 /// The version an `If-Match` header names (`7` or the entity tag
 /// `"7"`), if the request has one: the write then happens only at it.
-fn if_match(req: &Request) -> Result<Option<u64>, ApiError> {
-    let Some(h) = req.headers().get(http::header::IF_MATCH) else {
+fn if_match(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(h) = headers.get(axum::http::header::IF_MATCH) else {
         return Ok(None);
     };
     h.to_str()
@@ -125,19 +198,24 @@ fn if_match(req: &Request) -> Result<Option<u64>, ApiError> {
 
 /// Deletes an agent and, with it, every sandbox it has in any tenant: no
 /// task and no file of it is left (seed 000 §E).
-pub(crate) async fn delete_agent(svc: &Services, name: &str) -> ApiResult {
-    let sandboxes = svc.sandboxes.list_agent(name).await.map_err(store_err)?;
+#[utoipa::path(delete, path = "/v1/agents/{name}", tag = "registry",
+    params(("name" = String, Path, description = "The agent's name.")),
+    responses(
+        (status = 200, description = "Deleted, with its sandboxes.", body = AgentDeleted),
+        (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = [])))]
+pub(crate) async fn delete_agent(
+    State(svc): State<Arc<Services>>,
+    _: AdminKey,
+    Path(name): Path<String>,
+) -> Result<Json<AgentDeleted>, ApiError> {
+    let sandboxes = svc.sandboxes.list_agent(&name).await?;
     let mut destroyed = Vec::new();
     for rec in sandboxes {
-        sandboxing::destroy(svc, &rec.tenant, &rec.agent, "the agent was deleted")
-            .await
-            .map_err(store_err)?;
-        if let Some(gone) = svc
-            .sandboxes
-            .get(&rec.tenant, &rec.agent)
-            .await
-            .map_err(store_err)?
-        {
+        sandboxing::destroy(&svc, &rec.tenant, &rec.agent, "the agent was deleted").await?;
+        if let Some(gone) = svc.sandboxes.get(&rec.tenant, &rec.agent).await? {
             match svc.sandboxes.delete(&gone).await {
                 Ok(()) => {}
                 // Changed since it was read (its task reported in): the
@@ -145,16 +223,17 @@ pub(crate) async fn delete_agent(svc: &Services, name: &str) -> ApiResult {
                 Err(StoreError::Conflict { .. }) => {
                     tracing::warn!(sandbox = %gone.key(), "destroyed sandbox record changed meanwhile; kept");
                 }
-                Err(e) => return Err(store_err(e)),
+                Err(e) => return Err(e.into()),
             }
         }
         destroyed.push(rec.tenant);
     }
-    if !svc.registry.delete_agent(name).await.map_err(store_err)? && destroyed.is_empty() {
+    if !svc.registry.delete_agent(&name).await? && destroyed.is_empty() {
         return Err(ApiError::not_found(&format!("agent '{name}'")));
     }
-    Ok((
-        200,
-        json!({"agent": name, "deleted": true, "sandboxes_destroyed": destroyed}),
-    ))
+    Ok(Json(AgentDeleted {
+        agent: name,
+        deleted: true,
+        sandboxes_destroyed: destroyed,
+    }))
 }

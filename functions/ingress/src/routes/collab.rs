@@ -5,12 +5,31 @@
 //! parent's.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
 
-use armada_domain::collab::chain::{self, step_run_id};
+use axum::extract::State;
+use axum::Json;
+
+use armada_api::collab::{
+    ChainCancelled, ChainView, ChildView, ChildrenView, TraceEntry, TraceView,
+};
+use armada_api::runs::RunAccepted;
+use armada_api::server::Path;
+use armada_api::{ApiError, ErrorBody};
+use armada_core::auth::{Principal, TenantKey};
+use armada_core::clock::{new_id, rfc3339};
+use armada_core::Services;
+use armada_domain::api::CreateRun;
+use armada_domain::collab::chain::{self, step_run_id, ChainLink};
 use armada_domain::collab::SlotState;
+use armada_domain::run::{Run, RunState};
+use armada_domain::team::Strategy;
 
-use crate::routes::runs::NewRun;
-use crate::*;
+use super::agents::agent_named;
+use super::runs::{cancel_run_by, load_run, start_run, NewRun};
+use super::tenant;
+use crate::doc::KeyRefusals;
 
 /// A sequential relay chain: its first step's Run, carrying the chain's
 /// link (every step's agent, the chain's callback); the dispatcher starts
@@ -22,7 +41,7 @@ pub(crate) async fn create_chain(
     steps: Vec<String>,
     team: Option<String>,
     idempotency: Option<(String, String)>,
-) -> ApiResult {
+) -> Result<RunAccepted, ApiError> {
     // Every step after the first is a Run of the chain's tree.
     within_descendants(
         svc,
@@ -60,12 +79,12 @@ pub(crate) async fn create_team_run(
     cr: CreateRun,
     name: &str,
     idempotency: Option<(String, String)>,
-) -> ApiResult {
+) -> Result<RunAccepted, ApiError> {
     let team = svc
         .registry
         .team(name)
         .await
-        .map_err(store_err)?
+        ?
         .ok_or_else(|| ApiError::not_found(&format!("team '{name}'")))?;
     for a in team.agents() {
         agent_named(svc, a)
@@ -110,27 +129,41 @@ fn within_descendants(svc: &Services, runs: usize, what: &str) -> Result<(), Api
 /// depth limit; this is a guard, reported when reached).
 const MAX_TRACE_RUNS: usize = 1000;
 
-fn trace_entry(run: &Run) -> Value {
+fn trace_entry(run: &Run) -> TraceEntry {
     let l = run.lineage();
-    json!({
-        "run_id": run.run_id,
-        "parent_run_id": run.parent_run_id,
-        "agent": run.agent,
-        "kind": l.kind,
-        "depth": l.depth,
-        "path": l.path,
-        "state": run.state,
-        "created_at": rfc3339(run.created_at_ms),
-        "ended_at": run.ended_at_ms.map(rfc3339),
-        "outstanding_children": run.outstanding_children(),
-    })
+    TraceEntry {
+        run_id: run.run_id.clone(),
+        parent_run_id: run.parent_run_id.clone(),
+        agent: run.agent.clone(),
+        kind: l.kind,
+        depth: l.depth,
+        path: l.path,
+        state: run.state,
+        created_at: rfc3339(run.created_at_ms),
+        ended_at: run.ended_at_ms.map(rfc3339),
+        outstanding_children: run.outstanding_children() as u64,
+    }
 }
 
 /// `GET /v1/runs/{id}/trace`: every Run of the tree the Run belongs to,
 /// parents before their children, children in the order they were asked
 /// for (for a chain step: the chain's steps in order, then what they asked).
-pub(crate) async fn run_trace(svc: &Services, tenant: &str, run_id: &str) -> ApiResult {
-    let run = load_run(svc, tenant, run_id).await?;
+#[utoipa::path(get, path = "/v1/runs/{run_id}/trace", tag = "collaboration",
+    params(("run_id" = String, Path, description = "Any Run of the tree.")),
+    responses(
+        (status = 200, description = "The tree's Runs.", body = TraceView),
+        (status = 404, description = "`NOT_FOUND`: no such Run in the caller's tenant.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn run_trace(
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    Path(run_id): Path<String>,
+) -> Result<Json<TraceView>, ApiError> {
+    let tenant = tenant(&who)?;
+    let svc = svc.as_ref();
+    let run = load_run(svc, tenant, &run_id).await?;
     let root_id = run.lineage().root_run_id;
     let root = if root_id == run.run_id {
         run
@@ -162,47 +195,61 @@ pub(crate) async fn run_trace(svc: &Services, tenant: &str, run_id: &str) -> Api
             .flat_map(|c| c.slots.iter().map(|s| s.run_id.clone()))
             .collect();
         for id in ids {
-            match svc.runs.get(&id).await.map_err(store_err)? {
+            match svc.runs.get(&id).await? {
                 Some(child) if child.tenant == tenant => queue.push_back(child),
                 // Planned, not created yet (or never, its parent ended first).
                 _ => {}
             }
         }
     }
-    Ok((
-        200,
-        json!({"root_run_id": root_id, "runs": runs, "truncated": truncated}),
-    ))
+    Ok(Json(TraceView {
+        root_run_id: root_id,
+        runs,
+        truncated,
+    }))
 }
 
 /// `GET /v1/runs/{id}/children`: the Run's children, every waiting point's,
 /// with where each stands.
-pub(crate) async fn run_children(svc: &Services, tenant: &str, run_id: &str) -> ApiResult {
-    let run = load_run(svc, tenant, run_id).await?;
+#[utoipa::path(get, path = "/v1/runs/{run_id}/children", tag = "collaboration",
+    params(("run_id" = String, Path, description = "The parent Run.")),
+    responses(
+        (status = 200, description = "Its children.", body = ChildrenView),
+        (status = 404, description = "`NOT_FOUND`: no such Run in the caller's tenant.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn run_children(
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    Path(run_id): Path<String>,
+) -> Result<Json<ChildrenView>, ApiError> {
+    let run = load_run(&svc, tenant(&who)?, &run_id).await?;
     let mut list = Vec::new();
     let slots = run.children.iter().flat_map(|c| c.slots.iter());
     for s in slots {
-        let child = svc.runs.get(&s.run_id).await.map_err(store_err)?;
+        let child = svc.runs.get(&s.run_id).await?;
         let state = match (&child, s.state) {
-            (Some(c), _) => json!(c.state),
-            (None, SlotState::Queued) => json!("QUEUED"),
-            (None, _) => Value::Null,
+            (Some(c), _) => Some(c.state.to_string()),
+            (None, SlotState::Queued) => Some("QUEUED".to_string()),
+            (None, _) => None,
         };
-        list.push(json!({
-            "run_id": s.run_id,
-            "agent": s.agent,
-            "kind": s.kind,
-            "round": s.round,
-            "call_id": s.call_id,
-            "state": state,
-            "noted": s.state == SlotState::Ended,
-            "error": s.outcome.as_ref().and_then(|o| o.error.clone()),
-        }));
+        list.push(ChildView {
+            run_id: s.run_id.clone(),
+            agent: s.agent.clone(),
+            kind: s.kind,
+            round: s.round,
+            call_id: s.call_id.clone(),
+            state,
+            noted: s.state == SlotState::Ended,
+            error: s.outcome.as_ref().and_then(|o| o.error.clone()),
+        });
     }
-    Ok((
-        200,
-        json!({"run_id": run.run_id, "outstanding_children": run.outstanding_children(), "children": list}),
-    ))
+    Ok(Json(ChildrenView {
+        run_id: run.run_id.clone(),
+        outstanding_children: run.outstanding_children() as u64,
+        children: list,
+    }))
 }
 
 /// A chain's steps' Runs, in order (a step not started has none); its
@@ -221,7 +268,7 @@ async fn chain_runs(
         .runs
         .get(&step_run_id(chain_id, 0))
         .await
-        .map_err(store_err)?
+        ?
         .filter(|r| r.tenant == tenant)
         .ok_or_else(not_found)?;
     let n = first.chain.as_ref().map_or(1, |c| c.steps.len());
@@ -231,29 +278,57 @@ async fn chain_runs(
             .runs
             .get(&step_run_id(chain_id, i))
             .await
-            .map_err(store_err)?;
+            ?;
         runs.push(r.filter(|r| r.tenant == tenant));
     }
     Ok(runs)
 }
 
 /// `GET /v1/chains/{chain_id}`: `{chain_id, state, steps: [{agent, run_id?, state}]}`.
-pub(crate) async fn get_chain(svc: &Services, tenant: &str, chain_id: &str) -> ApiResult {
-    let runs = chain_runs(svc, tenant, chain_id).await?;
+#[utoipa::path(get, path = "/v1/chains/{chain_id}", tag = "collaboration",
+    params(("chain_id" = String, Path, description = "The chain's id (`chain_…`).")),
+    responses(
+        (status = 200, description = "The chain.", body = ChainView),
+        (status = 404, description = "`NOT_FOUND`: no such chain in the caller's tenant.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn get_chain(
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    Path(chain_id): Path<String>,
+) -> Result<Json<ChainView>, ApiError> {
+    let runs = chain_runs(&svc, tenant(&who)?, &chain_id).await?;
     let link = runs[0].as_ref().and_then(|r| r.chain.clone());
     let steps = link.as_ref().map(|l| l.steps.clone()).unwrap_or_default();
     let refs: Vec<Option<&Run>> = runs.iter().map(Option::as_ref).collect();
     let (state, views) = chain::view(&steps, &refs);
-    let mut body = json!({"chain_id": chain_id, "state": state, "steps": views});
-    if let Some(team) = link.and_then(|l| l.team) {
-        body["team"] = json!(team);
-    }
-    Ok((200, body))
+    Ok(Json(ChainView {
+        chain_id,
+        state,
+        steps: views,
+        team: link.and_then(|l| l.team),
+    }))
 }
 
 /// `POST /v1/chains/{chain_id}/cancel`: cancels the running step; its end
 /// breaks the chain and the steps after it are skipped.
-pub(crate) async fn cancel_chain(svc: &Services, tenant: &str, chain_id: &str) -> ApiResult {
+#[utoipa::path(post, path = "/v1/chains/{chain_id}/cancel", tag = "collaboration",
+    params(("chain_id" = String, Path, description = "The chain's id (`chain_…`).")),
+    responses(
+        (status = 200, description = "Its running step is cancelled.", body = ChainCancelled),
+        (status = 404, description = "`NOT_FOUND`: no such chain in the caller's tenant.", body = ErrorBody),
+        (status = 409, description = "`CHAIN_ENDED`, `RUN_TERMINAL`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn cancel_chain(
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    Path(chain_id): Path<String>,
+) -> Result<Json<ChainCancelled>, ApiError> {
+    let tenant = tenant(&who)?;
+    let (svc, chain_id) = (svc.as_ref(), chain_id.as_str());
     // Between two steps (one completed, the next about to be created) no
     // step is active for a moment: look again shortly.
     for _ in 0..20 {
@@ -268,19 +343,25 @@ pub(crate) async fn cancel_chain(svc: &Services, tenant: &str, chain_id: &str) -
         if state != chain::ChainState::Running {
             return Err(ApiError::conflict(
                 "CHAIN_ENDED",
-                format!("the chain already ended {}", json!(state)),
+                format!("the chain already ended {}", chain_state_name(state)),
             ));
         }
         if let Some(active) = runs.iter().flatten().find(|r| r.state.is_active()) {
-            let (_, v) = cancel_run_by(svc, tenant, &active.run_id, "chain").await?;
-            return Ok((
-                200,
-                json!({"chain_id": chain_id, "cancelled_run_id": v["run_id"], "state": "CANCELLED"}),
-            ));
+            let cancelled = cancel_run_by(svc, tenant, &active.run_id, "chain").await?;
+            return Ok(Json(ChainCancelled {
+                chain_id: chain_id.to_string(),
+                cancelled_run_id: cancelled.run_id,
+                state: RunState::Cancelled,
+            }));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Err(ApiError::unavailable(
         "the chain is between two steps; retry",
     ))
+}
+
+/// A chain's state as the API writes it, quoted (`"COMPLETED"`).
+fn chain_state_name(state: chain::ChainState) -> String {
+    serde_json::to_string(&state).unwrap_or_default()
 }

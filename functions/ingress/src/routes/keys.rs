@@ -2,17 +2,49 @@
 //! once; `/v1/tenants/{t}/callback-secret`: the tenant's callback signing
 //! secret, rotated and shown once.
 
-use armada_domain::api::KeyRole;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+
+use armada_api::keys::{CallbackSecret, KeyMinted, KeyRevoked, KeyRoleName, MintKeyBody};
+use armada_api::server::{Path, RawBody};
+use armada_api::{ApiError, ErrorBody};
+use armada_core::auth::{AdminKey, Principal};
+use armada_core::error::StoreError;
+use armada_core::ports::StoredKey;
+use armada_core::Services;
+use armada_domain::api::{valid_tenant, ApiKey, KeyRole};
 use armada_domain::fields::Fields;
 
-use crate::*;
+use crate::doc::KeyRefusals;
 
-/// `POST /v1/tenants/{t}/keys {"role"?: "member" | "approver", "owner"?:
-/// address}` (the body is optional; `member` by default). An `approver`
-/// key also decides the tenant's approvals. `owner`, the address of the
-/// person the key is for, holds four eyes across keys and links: a Run
-/// the key starts is not let go on through that address's approval link.
-pub(crate) async fn mint_key(svc: &Services, req: &Request, tenant: &str) -> ApiResult {
+/// Mints a tenant's API key. The key is in this answer only.
+///
+/// `{"role"?: "member" | "approver", "owner"?: address}` (the body is
+/// optional; `member` by default). An `approver` key also decides the
+/// tenant's approvals. `owner`, the address of the person the key is for,
+/// holds four eyes across keys and links: a Run the key starts is not let
+/// go on through that address's approval link.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/keys", tag = "keys",
+    request_body(content = Option<MintKeyBody>, description = "Optional."),
+    params(("tenant" = String, Path, description = "The tenant: 1-64 of a-z, 0-9, '-'.")),
+    responses(
+        (status = 201, description = "Minted.", body = KeyMinted,
+            links(("RevokeKey" = (operation_id = "revoke_key", parameters(("key_id" = "$response.body#/key_id")))))),
+        (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`.", body = ErrorBody),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = [])))]
+pub(crate) async fn mint_key(
+    State(svc): State<Arc<Services>>,
+    _: AdminKey,
+    Path(tenant): Path<String>,
+    RawBody(raw): RawBody,
+) -> Result<(StatusCode, Json<KeyMinted>), ApiError> {
+    let tenant = tenant.as_str();
     if !valid_tenant(tenant) {
         return Err(ApiError::new(
             400,
@@ -20,10 +52,10 @@ pub(crate) async fn mint_key(svc: &Services, req: &Request, tenant: &str) -> Api
             "tenant: must be 1-64 characters of a-z, 0-9 or '-'",
         ));
     }
-    let (role, owner) = if req.body().is_empty() {
+    let (role, owner) = if raw.is_empty() {
         (KeyRole::Member, None)
     } else {
-        let body = body_json(req)?;
+        let body = ApiError::json_body(&raw)?;
         let f = Fields::new(&body)?;
         f.only(&["role", "owner"])?;
         let role = match f.opt_str("role")? {
@@ -60,31 +92,65 @@ pub(crate) async fn mint_key(svc: &Services, req: &Request, tenant: &str) -> Api
             },
             svc.clock.now_ms(),
         )
-        .await
-        .map_err(store_err)?;
+        .await?;
     Ok((
-        201,
-        json!({"key": key.token(), "key_id": key.key_id, "tenant": tenant, "role": role.as_str(), "owner": owner}),
+        StatusCode::CREATED,
+        Json(KeyMinted {
+            key: key.token(),
+            key_id: key.key_id,
+            tenant: tenant.to_string(),
+            role: match role {
+                KeyRole::Member => KeyRoleName::Member,
+                KeyRole::Approver => KeyRoleName::Approver,
+            },
+            owner,
+        }),
     ))
 }
 
-pub(crate) async fn revoke_key(svc: &Services, key_id: &str) -> ApiResult {
-    match svc.registry.revoke_key(key_id, svc.clock.now_ms()).await {
-        Ok(()) => Ok((200, json!({"key_id": key_id, "revoked": true}))),
+/// Revokes a key: it authenticates nothing from now on.
+#[utoipa::path(delete, path = "/v1/keys/{key_id}", tag = "keys",
+    params(("key_id" = String, Path, description = "The key's id (`key_…`).")),
+    responses(
+        (status = 200, description = "Revoked.", body = KeyRevoked),
+        (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = [])))]
+pub(crate) async fn revoke_key(
+    State(svc): State<Arc<Services>>,
+    _: AdminKey,
+    Path(key_id): Path<String>,
+) -> Result<Json<KeyRevoked>, ApiError> {
+    match svc.registry.revoke_key(&key_id, svc.clock.now_ms()).await {
+        Ok(()) => Ok(Json(KeyRevoked {
+            key_id,
+            revoked: true,
+        })),
         Err(StoreError::Conflict { .. }) => Err(ApiError::not_found(&format!("key '{key_id}'"))),
-        Err(e) => Err(store_err(e)),
+        Err(e) => Err(e.into()),
     }
 }
 
-/// `POST /v1/tenants/{t}/callback-secret`: a new salt, so a new secret,
-/// shown in this answer only (it is derived, never stored). The admin, or
-/// a member key of the tenant itself; another tenant's is 404.
+/// Rotates the tenant's callback signing secret: a new salt, so a new
+/// secret, shown in this answer only (it is derived, never stored). The
+/// admin, or a member key of the tenant itself; another tenant's is 404.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/callback-secret", tag = "keys",
+    params(("tenant" = String, Path, description = "The tenant.")),
+    responses(
+        (status = 201, description = "Rotated: the new secret.", body = CallbackSecret),
+        (status = 400, description = "`INVALID_FIELD`: not a tenant name.", body = ErrorBody),
+        (status = 404, description = "`NOT_FOUND`: another tenant's.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = []), ("member_key" = [])))]
 pub(crate) async fn rotate_callback_secret(
-    svc: &Services,
-    who: &Principal,
-    tenant: &str,
-) -> ApiResult {
-    match who {
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    Path(tenant): Path<String>,
+) -> Result<(StatusCode, Json<CallbackSecret>), ApiError> {
+    let tenant = tenant.as_str();
+    match &who {
         Principal::Admin => {}
         Principal::Tenant(k) if k.tenant == tenant && k.role == KeyRole::Member => {}
         Principal::Tenant(k) if k.tenant == tenant => {
@@ -107,15 +173,17 @@ pub(crate) async fn rotate_callback_secret(
     let now = svc.clock.now_ms();
     svc.registry
         .put_callback_salt(tenant, &salt, now)
-        .await
-        .map_err(store_err)?;
+        .await?;
     let secret = svc
         .callbacks
         .tenant_secret(svc.registry.as_ref(), tenant)
-        .await
-        .map_err(store_err)?;
+        .await?;
     Ok((
-        201,
-        json!({"tenant": tenant, "secret": secret, "rotated_at": armada_core::clock::rfc3339(now)}),
+        StatusCode::CREATED,
+        Json(CallbackSecret {
+            tenant: tenant.to_string(),
+            secret,
+            rotated_at: armada_core::clock::rfc3339(now),
+        }),
     ))
 }

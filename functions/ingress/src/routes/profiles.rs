@@ -1,35 +1,70 @@
 //! `/v1/profiles` (admin writes): global custom sandbox profiles.
 
-use crate::*;
+use std::sync::Arc;
 
-pub(crate) async fn list_profiles(svc: &Services) -> ApiResult {
-    let profiles = svc.registry.profiles().await.map_err(store_err)?;
-    Ok((200, json!({"profiles": profiles})))
+use axum::extract::State;
+use axum::Json;
+
+use armada_api::registry::{ProfileBody, ProfileList, ProfilePut};
+use armada_api::server::{JsonBody, Path};
+use armada_api::{ApiError, ErrorBody};
+use armada_core::auth::{AdminKey, Principal};
+use armada_core::Services;
+use armada_domain::sandbox::{ProfileDef, Profiles};
+
+use crate::doc::KeyRefusals;
+
+/// The global custom profiles, by name.
+#[utoipa::path(get, path = "/v1/profiles", tag = "registry",
+    responses((status = 200, description = "The profiles.", body = ProfileList), KeyRefusals),
+    security(("admin_key" = []), ("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn list_profiles(
+    State(svc): State<Arc<Services>>,
+    _: Principal,
+) -> Result<Json<ProfileList>, ApiError> {
+    let profiles = svc.registry.profiles().await?;
+    Ok(Json(ProfileList {
+        profiles: profiles
+            .into_iter()
+            .map(|(k, v)| (k, serde_json::to_value(v).unwrap_or_default()))
+            .collect(),
+    }))
 }
 
 /// Defines (or redefines) a global custom profile. Global definitions win
 /// over any agent's project profile of the same name.
-pub(crate) async fn put_profile(svc: &Services, req: &Request, name: &str) -> ApiResult {
-    if !armada_domain::agent::valid_name(name) {
+#[utoipa::path(put, path = "/v1/profiles/{name}", tag = "registry", request_body = ProfileBody,
+    params(("name" = String, Path, description = "The profile's name.")),
+    responses(
+        (status = 200, description = "Written, and as it resolves.", body = ProfilePut),
+        (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`.", body = ErrorBody),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = [])))]
+pub(crate) async fn put_profile(
+    State(svc): State<Arc<Services>>,
+    _: AdminKey,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<ProfilePut>, ApiError> {
+    if !armada_domain::agent::valid_name(&name) {
         return Err(ApiError::new(
             400,
             "INVALID_FIELD",
             "name: must be 1-64 characters of a-z, 0-9, '-' or '_'",
         ));
     }
-    let body = body_json(req)?;
-    let def = ProfileDef::parse(&body, "profile").map_err(ApiError::from)?;
-    let mut all = svc.registry.profiles().await.map_err(store_err)?;
-    all.insert(name.to_string(), def.clone());
+    let def = ProfileDef::parse(&body, "profile")?;
+    let mut all = svc.registry.profiles().await?;
+    all.insert(name.clone(), def.clone());
     let check = Profiles::load(all, Default::default())
-        .and_then(|p| p.resolve(name))
+        .and_then(|p| p.resolve(&name))
         .map_err(|e| ApiError::new(400, "INVALID_FIELD", format!("profile: {e}")))?;
-    svc.registry
-        .put_profile(name, &def)
-        .await
-        .map_err(store_err)?;
-    Ok((
-        200,
-        json!({"name": name, "profile": def, "resolved": check}),
-    ))
+    svc.registry.put_profile(&name, &def).await?;
+    Ok(Json(ProfilePut {
+        name,
+        profile: serde_json::to_value(&def).unwrap_or_default(),
+        resolved: serde_json::to_value(&check).unwrap_or_default(),
+    }))
 }

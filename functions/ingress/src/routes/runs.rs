@@ -1,10 +1,49 @@
 //! `/v1/runs`: start (validated, deduplicated by Idempotency-Key, written
 //! and enqueued), read, events (long-poll), cancel.
 
-use crate::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use serde_json::{json, Value};
+
+use armada_api::runs::{
+    CreateRunBody, EventView, EventsPage, EventsQuery, RunAccepted, RunCancelled, RunView,
+};
+use armada_api::server::{JsonBody, Path, Query};
+use armada_api::{ApiError, ErrorBody};
+use armada_core::auth::{Principal, TenantKey};
+use armada_core::clock::{new_id, rfc3339};
+use armada_core::error::StoreError;
+use armada_core::ports::{Also, IdemRecord};
+use armada_core::unreadable::{self, Ending};
+use armada_core::Services;
+use armada_domain::agent::AgentDefinition;
+use armada_domain::api::{minute_window, CreateRun, RunTarget};
+use armada_domain::collab::chain::{step_run_id, ChainLink};
+use armada_domain::collab::{Lineage, RunKind};
+use armada_domain::crypto::sha256_hex;
+use armada_domain::messages::DispatchMessage;
+use armada_domain::run::{
+    NewRun as NewRunRecord, Payload, Run, RunEvent, RunEventRecord, RunHead, RunState,
+    CORRUPT_RECORD,
+};
+use armada_domain::session::SessionHeader;
+use armada_domain::team::TeamDefinition;
+
+use super::agents::agent_named;
+use super::collab::{create_chain, create_team_run};
+use super::sessions::session_for;
+use super::{tenant, tenant_key};
+use crate::doc::KeyRefusals;
+
+/// The longest `wait` a caller may ask of the events endpoint.
+const MAX_EVENTS_WAIT_S: u64 = 20;
 
 pub(crate) async fn load_run(svc: &Services, tenant: &str, run_id: &str) -> Result<Run, ApiError> {
-    match svc.runs.get(run_id).await.map_err(store_err)? {
+    match svc.runs.get(run_id).await? {
         // Another tenant's Run does not exist for this caller.
         Some(run) if run.tenant == tenant => Ok(run),
         _ => Err(ApiError::not_found(&format!("run '{run_id}'"))),
@@ -31,72 +70,91 @@ pub(crate) async fn load_any(
         Err(StoreError::Corrupt(why)) => {
             match unreadable::head_of(svc, run_id, tenant)
                 .await
-                .map_err(store_err)?
+                ?
             {
                 Some(head) => Ok(Loaded::Unreadable { head, why }),
                 None => Err(not_found()),
             }
         }
-        Err(e) => Err(store_err(e)),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// The view of a Run whose document cannot be read: its head, and why.
-fn unreadable_view(head: &RunHead) -> Value {
-    json!({
-        "run_id": head.run_id,
-        "agent": head.agent,
-        "state": head.state,
-        "created_at": rfc3339(head.created_at_ms),
-        "updated_at": rfc3339(head.updated_at_ms),
-        "step": head.step,
-        "epoch": head.epoch,
-        "error": {"code": CORRUPT_RECORD, "message": "the run's record could not be read"},
-    })
+fn unreadable_view(head: &RunHead) -> RunView {
+    RunView {
+        run_id: head.run_id.clone(),
+        agent: head.agent.clone(),
+        state: head.state,
+        input: None,
+        created_at: rfc3339(head.created_at_ms),
+        updated_at: rfc3339(head.updated_at_ms),
+        usage: None,
+        step: head.step,
+        epoch: head.epoch,
+        metadata: None,
+        output: None,
+        error: Some(armada_domain::run::RunError::new(
+            CORRUPT_RECORD,
+            "the run's record could not be read",
+        )),
+        session_id: None,
+        parent_run_id: None,
+        root_run_id: None,
+        kind: None,
+        depth: None,
+        path: None,
+        outstanding_children: None,
+        team: None,
+        chain_id: None,
+        chain_index: None,
+        chain_remaining: None,
+    }
+}
+
+/// A stored text, or `None` (logged) when it cannot be read.
+async fn payload_text(svc: &Services, p: &Payload) -> Option<String> {
+    match svc.payloads.read(p).await {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!(error = %e, "stored payload unreadable");
+            None
+        }
+    }
 }
 
 /// A Run's public view.
-pub async fn run_view(svc: &Services, run: &Run) -> Value {
-    let input = payload_json(svc, &run.input).await;
-    let mut v = json!({
-        "run_id": run.run_id,
-        "agent": run.agent,
-        "state": run.state,
-        "input": input,
-        "created_at": rfc3339(run.created_at_ms),
-        "updated_at": rfc3339(run.updated_at_ms),
-        "usage": run.usage,
-        "step": run.step,
-        "epoch": run.epoch,
-        "metadata": run.metadata,
-    });
-    if let Some(o) = &run.output {
-        v["output"] = payload_json(svc, o).await;
-    }
-    if let Some(e) = &run.error {
-        v["error"] = json!(e);
-    }
-    if let Some(s) = &run.session_id {
-        v["session_id"] = json!(s);
-    }
-    if let Some(p) = &run.parent_run_id {
-        v["parent_run_id"] = json!(p);
-    }
+pub async fn run_view(svc: &Services, run: &Run) -> RunView {
     let lineage = run.lineage();
-    v["root_run_id"] = json!(lineage.root_run_id);
-    v["kind"] = json!(lineage.kind);
-    v["depth"] = json!(lineage.depth);
-    v["path"] = json!(lineage.path);
-    v["outstanding_children"] = json!(run.outstanding_children());
-    if let Some(t) = &run.team {
-        v["team"] = json!(t.name);
+    let output = match &run.output {
+        Some(o) => payload_text(svc, o).await,
+        None => None,
+    };
+    RunView {
+        run_id: run.run_id.clone(),
+        agent: run.agent.clone(),
+        state: run.state,
+        input: payload_text(svc, &run.input).await,
+        created_at: rfc3339(run.created_at_ms),
+        updated_at: rfc3339(run.updated_at_ms),
+        usage: Some(run.usage),
+        step: run.step,
+        epoch: run.epoch,
+        metadata: Some(run.metadata.clone()),
+        output,
+        error: run.error.clone(),
+        session_id: run.session_id.clone(),
+        parent_run_id: run.parent_run_id.clone(),
+        root_run_id: Some(lineage.root_run_id),
+        kind: Some(lineage.kind),
+        depth: Some(lineage.depth),
+        path: Some(lineage.path),
+        outstanding_children: Some(run.outstanding_children() as u64),
+        team: run.team.as_ref().map(|t| t.name.clone()),
+        chain_id: run.chain.as_ref().map(|c| c.chain_id.clone()),
+        chain_index: run.chain.as_ref().map(|c| c.index as u64),
+        chain_remaining: run.chain.as_ref().map(|c| c.remaining().to_vec()),
     }
-    if let Some(c) = &run.chain {
-        v["chain_id"] = json!(c.chain_id);
-        v["chain_index"] = json!(c.index);
-        v["chain_remaining"] = json!(c.remaining());
-    }
-    v
 }
 
 pub(crate) async fn enqueue_start(svc: &Services, run: &Run) -> Result<(), ApiError> {
@@ -165,7 +223,7 @@ impl<'a> NewRun<'a> {
     }
 }
 
-pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, Value), ApiError> {
+pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<RunAccepted, ApiError> {
     let now = svc.clock.now_ms();
     // The tenant's Runs not yet ended first, then its rate: a refused
     // start writes nothing. The count is a read and the marker is written
@@ -177,7 +235,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
         .quotas
         .active_runs(new.tenant, active, now)
         .await
-        .map_err(store_err)?
+        ?
         >= active
     {
         return Err(ApiError::too_many_active_runs(active));
@@ -188,7 +246,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
         .idempotency
         .count_run_start(new.tenant, window, limit)
         .await
-        .map_err(store_err)?
+        ?
     {
         return Err(ApiError::rate_limited(limit, retry_after));
     }
@@ -202,7 +260,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
         svc.payloads
             .put_text(&key, &new.input)
             .await
-            .map_err(store_err)?;
+            ?;
         Payload::Stored {
             key,
             bytes: new.input.len(),
@@ -277,15 +335,15 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
         match svc.runs.create(&run, &[created], also).await {
             Ok(()) => {
                 enqueue_start(svc, &run).await?;
-                let mut body = json!({"run_id": run.run_id, "state": run.state});
-                if let Some(link) = &run.chain {
-                    body["chain_id"] = json!(link.chain_id);
-                }
-                if let (Some(s), Some(seq)) = (&run.session_id, run.session_seq) {
-                    body["session_id"] = json!(s);
-                    body["seq"] = json!(seq);
-                }
-                return Ok((202, body));
+                let session = run.session_id.clone().zip(run.session_seq);
+                return Ok(RunAccepted {
+                    run_id: run.run_id.clone(),
+                    state: run.state,
+                    chain_id: run.chain.as_ref().map(|l| l.chain_id.clone()),
+                    seq: session.as_ref().map(|(_, seq)| *seq),
+                    session_id: session.map(|(s, _)| s),
+                    replayed: None,
+                });
             }
             Err(StoreError::Conflict { which }) if which.is_some() && which == idem_index => {
                 let (key, fp) = new.idempotency.as_ref().expect("idem_index implies a key");
@@ -297,7 +355,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
                     .sessions
                     .header(&h.session_id)
                     .await
-                    .map_err(store_err)?
+                    ?
                     .ok_or_else(|| ApiError::not_found("session"))?;
                 if fresh.on_busy == armada_domain::session::OnBusy::Reject && fresh.busy() {
                     return Err(ApiError::conflict(
@@ -307,7 +365,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
                 }
                 session = Some(fresh);
             }
-            Err(e) => return Err(store_err(e)),
+            Err(e) => return Err(e.into()),
         }
     }
     Err(ApiError::unavailable("the session is contended; retry"))
@@ -315,12 +373,17 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<(u16, V
 
 /// A repeated `Idempotency-Key`: the same body gets the same Run (re-queued
 /// if it never left PENDING); a different body is refused.
-pub(crate) async fn replay(svc: &Services, tenant: &str, key: &str, fp: &str) -> ApiResult {
+pub(crate) async fn replay(
+    svc: &Services,
+    tenant: &str,
+    key: &str,
+    fp: &str,
+) -> Result<RunAccepted, ApiError> {
     let rec = svc
         .idempotency
         .get(tenant, key)
         .await
-        .map_err(store_err)?
+        ?
         .ok_or_else(|| ApiError::unavailable("idempotency record is settling; retry"))?;
     if rec.fingerprint != fp {
         return Err(ApiError::conflict(
@@ -332,22 +395,22 @@ pub(crate) async fn replay(svc: &Services, tenant: &str, key: &str, fp: &str) ->
     if run.state == RunState::Pending {
         enqueue_start(svc, &run).await?;
     }
-    let mut body = json!({"run_id": run.run_id, "state": run.state, "replayed": true});
-    if let Some(link) = &run.chain {
-        body["chain_id"] = json!(link.chain_id);
-    }
-    if let Some(s) = &run.session_id {
-        body["session_id"] = json!(s);
-    }
-    Ok((202, body))
+    Ok(RunAccepted {
+        run_id: run.run_id.clone(),
+        state: run.state,
+        chain_id: run.chain.as_ref().map(|l| l.chain_id.clone()),
+        session_id: run.session_id.clone(),
+        seq: None,
+        replayed: Some(true),
+    })
 }
 
 pub(crate) fn idempotency(
-    req: &Request,
+    headers: &HeaderMap,
     route: &str,
     body: &Value,
 ) -> Result<Option<(String, String)>, ApiError> {
-    let Some(v) = req.headers().get("idempotency-key") else {
+    let Some(v) = headers.get("idempotency-key") else {
         return Ok(None);
     };
     let key = v
@@ -381,14 +444,49 @@ pub(crate) fn egress_checked(svc: &Services, field: &str, url: &str) -> Result<(
     })
 }
 
-pub(crate) async fn create_run(svc: &Services, req: &Request, key: &TenantKey) -> ApiResult {
+/// Starts a Run of an agent, a team or a relay chain. With an
+/// `Idempotency-Key`, the same body gets the same Run.
+#[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body = CreateRunBody,
+    params(("Idempotency-Key" = Option<String>, Header, description = "1-255 characters: a repeat with the same body answers the same Run.")),
+    responses(
+        (status = 202, description = "Recorded and queued.", body = RunAccepted,
+            links(
+                ("GetRun" = (operation_id = "get_run", parameters(("run_id" = "$response.body#/run_id")))),
+                ("RunEvents" = (operation_id = "run_events", parameters(("run_id" = "$response.body#/run_id")))),
+                ("CancelRun" = (operation_id = "cancel_run", parameters(("run_id" = "$response.body#/run_id")))),
+            )),
+        (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`, `INVALID_HEADER`, `TOO_MANY_DESCENDANTS`.", body = ErrorBody),
+        (status = 404, description = "`NOT_FOUND`: the agent, team or session.", body = ErrorBody),
+        (status = 409, description = "`IDEMPOTENCY_KEY_REUSED`, `SESSION_BUSY`.", body = ErrorBody),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`.", body = ErrorBody),
+        (status = 429, description = "`RATE_LIMITED`, `TOO_MANY_ACTIVE_RUNS` (with `Retry-After`).", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn create_run(
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody,
+) -> Result<(StatusCode, Json<RunAccepted>), ApiError> {
+    let key = tenant_key(&who)?;
+    start_requested(&svc, key, &headers, &body)
+        .await
+        .map(|r| (StatusCode::ACCEPTED, Json(r)))
+}
+
+async fn start_requested(
+    svc: &Services,
+    key: &TenantKey,
+    headers: &HeaderMap,
+    body: &Value,
+) -> Result<RunAccepted, ApiError> {
     let tenant = key.tenant.as_str();
-    let body = body_json(req)?;
-    let cr = CreateRun::parse(&body)?;
+    let cr = CreateRun::parse(body)?;
     if let Some(url) = &cr.callback_url {
         egress_checked(svc, "callback_url", url)?;
     }
-    let idem = idempotency(req, "POST /v1/runs", &body)?;
+    let idem = idempotency(headers, "POST /v1/runs", body)?;
     let name = match cr.target.clone() {
         RunTarget::Agent(name) => name,
         RunTarget::Team(name) => return create_team_run(svc, key, cr, &name, idem).await,
@@ -416,42 +514,58 @@ pub(crate) async fn create_run(svc: &Services, req: &Request, key: &TenantKey) -
     start_run(svc, new).await
 }
 
-pub(crate) async fn get_run(svc: &Services, tenant: &str, run_id: &str) -> ApiResult {
-    match load_any(svc, tenant, run_id).await? {
-        Loaded::Run(run) => Ok((200, run_view(svc, &run).await)),
-        Loaded::Unreadable { head, .. } => Ok((200, unreadable_view(&head))),
+/// A Run: its state, input, output or error, usage and place in its tree.
+#[utoipa::path(get, path = "/v1/runs/{run_id}", tag = "runs",
+    params(("run_id" = String, Path, description = "The Run's id.")),
+    responses(
+        (status = 200, description = "The Run.", body = RunView),
+        (status = 404, description = "`NOT_FOUND`: no such Run in the caller's tenant.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn get_run(
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    Path(run_id): Path<String>,
+) -> Result<Json<RunView>, ApiError> {
+    match load_any(&svc, tenant(&who)?, &run_id).await? {
+        Loaded::Run(run) => Ok(Json(run_view(&svc, &run).await)),
+        Loaded::Unreadable { head, .. } => Ok(Json(unreadable_view(&head))),
     }
 }
 
+/// A Run's events after `after`, oldest first; with `wait`, the answer
+/// waits up to that many seconds for one.
+#[utoipa::path(get, path = "/v1/runs/{run_id}/events", tag = "runs",
+    params(("run_id" = String, Path, description = "The Run's id."), EventsQuery),
+    responses(
+        (status = 200, description = "A page of events (possibly empty).", body = EventsPage),
+        (status = 400, description = "`INVALID_QUERY`.", body = ErrorBody),
+        (status = 404, description = "`NOT_FOUND`: no such Run in the caller's tenant.", body = ErrorBody),
+        (status = 429, description = "`TOO_MANY_LONG_POLLS` (with `Retry-After`).", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("member_key" = []), ("approver_key" = [])))]
 pub(crate) async fn run_events(
-    svc: &Services,
-    req: &Request,
-    tenant: &str,
-    run_id: &str,
-) -> ApiResult {
-    let q = query(req);
-    let after: u64 = match q.get("after") {
-        None => 0,
-        Some(v) => v.parse().map_err(|_| {
-            ApiError::new(400, "INVALID_QUERY", "after must be a non-negative integer")
-        })?,
-    };
-    let wait_s: u64 = match q.get("wait") {
-        None => 0,
-        Some(v) => v
-            .parse::<u64>()
-            .map_err(|_| ApiError::new(400, "INVALID_QUERY", "wait must be a number of seconds"))?
-            .min(MAX_EVENTS_WAIT_S),
-    };
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    Path(run_id): Path<String>,
+    Query(q): Query<EventsQuery>,
+) -> Result<Json<EventsPage>, ApiError> {
+    let tenant = tenant(&who)?;
+    let after = q.after.unwrap_or(0);
+    let wait_s = q.wait.unwrap_or(0).min(MAX_EVENTS_WAIT_S);
+    let svc = svc.as_ref();
+    let run_id = run_id.as_str();
     load_any(svc, tenant, run_id).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_s);
     let events = svc
         .run_events
         .events(run_id, after, 100)
         .await
-        .map_err(store_err)?;
+        ?;
     if !events.is_empty() || wait_s == 0 {
-        return Ok((200, events_page(events, after)));
+        return Ok(Json(events_page(events, after)));
     }
     // A poll that has to wait holds one of its tenant's slots while it
     // does, across every instance; it gives it back when it ends, and a
@@ -464,7 +578,7 @@ pub(crate) async fn run_events(
         .quotas
         .take_poll_slot(tenant, limit, &holder, now, until)
         .await
-        .map_err(store_err)?
+        ?
     else {
         return Err(ApiError::too_many_long_polls(limit));
     };
@@ -472,7 +586,7 @@ pub(crate) async fn run_events(
     if let Err(e) = svc.quotas.release_poll_slot(tenant, slot, &holder).await {
         tracing::warn!(error = %e, tenant, slot, "long-poll slot not given back; it frees itself when its time is up");
     }
-    polled
+    polled.map(Json)
 }
 
 /// How long past its wait a long-poll's slot stays taken, should its
@@ -485,36 +599,43 @@ async fn poll_events(
     run_id: &str,
     after: u64,
     deadline: tokio::time::Instant,
-) -> ApiResult {
+) -> Result<EventsPage, ApiError> {
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let events = svc
             .run_events
             .events(run_id, after, 100)
             .await
-            .map_err(store_err)?;
+            ?;
         if !events.is_empty() || tokio::time::Instant::now() >= deadline {
-            return Ok((200, events_page(events, after)));
+            return Ok(events_page(events, after));
         }
     }
 }
 
 /// A page of events as `GET /v1/runs/{id}/events` answers it.
-fn events_page(events: Vec<armada_domain::run::RunEventRecord>, after: u64) -> Value {
+fn events_page(events: Vec<RunEventRecord>, after: u64) -> EventsPage {
     let next = events.last().map(|e| e.seq).unwrap_or(after);
-    let list: Vec<Value> = events
+    let events = events
         .into_iter()
         .map(|e| {
-            let mut v = json!({"seq": e.seq, "type": e.kind, "at": rfc3339(e.at_ms)});
-            if let (Value::Object(dst), Value::Object(src)) = (&mut v, e.data) {
-                for (k, val) in src {
-                    dst.entry(k).or_insert(val);
-                }
+            let mut data = match e.data {
+                Value::Object(m) => m,
+                _ => Default::default(),
+            };
+            // The event's own fields are not overridden by its data.
+            for k in ["seq", "type", "at"] {
+                data.remove(k);
             }
-            v
+            EventView {
+                seq: e.seq,
+                kind: e.kind,
+                at: rfc3339(e.at_ms),
+                data,
+            }
         })
         .collect();
-    json!({"events": list, "next": next})
+    EventsPage { events, next }
 }
 
 /// Tells the dispatcher a Run ended, so it settles it.
@@ -530,8 +651,25 @@ async fn announce_end(svc: &Services, run: &Run) {
     }
 }
 
-pub(crate) async fn cancel_run(svc: &Services, tenant: &str, run_id: &str) -> ApiResult {
-    cancel_run_by(svc, tenant, run_id, "api").await
+/// Cancels a Run that has not ended; a worker still in its step cannot
+/// commit after it.
+#[utoipa::path(post, path = "/v1/runs/{run_id}/cancel", tag = "runs",
+    params(("run_id" = String, Path, description = "The Run's id.")),
+    responses(
+        (status = 200, description = "Cancelled.", body = RunCancelled),
+        (status = 404, description = "`NOT_FOUND`: no such Run in the caller's tenant.", body = ErrorBody),
+        (status = 409, description = "`RUN_TERMINAL`: the Run already ended.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn cancel_run(
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    Path(run_id): Path<String>,
+) -> Result<Json<RunCancelled>, ApiError> {
+    cancel_run_by(&svc, tenant(&who)?, &run_id, "api")
+        .await
+        .map(Json)
 }
 
 /// Cancels a Run (fenced: a worker still in a step cannot commit after it)
@@ -541,7 +679,7 @@ pub(crate) async fn cancel_run_by(
     tenant: &str,
     run_id: &str,
     by: &str,
-) -> ApiResult {
+) -> Result<RunCancelled, ApiError> {
     for _ in 0..5 {
         let run = match load_any(svc, tenant, run_id).await? {
             Loaded::Run(run) => *run,
@@ -555,11 +693,14 @@ pub(crate) async fn cancel_run_by(
                 match unreadable::end(svc, run_id, tenant, &why, Ending::Cancel { by }).await {
                     Ok(Some(ended)) => {
                         announce_end(svc, &ended).await;
-                        return Ok((200, json!({"run_id": run_id, "state": ended.state})));
+                        return Ok(RunCancelled {
+                            run_id: run_id.to_string(),
+                            state: ended.state,
+                        });
                     }
                     Ok(None) => return Err(ApiError::not_found(&format!("run '{run_id}'"))),
                     Err(StoreError::Conflict { .. }) => continue,
-                    Err(e) => return Err(store_err(e)),
+                    Err(e) => return Err(e.into()),
                 }
             }
         };
@@ -582,10 +723,13 @@ pub(crate) async fn cancel_run_by(
         match svc.runs.save(prev, &next, &ended, vec![]).await {
             Ok(()) => {
                 announce_end(svc, &next).await;
-                return Ok((200, json!({"run_id": run_id, "state": next.state})));
+                return Ok(RunCancelled {
+                    run_id: run_id.to_string(),
+                    state: next.state,
+                });
             }
             Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(store_err(e)),
+            Err(e) => return Err(e.into()),
         }
     }
     Err(ApiError::unavailable("the run is changing quickly; retry"))

@@ -1,44 +1,97 @@
 //! `/v1/sandboxes`: a tenant's sandboxes, and their destruction (admin).
 
-use crate::*;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+
+use armada_api::sandboxes::{SandboxList, SandboxQuery, SandboxView};
+use armada_api::server::{Path, Query};
+use armada_api::{ApiError, ErrorBody};
+use armada_core::auth::{AdminKey, Principal};
+use armada_core::sandboxing;
+use armada_core::Services;
+use armada_domain::api::valid_tenant;
+
+use crate::doc::KeyRefusals;
 
 /// Whose sandboxes: a tenant key sees its own; the admin names a tenant.
-pub(crate) fn sandbox_tenant(who: &Principal, req: &Request) -> Result<String, ApiError> {
+fn sandbox_tenant(who: &Principal, q: SandboxQuery) -> Result<String, ApiError> {
     match who {
         Principal::Tenant(k) => Ok(k.tenant.clone()),
-        Principal::Admin => query(req)
-            .get("tenant")
-            .filter(|t| valid_tenant(t))
-            .cloned()
-            .ok_or_else(|| {
-                ApiError::new(
-                    400,
-                    "INVALID_FIELD",
-                    "tenant: the admin key names the tenant (?tenant=)",
-                )
-            }),
+        Principal::Admin => q.tenant.filter(|t| valid_tenant(t)).ok_or_else(|| {
+            ApiError::new(
+                400,
+                "INVALID_FIELD",
+                "tenant: the admin key names the tenant (?tenant=)",
+            )
+        }),
     }
 }
 
-pub(crate) async fn list_sandboxes(svc: &Services, tenant: &str) -> ApiResult {
-    let list = svc.sandboxes.list(tenant).await.map_err(store_err)?;
-    let views: Vec<Value> = list.iter().map(sandboxing::view).collect();
-    Ok((200, json!({"sandboxes": views})))
+/// The tenant's sandboxes, one per agent that has one.
+#[utoipa::path(get, path = "/v1/sandboxes", tag = "sandboxes", params(SandboxQuery),
+    responses(
+        (status = 200, description = "The sandboxes.", body = SandboxList),
+        (status = 400, description = "`INVALID_FIELD`: the admin key names no tenant; `INVALID_QUERY`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = []), ("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn list_sandboxes(
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    Query(q): Query<SandboxQuery>,
+) -> Result<Json<SandboxList>, ApiError> {
+    let tenant = sandbox_tenant(&who, q)?;
+    let list = svc.sandboxes.list(&tenant).await?;
+    Ok(Json(SandboxList {
+        sandboxes: list.iter().map(sandboxing::view).collect(),
+    }))
 }
 
-pub(crate) async fn get_sandbox(svc: &Services, tenant: &str, agent: &str) -> ApiResult {
-    match svc.sandboxes.get(tenant, agent).await.map_err(store_err)? {
-        Some(rec) => Ok((200, sandboxing::view(&rec))),
+/// One agent's sandbox in the tenant.
+#[utoipa::path(get, path = "/v1/sandboxes/{agent}", tag = "sandboxes",
+    params(("agent" = String, Path, description = "The agent whose sandbox."), SandboxQuery),
+    responses(
+        (status = 200, description = "The sandbox.", body = SandboxView),
+        (status = 400, description = "`INVALID_FIELD`: the admin key names no tenant; `INVALID_QUERY`.", body = ErrorBody),
+        (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = []), ("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn get_sandbox(
+    State(svc): State<Arc<Services>>,
+    who: Principal,
+    Path(agent): Path<String>,
+    Query(q): Query<SandboxQuery>,
+) -> Result<Json<SandboxView>, ApiError> {
+    let tenant = sandbox_tenant(&who, q)?;
+    match svc.sandboxes.get(&tenant, &agent).await? {
+        Some(rec) => Ok(Json(sandboxing::view(&rec))),
         None => Err(ApiError::not_found(&format!("sandbox of agent '{agent}'"))),
     }
 }
 
-pub(crate) async fn destroy_sandbox(svc: &Services, tenant: &str, agent: &str) -> ApiResult {
-    match sandboxing::destroy(svc, tenant, agent, "destroyed by an administrator")
-        .await
-        .map_err(store_err)?
-    {
-        Some(rec) => Ok((200, sandboxing::view(&rec))),
+/// Destroys a tenant's sandbox of an agent: its task is stopped and its
+/// files removed; the next call starts a new one.
+#[utoipa::path(delete, path = "/v1/sandboxes/{agent}", tag = "sandboxes",
+    params(("agent" = String, Path, description = "The agent whose sandbox."), SandboxQuery),
+    responses(
+        (status = 200, description = "Destroyed.", body = SandboxView),
+        (status = 400, description = "`INVALID_FIELD`: no tenant named; `INVALID_QUERY`.", body = ErrorBody),
+        (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = [])))]
+pub(crate) async fn destroy_sandbox(
+    State(svc): State<Arc<Services>>,
+    _: AdminKey,
+    Path(agent): Path<String>,
+    Query(q): Query<SandboxQuery>,
+) -> Result<Json<SandboxView>, ApiError> {
+    let tenant = sandbox_tenant(&Principal::Admin, q)?;
+    match sandboxing::destroy(&svc, &tenant, &agent, "destroyed by an administrator").await? {
+        Some(rec) => Ok(Json(sandboxing::view(&rec))),
         None => Err(ApiError::not_found(&format!("sandbox of agent '{agent}'"))),
     }
 }

@@ -1,35 +1,92 @@
 //! `/v1/skills` (admin writes): skill manifests.
 
-use crate::*;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+use serde_json::{Map, Value};
+
+use armada_api::registry::{SkillBody, SkillList, SkillView};
+use armada_api::server::{JsonBody, Path};
+use armada_api::{ApiError, ErrorBody};
+use armada_core::auth::{AdminKey, Principal};
+use armada_core::Services;
+use armada_domain::skills::{builtin, SkillManifest, BUILTIN};
+
+use crate::doc::KeyRefusals;
+
+fn skill_view(m: &SkillManifest) -> SkillView {
+    let mut manifest = match serde_json::to_value(m) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    manifest.remove("name");
+    SkillView {
+        name: m.name.clone(),
+        manifest,
+    }
+}
 
 /// Every skill: the built-ins, then the registry's (which may reuse a
 /// built-in's name to change its manifest, within the same rules).
-pub(crate) async fn list_skills(svc: &Services) -> ApiResult {
-    let custom = svc.registry.list_skills().await.map_err(store_err)?;
-    let mut all: Vec<Value> = armada_domain::skills::BUILTIN
+#[utoipa::path(get, path = "/v1/skills", tag = "registry",
+    responses((status = 200, description = "The skills.", body = SkillList), KeyRefusals),
+    security(("admin_key" = []), ("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn list_skills(
+    State(svc): State<Arc<Services>>,
+    _: Principal,
+) -> Result<Json<SkillList>, ApiError> {
+    let custom = svc.registry.list_skills().await?;
+    let mut skills: Vec<SkillView> = BUILTIN
         .iter()
         .filter(|b| !custom.iter().any(|c| c.name == **b))
-        .filter_map(|b| armada_domain::skills::builtin(b))
-        .map(|m| json!(m))
+        .filter_map(|b| builtin(b))
+        .map(|m| skill_view(&m))
         .collect();
-    all.extend(custom.iter().map(|m| json!(m)));
-    Ok((200, json!({"skills": all})))
+    skills.extend(custom.iter().map(skill_view));
+    Ok(Json(SkillList { skills }))
 }
 
-pub(crate) async fn get_skill(svc: &Services, name: &str) -> ApiResult {
-    match svc.registry.skill(name).await.map_err(store_err)? {
-        Some(m) => Ok((200, json!(m))),
-        None => armada_domain::skills::builtin(name)
-            .map(|m| (200, json!(m)))
+/// A skill's manifest.
+#[utoipa::path(get, path = "/v1/skills/{name}", tag = "registry",
+    params(("name" = String, Path, description = "The skill's name.")),
+    responses(
+        (status = 200, description = "The manifest.", body = SkillView),
+        (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = []), ("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn get_skill(
+    State(svc): State<Arc<Services>>,
+    _: Principal,
+    Path(name): Path<String>,
+) -> Result<Json<SkillView>, ApiError> {
+    match svc.registry.skill(&name).await? {
+        Some(m) => Ok(Json(skill_view(&m))),
+        None => builtin(&name)
+            .map(|m| Json(skill_view(&m)))
             .ok_or_else(|| ApiError::not_found(&format!("skill '{name}'"))),
     }
 }
 
 /// Defines a skill manifest. Agents registered afterwards freeze it; those
 /// registered before keep the manifest they froze.
-pub(crate) async fn put_skill(svc: &Services, req: &Request, name: &str) -> ApiResult {
-    let body = body_json(req)?;
-    let m = armada_domain::skills::SkillManifest::from_json(name, &body)?;
-    svc.registry.put_skill(&m).await.map_err(store_err)?;
-    Ok((200, json!(m)))
+#[utoipa::path(put, path = "/v1/skills/{name}", tag = "registry", request_body = SkillBody,
+    params(("name" = String, Path, description = "The skill's name.")),
+    responses(
+        (status = 200, description = "Written.", body = SkillView),
+        (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`.", body = ErrorBody),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = [])))]
+pub(crate) async fn put_skill(
+    State(svc): State<Arc<Services>>,
+    _: AdminKey,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<SkillView>, ApiError> {
+    let m = SkillManifest::from_json(&name, &body)?;
+    svc.registry.put_skill(&m).await?;
+    Ok(Json(skill_view(&m)))
 }

@@ -1,41 +1,113 @@
 //! `/v1/teams` (admin writes): team definitions. Every agent a team names
 //! must be registered when the team is written.
 
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+use serde_json::{Map, Value};
+
+use armada_api::registry::{TeamBody, TeamDeleted, TeamList, TeamView};
+use armada_api::server::{JsonBody, Path};
+use armada_api::{ApiError, ErrorBody};
+use armada_core::auth::{AdminKey, Principal};
+use armada_core::Services;
 use armada_domain::team::TeamDefinition;
 
-use crate::*;
+use super::agents::agent_named;
+use crate::doc::KeyRefusals;
 
-fn team_json(def: &TeamDefinition) -> Value {
-    serde_json::to_value(def).unwrap_or(Value::Null)
+fn team_view(def: &TeamDefinition) -> TeamView {
+    let mut definition = match serde_json::to_value(def) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    definition.remove("name");
+    TeamView {
+        name: def.name.clone(),
+        definition,
+    }
 }
 
-pub(crate) async fn list_teams(svc: &Services) -> ApiResult {
-    let mut teams = svc.registry.list_teams().await.map_err(store_err)?;
+/// Every team, by name.
+#[utoipa::path(get, path = "/v1/teams", tag = "registry",
+    responses((status = 200, description = "The teams.", body = TeamList), KeyRefusals),
+    security(("admin_key" = []), ("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn list_teams(
+    State(svc): State<Arc<Services>>,
+    _: Principal,
+) -> Result<Json<TeamList>, ApiError> {
+    let mut teams = svc.registry.list_teams().await?;
     teams.sort_by(|a, b| a.name.cmp(&b.name));
-    let list: Vec<Value> = teams.iter().map(team_json).collect();
-    Ok((200, json!({"teams": list})))
+    Ok(Json(TeamList {
+        teams: teams.iter().map(team_view).collect(),
+    }))
 }
 
-pub(crate) async fn get_team(svc: &Services, name: &str) -> ApiResult {
-    match svc.registry.team(name).await.map_err(store_err)? {
-        Some(def) => Ok((200, team_json(&def))),
+/// A team's definition.
+#[utoipa::path(get, path = "/v1/teams/{name}", tag = "registry",
+    params(("name" = String, Path, description = "The team's name.")),
+    responses(
+        (status = 200, description = "The team.", body = TeamView),
+        (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = []), ("member_key" = []), ("approver_key" = [])))]
+pub(crate) async fn get_team(
+    State(svc): State<Arc<Services>>,
+    _: Principal,
+    Path(name): Path<String>,
+) -> Result<Json<TeamView>, ApiError> {
+    match svc.registry.team(&name).await? {
+        Some(def) => Ok(Json(team_view(&def))),
         None => Err(ApiError::not_found(&format!("team '{name}'"))),
     }
 }
 
-pub(crate) async fn put_team(svc: &Services, req: &Request, name: &str) -> ApiResult {
-    let body = body_json(req)?;
-    let def = TeamDefinition::from_json(name, &body)?;
+/// Defines a team; every agent it names must be registered.
+#[utoipa::path(put, path = "/v1/teams/{name}", tag = "registry", request_body = TeamBody,
+    params(("name" = String, Path, description = "The team's name.")),
+    responses(
+        (status = 200, description = "Written.", body = TeamView),
+        (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`.", body = ErrorBody),
+        (status = 404, description = "`NOT_FOUND`: an agent the team names.", body = ErrorBody),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = [])))]
+pub(crate) async fn put_team(
+    State(svc): State<Arc<Services>>,
+    _: AdminKey,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<TeamView>, ApiError> {
+    let def = TeamDefinition::from_json(&name, &body)?;
     for agent in def.agents() {
-        agent_named(svc, agent).await?;
+        agent_named(&svc, agent).await?;
     }
-    svc.registry.put_team(&def).await.map_err(store_err)?;
-    Ok((200, team_json(&def)))
+    svc.registry.put_team(&def).await?;
+    Ok(Json(team_view(&def)))
 }
 
-pub(crate) async fn delete_team(svc: &Services, name: &str) -> ApiResult {
-    if !svc.registry.delete_team(name).await.map_err(store_err)? {
+/// Deletes a team (its Runs are not touched).
+#[utoipa::path(delete, path = "/v1/teams/{name}", tag = "registry",
+    params(("name" = String, Path, description = "The team's name.")),
+    responses(
+        (status = 200, description = "Deleted.", body = TeamDeleted),
+        (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = [])))]
+pub(crate) async fn delete_team(
+    State(svc): State<Arc<Services>>,
+    _: AdminKey,
+    Path(name): Path<String>,
+) -> Result<Json<TeamDeleted>, ApiError> {
+    if !svc.registry.delete_team(&name).await? {
         return Err(ApiError::not_found(&format!("team '{name}'")));
     }
-    Ok((200, json!({"team": name, "deleted": true})))
+    Ok(Json(TeamDeleted {
+        team: name,
+        deleted: true,
+    }))
 }

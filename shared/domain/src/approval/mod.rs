@@ -8,7 +8,7 @@
 //! - this module: the record, its transitions, its tokens, its view
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::crypto::{digest_eq, sha256_hex};
 use crate::skills::Risk;
@@ -44,6 +44,7 @@ pub mod codes {
 /// The recipient name of the token sent to the chat webhook.
 pub const CHAT_RECIPIENT: &str = "chat";
 
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalState {
@@ -79,6 +80,7 @@ impl ApprovalState {
 }
 
 /// What an approval asks.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalKind {
@@ -593,42 +595,6 @@ impl Approval {
                 "the run was cancelled".to_string(),
             )),
         }
-    }
-
-    /// What the API shows (never the tokens' hashes).
-    pub fn view(&self, rfc3339: impl Fn(i64) -> String) -> Value {
-        let d = self.decision.as_ref();
-        let mut v = json!({
-            "approval_id": self.approval_id,
-            "kind": self.kind,
-            "run_id": self.run_id,
-            "agent": self.agent,
-            "call_id": self.call_id,
-            "tool": self.tool,
-            "args": self.args,
-            "risk": self.risk,
-            "reasons": self.reasons,
-            "state": self.state.as_str(),
-            "requested_by": self.requested_by,
-            "approvers": self.approvers,
-            "created_at": rfc3339(self.created_at_ms),
-            "expires_at": rfc3339(self.expires_at_ms),
-        });
-        if let (Some(d), Some(obj)) = (d, v.as_object_mut()) {
-            obj.insert("decided_by".into(), json!(d.by));
-            obj.insert("decided_how".into(), json!(d.how));
-            obj.insert("decided_at".into(), json!(rfc3339(d.at_ms)));
-            if let Some(from) = &d.from {
-                obj.insert("decided_from".into(), json!(from));
-            }
-            if let Some(c) = &d.comment {
-                obj.insert("comment".into(), json!(c));
-            }
-            if let Some(Verdict::Happened { result }) = &self.verdict {
-                obj.insert("result".into(), result.clone());
-            }
-        }
-        v
     }
 }
 

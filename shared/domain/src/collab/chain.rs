@@ -117,6 +117,7 @@ pub enum AfterStep {
     },
 }
 
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ChainState {
@@ -200,10 +201,11 @@ pub fn next_input(previous: &Run, output: &str, artifacts: &[Value]) -> String {
 }
 
 /// One step as the chain's view shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepView {
     pub agent: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
     /// The Run's state, or `PENDING` (not started yet) / `SKIPPED`.
     pub state: String,

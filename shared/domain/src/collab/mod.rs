@@ -91,6 +91,7 @@ pub mod codes {
 }
 
 /// What a Run is to the tree it belongs to.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunKind {

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::{Payload, Run, RunError};
 
 /// Every state a Run can be in, by the names the API reports.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum RunState {

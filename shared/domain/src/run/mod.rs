@@ -28,6 +28,7 @@ pub use machine::{
 };
 
 /// A stable error code and a human message, as recorded on a failed Run.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunError {
     pub code: String,
@@ -53,6 +54,7 @@ pub struct Budgets {
 }
 
 /// What a Run has used so far.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub model_turns: u32,

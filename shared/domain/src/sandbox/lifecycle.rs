@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::controls::Controls;
 use super::credentials::CredentialsInfo;
 
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SandboxState {
