@@ -7,10 +7,12 @@
 //! - [`up`]: `armada up` (foreground or detached) and `armada down`
 //! - [`demo`]: `armada up --demo`; [`tree`]: `armada runs tree`
 //! - [`bench`]: `armada bench`
+//! - [`openapi`]: the API's OpenAPI document (`armada openapi`)
 
 pub mod bench;
 pub mod client;
 pub mod demo;
 pub mod local;
+pub mod openapi;
 pub mod tree;
 pub mod up;

@@ -114,6 +114,8 @@ enum Cmd {
     },
     /// Mint an admin key and print it with its SHA-256 (for `sam deploy`).
     Keygen,
+    /// Print the API's OpenAPI 3.1 document (as in docs/openapi.json).
+    Openapi,
     /// Measure latency, throughput and AWS calls per Run against the floor.
     Bench {
         #[arg(long, default_value_t = 200)]
@@ -470,6 +472,10 @@ async fn run(cli: Cli) -> Result<()> {
                     print(&put_json_file(&c, &format!("/v1/profiles/{name}"), &file).await?)
                 }
             }
+            Ok(())
+        }
+        Cmd::Openapi => {
+            print!("{}", armada_cli::openapi::document_json());
             Ok(())
         }
         Cmd::Bench {

@@ -59,7 +59,15 @@ struct Router {
 }
 
 impl Router {
-    fn new(routes: Vec<Route>, handlers: HashMap<String, HttpHandler>) -> Self {
+    fn new(mut routes: Vec<Route>, handlers: HashMap<String, HttpHandler>) -> Self {
+        // As API Gateway chooses: a route without a greedy `{x+}` before
+        // any with one, and of the greedy ones the longest prefix first;
+        // an exact method before `ANY`.
+        routes.sort_by_key(|r| {
+            let greedy = r.path.contains("+}");
+            let prefix = r.path.split("/{").next().map_or(0, str::len);
+            (greedy, std::cmp::Reverse(prefix), r.method == "ANY")
+        });
         let routes = routes
             .into_iter()
             .map(|r| {

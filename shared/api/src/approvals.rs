@@ -116,7 +116,8 @@ pub struct DecisionBody {
 mod tests {
     use super::*;
     use armada_domain::approval::policy::ApprovalPolicy;
-    use armada_domain::approval::{ApprovalRequest, Decider};
+    use armada_domain::approval::{ApprovalEvent, ApprovalRequest, Decider};
+    use armada_domain::machine::Machine;
     use serde_json::json;
 
     #[test]
@@ -135,17 +136,20 @@ mod tests {
             reasons: vec!["deploy is a high-risk skill".into()],
         };
         let mut a = Approval::new("t", "run_1", "ops", 2, Some("k".into()), &policy, req, 1_000);
-        a.mint_token("ops@example.com", "tok", 1_000).unwrap();
-        a.decide(
-            Verdict::Approve,
-            &Decider::Key {
+        let minted = ApprovalEvent::MintToken {
+            recipient: "ops@example.com".into(),
+            token: "tok".into(),
+        };
+        a.apply(minted, 1_000).unwrap();
+        let decided = ApprovalEvent::Decide {
+            verdict: Verdict::Approve,
+            by: Decider::Key {
                 key_id: "key_boss".into(),
             },
-            None,
-            Some("ok".into()),
-            2_000,
-        )
-        .unwrap();
+            from: None,
+            comment: Some("ok".into()),
+        };
+        a.apply(decided, 2_000).unwrap();
         let v = serde_json::to_value(ApprovalView::of(&a, |ms| ms.to_string())).unwrap();
         assert_eq!(v["state"], "approved");
         assert_eq!(v["decided_by"], "key_boss");
