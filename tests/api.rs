@@ -605,3 +605,50 @@ async fn a_tenant_with_its_long_polls_all_waiting_is_told_to_retry() {
     assert_eq!(poll(1).await.unwrap().status().as_u16(), 200);
     t.stack.stop().await;
 }
+
+/// The API describes itself at `GET /v1/openapi.json` (no key), as the
+/// routers do; a method a route does not take is `405` with `Allow`, in
+/// the API's error body; paths and queries are percent-decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_api_describes_itself_and_answers_wrong_methods_with_allow() {
+    let t = TestStack::start().await;
+    let k = Some(t.stack.tenant_key.as_str());
+    let (s, served) = t
+        .raw(Method::GET, "/v1/openapi.json", None, None, &[])
+        .await;
+    assert_eq!(s, 200);
+    let generated = serde_json::to_value(armada_cli::openapi::document()).unwrap();
+    assert_eq!(served, generated, "the served document is the routers'");
+
+    let wrong = reqwest::Client::new()
+        .patch(format!("{}/v1/runs", t.stack.api_url))
+        .bearer_auth(&t.stack.tenant_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 405);
+    let allow = wrong.headers()["allow"].to_str().unwrap().to_string();
+    assert!(allow.contains("POST"), "{allow}");
+    let body: serde_json::Value = wrong.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "METHOD_NOT_ALLOWED", "{body}");
+    let (s, v) = t.raw(Method::DELETE, "/v1/approvals", k, None, &[]).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (405, Some("METHOD_NOT_ALLOWED"))
+    );
+
+    let (s, v) = t.raw(Method::GET, "/v1/runs/a%20b", k, None, &[]).await;
+    assert_eq!(s, 404);
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("'a b'"),
+        "the id is decoded: {v}"
+    );
+    let (s, v) = t
+        .raw(Method::GET, "/v1/runs/run_x/events?after=-1", k, None, &[])
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (400, Some("INVALID_QUERY"))
+    );
+    t.stack.stop().await;
+}

@@ -475,7 +475,8 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Openapi => {
-            print!("{}", armada_cli::openapi::document_json());
+            let text = armada_cli::openapi::document_json();
+            std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())?;
             Ok(())
         }
         Cmd::Bench {

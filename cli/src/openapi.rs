@@ -100,14 +100,57 @@ mod tests {
                         "{id} {status}: no description"
                     );
                 }
-                let open = path == "/v1/health"
-                    || path == "/v1/openapi.json"
-                    || path.ends_with("/review");
+                let open =
+                    path == "/v1/health" || path == "/v1/openapi.json" || path.ends_with("/review");
                 if !open {
                     assert!(op["security"].is_array(), "{id}: no security");
                     assert!(responses.contains_key("401"), "{id}: no 401");
                 }
             }
         }
+    }
+
+    /// The README's table of the API lists exactly the documented
+    /// operations (path parameters compared by position, not name).
+    #[test]
+    fn the_readme_lists_exactly_the_documented_operations() {
+        let shape = |path: &str| -> String {
+            path.split('/')
+                .map(|seg| if seg.starts_with('{') { "{}" } else { seg })
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+        let section = readme
+            .split("## HTTP API (v1)")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("the README's API section");
+        let mut listed = BTreeSet::new();
+        for row in section.lines().filter(|l| l.starts_with("| `")) {
+            let first_cell = row.split(" | ").next().unwrap_or_default();
+            for quoted in first_cell.split('`').skip(1).step_by(2) {
+                let mut words = quoted.split_whitespace();
+                if let (Some(method), Some(path)) = (words.next(), words.next()) {
+                    if ["GET", "POST", "PUT", "DELETE", "PATCH"].contains(&method) {
+                        let path = path.split('?').next().unwrap_or_default();
+                        listed.insert((method.to_string(), shape(path)));
+                    }
+                }
+            }
+        }
+        let doc = serde_json::to_value(document()).expect("document as JSON");
+        let mut documented = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for method in item.as_object().expect("path item").keys() {
+                documented.insert((method.to_ascii_uppercase(), shape(path)));
+            }
+        }
+        let missing: Vec<_> = documented.difference(&listed).collect();
+        let extra: Vec<_> = listed.difference(&documented).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "documented but not in the README's table: {missing:?}; in the table but not documented: {extra:?}"
+        );
     }
 }

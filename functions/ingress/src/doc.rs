@@ -41,8 +41,14 @@ impl Modify for Keys {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         let components = doc.components.get_or_insert_with(Default::default);
         for (name, what) in [
-            ("admin_key", "The deployment's admin key: agents, teams, skills, profiles, keys."),
-            ("member_key", "A tenant's key (role `member`): its Runs, sessions, approvals."),
+            (
+                "admin_key",
+                "The deployment's admin key: agents, teams, skills, profiles, keys.",
+            ),
+            (
+                "member_key",
+                "A tenant's key (role `member`): its Runs, sessions, approvals.",
+            ),
             (
                 "approver_key",
                 "A tenant's key with the `approver` role: also decides the tenant's approvals.",

@@ -25,7 +25,9 @@ pub use armada_api::server::MAX_BODY_BYTES;
 
 /// Every route of the API, each with its entry in the document.
 fn api() -> OpenApiRouter<Arc<Services>> {
-    use routes::{agents, collab, health, keys, profiles, runs, sandboxes, sessions, skills, teams};
+    use routes::{
+        agents, collab, health, keys, profiles, runs, sandboxes, sessions, skills, teams,
+    };
     OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
         .routes(routes!(health::health))
         .routes(routes!(health::openapi_json))
@@ -41,9 +43,17 @@ fn api() -> OpenApiRouter<Arc<Services>> {
         .routes(routes!(sessions::get_session))
         .routes(routes!(sessions::session_message))
         .routes(routes!(agents::list_agents))
-        .routes(routes!(agents::get_agent, agents::put_agent, agents::delete_agent))
+        .routes(routes!(
+            agents::get_agent,
+            agents::put_agent,
+            agents::delete_agent
+        ))
         .routes(routes!(teams::list_teams))
-        .routes(routes!(teams::get_team, teams::put_team, teams::delete_team))
+        .routes(routes!(
+            teams::get_team,
+            teams::put_team,
+            teams::delete_team
+        ))
         .routes(routes!(profiles::list_profiles))
         .routes(routes!(profiles::put_profile))
         .routes(routes!(skills::list_skills))

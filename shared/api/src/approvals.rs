@@ -135,7 +135,16 @@ mod tests {
             risk: Risk::High,
             reasons: vec!["deploy is a high-risk skill".into()],
         };
-        let mut a = Approval::new("t", "run_1", "ops", 2, Some("k".into()), &policy, req, 1_000);
+        let mut a = Approval::new(
+            "t",
+            "run_1",
+            "ops",
+            2,
+            Some("k".into()),
+            &policy,
+            req,
+            1_000,
+        );
         let minted = ApprovalEvent::MintToken {
             recipient: "ops@example.com".into(),
             token: "tok".into(),

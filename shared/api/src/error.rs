@@ -133,7 +133,6 @@ impl From<FieldError> for ApiError {
     }
 }
 
-
 /// Every error's body: `{"error": {"code", "message"}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {

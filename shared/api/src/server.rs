@@ -57,9 +57,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|q| Query(q.0))
-            .map_err(|e: QueryRejection| {
-                ApiError::new(400, "INVALID_QUERY", e.body_text())
-            })
+            .map_err(|e: QueryRejection| ApiError::new(400, "INVALID_QUERY", e.body_text()))
     }
 }
 

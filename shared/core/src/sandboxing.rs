@@ -3,7 +3,6 @@
 //! destroy): the lifecycle of the domain applied to the sandboxes table,
 //! and the provider's tasks and hand queues started and stopped to match.
 
-
 use armada_domain::agent::AgentDefinition;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::run::{Run, RunState};

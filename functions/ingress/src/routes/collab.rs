@@ -83,8 +83,7 @@ pub(crate) async fn create_team_run(
     let team = svc
         .registry
         .team(name)
-        .await
-        ?
+        .await?
         .ok_or_else(|| ApiError::not_found(&format!("team '{name}'")))?;
     for a in team.agents() {
         agent_named(svc, a)
@@ -267,18 +266,13 @@ async fn chain_runs(
     let first = svc
         .runs
         .get(&step_run_id(chain_id, 0))
-        .await
-        ?
+        .await?
         .filter(|r| r.tenant == tenant)
         .ok_or_else(not_found)?;
     let n = first.chain.as_ref().map_or(1, |c| c.steps.len());
     let mut runs = vec![Some(first)];
     for i in 1..n {
-        let r = svc
-            .runs
-            .get(&step_run_id(chain_id, i))
-            .await
-            ?;
+        let r = svc.runs.get(&step_run_id(chain_id, i)).await?;
         runs.push(r.filter(|r| r.tenant == tenant));
     }
     Ok(runs)

@@ -171,9 +171,7 @@ pub(crate) async fn rotate_callback_secret(
     }
     let salt = armada_domain::approval::new_token();
     let now = svc.clock.now_ms();
-    svc.registry
-        .put_callback_salt(tenant, &salt, now)
-        .await?;
+    svc.registry.put_callback_salt(tenant, &salt, now).await?;
     let secret = svc
         .callbacks
         .tenant_secret(svc.registry.as_ref(), tenant)

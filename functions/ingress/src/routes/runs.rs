@@ -67,15 +67,10 @@ pub(crate) async fn load_any(
         // Another tenant's Run does not exist for this caller.
         Ok(Some(run)) if run.tenant == tenant => Ok(Loaded::Run(Box::new(run))),
         Ok(_) => Err(not_found()),
-        Err(StoreError::Corrupt(why)) => {
-            match unreadable::head_of(svc, run_id, tenant)
-                .await
-                ?
-            {
-                Some(head) => Ok(Loaded::Unreadable { head, why }),
-                None => Err(not_found()),
-            }
-        }
+        Err(StoreError::Corrupt(why)) => match unreadable::head_of(svc, run_id, tenant).await? {
+            Some(head) => Ok(Loaded::Unreadable { head, why }),
+            None => Err(not_found()),
+        },
         Err(e) => Err(e.into()),
     }
 }
@@ -231,13 +226,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<RunAcce
     // count: together they pass the limit by at most the number racing,
     // and never drift (each marker goes when its Run is settled).
     let active = svc.cfg.tenant_active_runs;
-    if svc
-        .quotas
-        .active_runs(new.tenant, active, now)
-        .await
-        ?
-        >= active
-    {
+    if svc.quotas.active_runs(new.tenant, active, now).await? >= active {
         return Err(ApiError::too_many_active_runs(active));
     }
     let limit = svc.cfg.tenant_runs_per_minute;
@@ -245,8 +234,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<RunAcce
     if !svc
         .idempotency
         .count_run_start(new.tenant, window, limit)
-        .await
-        ?
+        .await?
     {
         return Err(ApiError::rate_limited(limit, retry_after));
     }
@@ -257,10 +245,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<RunAcce
     armada_core::calls::name_run(&run_id);
     let input = if new.input.len() > svc.cfg.inline_limit_bytes {
         let key = format!("inputs/{}/{run_id}", new.tenant);
-        svc.payloads
-            .put_text(&key, &new.input)
-            .await
-            ?;
+        svc.payloads.put_text(&key, &new.input).await?;
         Payload::Stored {
             key,
             bytes: new.input.len(),
@@ -354,8 +339,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<RunAcce
                 let fresh = svc
                     .sessions
                     .header(&h.session_id)
-                    .await
-                    ?
+                    .await?
                     .ok_or_else(|| ApiError::not_found("session"))?;
                 if fresh.on_busy == armada_domain::session::OnBusy::Reject && fresh.busy() {
                     return Err(ApiError::conflict(
@@ -382,8 +366,7 @@ pub(crate) async fn replay(
     let rec = svc
         .idempotency
         .get(tenant, key)
-        .await
-        ?
+        .await?
         .ok_or_else(|| ApiError::unavailable("idempotency record is settling; retry"))?;
     if rec.fingerprint != fp {
         return Err(ApiError::conflict(
@@ -559,11 +542,7 @@ pub(crate) async fn run_events(
     let run_id = run_id.as_str();
     load_any(svc, tenant, run_id).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_s);
-    let events = svc
-        .run_events
-        .events(run_id, after, 100)
-        .await
-        ?;
+    let events = svc.run_events.events(run_id, after, 100).await?;
     if !events.is_empty() || wait_s == 0 {
         return Ok(Json(events_page(events, after)));
     }
@@ -577,8 +556,7 @@ pub(crate) async fn run_events(
     let Some(slot) = svc
         .quotas
         .take_poll_slot(tenant, limit, &holder, now, until)
-        .await
-        ?
+        .await?
     else {
         return Err(ApiError::too_many_long_polls(limit));
     };
@@ -602,11 +580,7 @@ async fn poll_events(
 ) -> Result<EventsPage, ApiError> {
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let events = svc
-            .run_events
-            .events(run_id, after, 100)
-            .await
-            ?;
+        let events = svc.run_events.events(run_id, after, 100).await?;
         if !events.is_empty() || tokio::time::Instant::now() >= deadline {
             return Ok(events_page(events, after));
         }
