@@ -14,6 +14,8 @@ mod approvals_sandbox;
 mod browser;
 #[path = "collaboration.rs"]
 mod collaboration;
+#[path = "contract.rs"]
+mod contract;
 #[path = "dataplane_isolation.rs"]
 mod dataplane_isolation;
 #[path = "egress.rs"]

@@ -116,6 +116,57 @@ pub fn install_tool(root: &Path, package: &str, version: &str, exe: &str) -> Res
     Ok(bin)
 }
 
+/// Installs a pinned PyPI tool into a venv of its own
+/// (`.armada/tools/<package>-<version>`), away from the emulator's, whose
+/// pinned dependencies it might otherwise move; `requirements` pins the
+/// tool's own dependencies too (a `pip freeze` of a clean install).
+/// Returns the path of its executable.
+pub fn install_isolated_tool(
+    root: &Path,
+    package: &str,
+    version: &str,
+    requirements: &str,
+    exe: &str,
+) -> Result<PathBuf> {
+    let dir = ensure_state_dir(root)?.join("tools");
+    std::fs::create_dir_all(&dir)?;
+    let venv = dir.join(format!("{package}-{version}"));
+    let marker = venv.join(".installed");
+    let bin = venv.join("bin").join(exe);
+    if marker.exists() && bin.exists() {
+        return Ok(bin);
+    }
+    let _guard = crate::local::process::FileLock::acquire(&dir.join("install.lock"))?;
+    if marker.exists() && bin.exists() {
+        return Ok(bin);
+    }
+    eprintln!(
+        "armada: installing {package}=={version} into {}",
+        venv.display()
+    );
+    let python = std::env::var("ARMADA_PYTHON").unwrap_or_else(|_| "python3".into());
+    let status = Command::new(&python)
+        .args(["-m", "venv", "--clear"])
+        .arg(&venv)
+        .status()
+        .with_context(|| format!("running {python} -m venv"))?;
+    if !status.success() {
+        bail!("{python} -m venv failed; install python3-venv");
+    }
+    let pins = venv.join("requirements.txt");
+    std::fs::write(&pins, requirements)?;
+    let status = Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+        .arg(&pins)
+        .status()
+        .context("running pip")?;
+    if !status.success() {
+        bail!("pip install -r {} failed", pins.display());
+    }
+    std::fs::write(&marker, version)?;
+    Ok(bin)
+}
+
 /// Whether something answers HTTP at `endpoint`.
 pub async fn answers(endpoint: &str) -> bool {
     let client = reqwest::Client::builder()

@@ -72,7 +72,11 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 /// The tenant's approvals, newest first, optionally in one state.
 #[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalsQuery),
     responses(
-        (status = 200, description = "The approvals.", body = ApprovalList),
+        (status = 200, description = "The approvals.", body = ApprovalList,
+            links(
+                ("GetApproval" = (operation_id = "get_approval", parameters(("approval_id" = "$response.body#/approvals/0/approval_id")))),
+                ("Decide" = (operation_id = "decision", parameters(("approval_id" = "$response.body#/approvals/0/approval_id")))),
+            )),
         (status = 400, description = "`INVALID_FIELD`, `INVALID_QUERY`.", body = ErrorBody),
         (status = 401, description = "`UNAUTHORIZED`.", body = ErrorBody),
         (status = 403, description = "`FORBIDDEN`: the admin key.", body = ErrorBody),
@@ -136,7 +140,8 @@ async fn get_approval(
     request_body = DecisionBody,
     params(("approval_id" = String, Path, description = "The approval's id (`apv_…`).")),
     responses(
-        (status = 200, description = "Decided.", body = ApprovalView),
+        (status = 200, description = "Decided.", body = ApprovalView,
+            links(("GetApproval" = (operation_id = "get_approval", parameters(("approval_id" = "$response.body#/approval_id")))))),
         (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`.", body = ErrorBody),
         (status = 401, description = "`UNAUTHORIZED`: neither a key nor a token.", body = ErrorBody),
         (status = 403, description = "`NOT_AN_APPROVER`, `TOKEN_INVALID`, `SELF_APPROVAL`, `FORBIDDEN`.", body = ErrorBody),

@@ -478,6 +478,42 @@ async fn bad_input_gets_a_named_error_and_writes_nothing() {
     assert!(api.mem.take_dispatch().is_empty());
 }
 
+/// Found by schemathesis: a `wait` past the document's maximum was
+/// quietly shortened, and an `after` past the document's int64 accepted;
+/// both are refused, as the document says.
+#[tokio::test]
+async fn query_values_outside_the_document_are_refused() {
+    let api = Api::new().await;
+    let key = api.key("acme").await;
+    let (_, created) = api
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(&key),
+            &[],
+            Some(json!({"agent": "assistant", "input": "hi"})),
+        )
+        .await;
+    let id = created["run_id"].as_str().unwrap();
+    let cases = [
+        ("after=0&wait=20", 200),
+        ("after=0&wait=21", 400),
+        ("after=0&wait=-1", 400),
+        ("after=0&wait=x", 400),
+        ("after=-1", 400),
+        ("after=9223372036854775808", 400),
+    ];
+    for (query, status) in cases {
+        let wait = query;
+        let path = format!("/v1/runs/{id}/events?{query}");
+        let (got, resp) = api.call("GET", &path, Some(&key), &[], None).await;
+        assert_eq!(got, status, "{wait}: {resp}");
+        if status == 400 {
+            assert_eq!(code(&resp), "INVALID_QUERY", "{resp}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn teams_are_admin_data_naming_registered_agents() {
     let api = Api::new().await;

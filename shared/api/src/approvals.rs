@@ -41,7 +41,6 @@ pub struct ApprovalView {
     pub comment: Option<String>,
     /// For an uncertain call decided `happened`: what it returned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub result: Option<Value>,
 }
 
@@ -102,13 +101,13 @@ pub struct ApprovalsQuery {
 pub struct DecisionBody {
     /// `approve` or `reject`; for an uncertain call `happened` (with
     /// `result`), `retry` or `fail`.
+    #[schema(pattern = "^(approve|reject|happened|retry|fail)$")]
     pub decision: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub result: Option<Value>,
 }
 

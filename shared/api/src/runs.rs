@@ -11,14 +11,19 @@ use armada_domain::run::{RunError, RunState, Usage};
 /// when `input` begins with a mention (`@agent …`, `@team:name …`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"agent": "assistant", "input": "What is Armada?"}))]
 pub struct CreateRunBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[a-z0-9_-]{1,64}$")]
     pub agent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[a-z0-9_-]{1,64}$")]
     pub team: Option<String>,
     /// A sequential relay: each agent is given the previous one's output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_items = 1, max_items = 16)]
     pub chain: Option<Vec<String>>,
+    #[schema(min_length = 1)]
     pub input: String,
     /// Continue this session (agent Runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -102,7 +107,8 @@ pub struct RunView {
 pub struct EventsQuery {
     /// Only events after this sequence number (`next` of the last page).
     #[serde(default)]
-    pub after: Option<u64>,
+    #[param(minimum = 0)]
+    pub after: Option<i64>,
     /// Seconds to wait for an event when there is none yet (at most 20).
     #[serde(default)]
     #[param(maximum = 20)]

@@ -82,5 +82,6 @@ pub struct SandboxList {
 pub struct SandboxQuery {
     /// Required with the admin key; ignored with a tenant's.
     #[serde(default)]
+    #[param(pattern = "^[a-z0-9-]{1,64}$")]
     pub tenant: Option<String>,
 }

@@ -9,7 +9,9 @@ use armada_domain::session::OnBusy;
 /// `POST /v1/sessions`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"agent": "assistant"}))]
 pub struct CreateSessionBody {
+    #[schema(pattern = "^[a-z0-9_-]{1,64}$")]
     pub agent: String,
     /// What a message posted while the previous one is being answered
     /// does: waits its turn (`queue`, the default) or is refused.
@@ -28,7 +30,9 @@ pub struct SessionCreated {
 /// `POST /v1/sessions/{session_id}/messages`: the next message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"input": "And what does it run on?"}))]
 pub struct MessageBody {
+    #[schema(min_length = 1)]
     pub input: String,
 }
 

@@ -29,7 +29,7 @@ use crate::doc::KeyRefusals;
 /// go on through that address's approval link.
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/keys", tag = "keys",
     request_body(content = Option<MintKeyBody>, description = "Optional."),
-    params(("tenant" = String, Path, description = "The tenant: 1-64 of a-z, 0-9, '-'.")),
+    params(("tenant" = String, Path, description = "The tenant: 1-64 of a-z, 0-9, '-'.", pattern = "^[a-z0-9-]{1,64}$")),
     responses(
         (status = 201, description = "Minted.", body = KeyMinted,
             links(("RevokeKey" = (operation_id = "revoke_key", parameters(("key_id" = "$response.body#/key_id")))))),
@@ -136,7 +136,7 @@ pub(crate) async fn revoke_key(
 /// secret, shown in this answer only (it is derived, never stored). The
 /// admin, or a member key of the tenant itself; another tenant's is 404.
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/callback-secret", tag = "keys",
-    params(("tenant" = String, Path, description = "The tenant.")),
+    params(("tenant" = String, Path, description = "The tenant.", pattern = "^[a-z0-9-]{1,64}$")),
     responses(
         (status = 201, description = "Rotated: the new secret.", body = CallbackSecret),
         (status = 400, description = "`INVALID_FIELD`: not a tenant name.", body = ErrorBody),

@@ -34,7 +34,7 @@ pub(crate) async fn list_profiles(
 /// Defines (or redefines) a global custom profile. Global definitions win
 /// over any agent's project profile of the same name.
 #[utoipa::path(put, path = "/v1/profiles/{name}", tag = "registry", request_body = ProfileBody,
-    params(("name" = String, Path, description = "The profile's name.")),
+    params(("name" = String, Path, description = "The profile's name.", pattern = "^[a-z0-9_-]{1,64}$")),
     responses(
         (status = 200, description = "Written, and as it resolves.", body = ProfilePut),
         (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`.", body = ErrorBody),

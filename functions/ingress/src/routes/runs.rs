@@ -437,6 +437,10 @@ pub(crate) fn egress_checked(svc: &Services, field: &str, url: &str) -> Result<(
                 ("GetRun" = (operation_id = "get_run", parameters(("run_id" = "$response.body#/run_id")))),
                 ("RunEvents" = (operation_id = "run_events", parameters(("run_id" = "$response.body#/run_id")))),
                 ("CancelRun" = (operation_id = "cancel_run", parameters(("run_id" = "$response.body#/run_id")))),
+                ("RunTrace" = (operation_id = "run_trace", parameters(("run_id" = "$response.body#/run_id")))),
+                ("RunChildren" = (operation_id = "run_children", parameters(("run_id" = "$response.body#/run_id")))),
+                ("GetChain" = (operation_id = "get_chain", parameters(("chain_id" = "$response.body#/chain_id")))),
+                ("CancelChain" = (operation_id = "cancel_chain", parameters(("chain_id" = "$response.body#/chain_id")))),
             )),
         (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`, `INVALID_HEADER`, `TOO_MANY_DESCENDANTS`.", body = ErrorBody),
         (status = 404, description = "`NOT_FOUND`: the agent, team or session.", body = ErrorBody),
@@ -536,8 +540,21 @@ pub(crate) async fn run_events(
     Query(q): Query<EventsQuery>,
 ) -> Result<Json<EventsPage>, ApiError> {
     let tenant = tenant(&who)?;
-    let after = q.after.unwrap_or(0);
-    let wait_s = q.wait.unwrap_or(0).min(MAX_EVENTS_WAIT_S);
+    let after = u64::try_from(q.after.unwrap_or(0)).map_err(|_| {
+        ApiError::new(
+            400,
+            "INVALID_QUERY",
+            "after: must be a sequence number (0 or more)",
+        )
+    })?;
+    let wait_s = q.wait.unwrap_or(0);
+    if wait_s > MAX_EVENTS_WAIT_S {
+        return Err(ApiError::new(
+            400,
+            "INVALID_QUERY",
+            format!("wait: at most {MAX_EVENTS_WAIT_S} seconds"),
+        ));
+    }
     let svc = svc.as_ref();
     let run_id = run_id.as_str();
     load_any(svc, tenant, run_id).await?;

@@ -17,9 +17,17 @@ use crate::doc::KeyRefusals;
 
 /// Whose sandboxes: a tenant key sees its own; the admin names a tenant.
 fn sandbox_tenant(who: &Principal, q: SandboxQuery) -> Result<String, ApiError> {
+    // Malformed is refused whoever asks (a tenant key's is then ignored).
+    if q.tenant.as_deref().is_some_and(|t| !valid_tenant(t)) {
+        return Err(ApiError::new(
+            400,
+            "INVALID_QUERY",
+            "tenant: must be 1-64 characters of a-z, 0-9 or '-'",
+        ));
+    }
     match who {
         Principal::Tenant(k) => Ok(k.tenant.clone()),
-        Principal::Admin => q.tenant.filter(|t| valid_tenant(t)).ok_or_else(|| {
+        Principal::Admin => q.tenant.ok_or_else(|| {
             ApiError::new(
                 400,
                 "INVALID_FIELD",
@@ -32,7 +40,8 @@ fn sandbox_tenant(who: &Principal, q: SandboxQuery) -> Result<String, ApiError> 
 /// The tenant's sandboxes, one per agent that has one.
 #[utoipa::path(get, path = "/v1/sandboxes", tag = "sandboxes", params(SandboxQuery),
     responses(
-        (status = 200, description = "The sandboxes.", body = SandboxList),
+        (status = 200, description = "The sandboxes.", body = SandboxList,
+            links(("GetSandbox" = (operation_id = "get_sandbox", parameters(("agent" = "$response.body#/sandboxes/0/agent")))))),
         (status = 400, description = "`INVALID_FIELD`: the admin key names no tenant; `INVALID_QUERY`.", body = ErrorBody),
         KeyRefusals,
     ),
@@ -51,7 +60,7 @@ pub(crate) async fn list_sandboxes(
 
 /// One agent's sandbox in the tenant.
 #[utoipa::path(get, path = "/v1/sandboxes/{agent}", tag = "sandboxes",
-    params(("agent" = String, Path, description = "The agent whose sandbox."), SandboxQuery),
+    params(("agent" = String, Path, description = "The agent whose sandbox.", pattern = "^[a-z0-9_-]{1,64}$"), SandboxQuery),
     responses(
         (status = 200, description = "The sandbox.", body = SandboxView),
         (status = 400, description = "`INVALID_FIELD`: the admin key names no tenant; `INVALID_QUERY`.", body = ErrorBody),
@@ -75,7 +84,7 @@ pub(crate) async fn get_sandbox(
 /// Destroys a tenant's sandbox of an agent: its task is stopped and its
 /// files removed; the next call starts a new one.
 #[utoipa::path(delete, path = "/v1/sandboxes/{agent}", tag = "sandboxes",
-    params(("agent" = String, Path, description = "The agent whose sandbox."), SandboxQuery),
+    params(("agent" = String, Path, description = "The agent whose sandbox.", pattern = "^[a-z0-9_-]{1,64}$"), SandboxQuery),
     responses(
         (status = 200, description = "Destroyed.", body = SandboxView),
         (status = 400, description = "`INVALID_FIELD`: no tenant named; `INVALID_QUERY`.", body = ErrorBody),
