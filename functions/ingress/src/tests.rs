@@ -511,6 +511,11 @@ async fn query_values_outside_the_document_are_refused() {
         if status == 400 {
             assert_eq!(code(&resp), "INVALID_QUERY", "{resp}");
         }
+    } // A tenant key's `?tenant=` is ignored, but a malformed one refused.
+    for (query, status) in [("?tenant=acme", 200), ("?tenant=Not%20A%20Tenant", 400)] {
+        let path = format!("/v1/sandboxes{query}");
+        let (got, resp) = api.call("GET", &path, Some(&key), &[], None).await;
+        assert_eq!(got, status, "{query}: {resp}");
     }
 }
 
