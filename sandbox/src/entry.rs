@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use armada_core::ports::SandboxReports as _;
 use armada_core::store::sandboxes::{Change, SandboxStore};
+use armada_domain::machine::Machine;
+use armada_domain::sandbox::lifecycle::SandboxEvent;
 
 use crate::agent::{Agent, AgentConfig, Exit};
 use crate::jail::{self, JailSpec};
@@ -186,8 +188,9 @@ async fn destroy_after_crashes() {
     let r = store
         .modify_report(&cfg.tenant, &cfg.agent, |rec| match rec {
             Some(mut r) if r.generation == generation => {
-                r.destroy("the sandbox agent crashed twice", now);
-                let _ = r.stopped(generation, now);
+                let why = "the sandbox agent crashed twice".to_string();
+                let _ = r.apply(SandboxEvent::Destroy { why }, now);
+                let _ = r.apply(SandboxEvent::Stopped { generation }, now);
                 Change::Write(Box::new(r), ())
             }
             _ => Change::Keep(()),

@@ -14,17 +14,16 @@ use super::*;
 
 /// The longest delay SQS gives a message.
 const MAX_DELAY_S: i64 = 900;
-/// Conflicting writers of one approval retried before the message is.
-const ATTEMPTS: usize = 5;
 
 impl Dispatcher {
-    /// Sends approval `approval_id`'s link to `recipient`.
+    /// Sends approval `approval_id`'s link to `recipient`: a token minted
+    /// for it (one conditional write of the approval), then the message.
     pub(crate) async fn notify(&self, approval_id: &str, tenant: &str, recipient: &str) -> Handled {
         let svc = &self.svc;
-        for _ in 0..ATTEMPTS {
+        let minted = until_written(|| async {
             let Some(read) = svc.approvals.get(approval_id).await? else {
                 tracing::warn!(approval_id, "notice for an unknown approval dropped");
-                return Ok(Outcome::Done);
+                return Ok(Try::Done(None));
             };
             if read.tenant != tenant || !read.recipients().iter().any(|r| r == recipient) {
                 tracing::error!(
@@ -33,48 +32,54 @@ impl Dispatcher {
                     recipient,
                     "security: a notice for another tenant's approval or recipient; dropped"
                 );
-                return Ok(Outcome::Done);
+                return Ok(Try::Done(None));
             }
-            let now = svc.clock.now_ms();
             let mut a = read.clone();
             let token = armada_domain::approval::new_token();
             let minted = ApprovalEvent::MintToken {
                 recipient: recipient.to_string(),
                 token: token.clone(),
             };
-            if a.apply(minted, now).is_err() {
+            if a.apply(minted, svc.clock.now_ms()).is_err() {
                 // Decided, expired or cancelled meanwhile: nothing to ask.
-                return Ok(Outcome::Done);
+                return Ok(Try::Done(None));
             }
             match svc.approvals.update(read.version, &a).await {
-                Ok(()) => {}
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e.into()),
+                Ok(()) => Ok(Try::Done(Some((a, token)))),
+                Err(StoreError::Conflict { .. }) => Ok(Try::Again),
+                Err(e) => Err(DispatchError::from(e)),
             }
-            let link = notice::review_link(svc.cfg.public_url.as_deref(), approval_id, &token);
-            let sent = if recipient == CHAT_RECIPIENT {
-                self.notify_chat(&a, &link).await
-            } else {
-                let text = notice::email_text(&a, &link, rfc3339);
-                svc.mail
-                    .send(recipient, &notice::subject(&a), &text)
-                    .await
-                    .map(|_| ())
-            };
-            return match sent {
-                Ok(()) => {
-                    tracing::info!(approval_id, recipient, "approval link sent");
-                    Ok(Outcome::Done)
-                }
-                // The next attempt mints a new link (this one never arrived).
-                Err(e) => Ok(Outcome::retry(format!(
-                    "approval link to {recipient} not sent: {e}"
-                ))),
-            };
+        })
+        .await?;
+        let (a, token) = match minted {
+            Some(Some(minted)) => minted,
+            Some(None) => return Ok(Outcome::Done),
+            None => {
+                return Ok(Outcome::retry(
+                    "the approval kept changing while its link was minted",
+                ))
+            }
+        };
+        let link = notice::review_link(svc.cfg.public_url.as_deref(), approval_id, &token);
+        let sent = if recipient == CHAT_RECIPIENT {
+            self.notify_chat(&a, &link).await
+        } else {
+            let text = notice::email_text(&a, &link, rfc3339);
+            svc.mail
+                .send(recipient, &notice::subject(&a), &text)
+                .await
+                .map(|_| ())
+        };
+        match sent {
+            Ok(()) => {
+                tracing::info!(approval_id, recipient, "approval link sent");
+                Ok(Outcome::Done)
+            }
+            // The next attempt mints a new link (this one never arrived).
+            Err(e) => Ok(Outcome::retry(format!(
+                "approval link to {recipient} not sent: {e}"
+            ))),
         }
-        Ok(Outcome::retry(
-            "the approval kept changing while its link was minted",
-        ))
     }
 
     async fn notify_chat(&self, a: &Approval, link: &str) -> Result<(), String> {

@@ -19,31 +19,28 @@ use armada_domain::team::Strategy;
 
 use super::*;
 
-/// Conflicting writers on one parent retried before the message is.
-const PARENT_ATTEMPTS: usize = 20;
-
 impl Dispatcher {
     /// `SpawnChildren`: the children of waiting point `round` that do not
     /// exist yet are created, and as many as `max_parallel` allows started.
     pub(crate) async fn spawn_children(&self, run_id: &str, tenant: &str, round: u32) -> Handled {
-        for _ in 0..PARENT_ATTEMPTS {
+        let tried = until_written::<_, DispatchError, _>(|| async {
             let Some(parent) = self.load(run_id, tenant).await? else {
-                return Ok(Outcome::Done);
+                return Ok(Try::Done(Outcome::Done));
             };
             let current = parent.children.as_ref().map_or(0, |c| c.round);
             if parent.state != RunState::AwaitingChildren || current != round {
                 tracing::info!(run_id, state = %parent.state, round, current, "children's start for a parent that moved on dropped");
-                return Ok(Outcome::Done);
+                return Ok(Try::Done(Outcome::Done));
             }
             let created = self.create_children(&parent).await?;
             if created != Outcome::Done {
-                return Ok(created);
+                return Ok(Try::Done(created));
             }
             let now = self.svc.clock.now_ms();
             let mut next = parent.clone();
             let (start, events) = children::start_queued(&mut next, now);
             if start.is_empty() {
-                return Ok(Outcome::Done);
+                return Ok(Try::Done(Outcome::Done));
             }
             self.send_starts(&start, tenant).await?;
             match self
@@ -54,13 +51,17 @@ impl Dispatcher {
             {
                 Ok(()) => {
                     tracing::info!(run_id, round, started = start.len(), "children started");
-                    return Ok(Outcome::Done);
+                    Ok(Try::Done(Outcome::Done))
                 }
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e.into()),
+                Err(StoreError::Conflict { .. }) => Ok(Try::Again),
+                Err(e) => Err(e.into()),
             }
+        })
+        .await?;
+        match tried {
+            Some(done) => Ok(done),
+            None => Ok(Outcome::retry("the parent kept changing")),
         }
-        Ok(Outcome::retry("the parent kept changing"))
     }
 
     /// Creates the Runs of the current waiting point's children that are
@@ -148,8 +149,9 @@ impl Dispatcher {
                 let event = RunEvent::Failed {
                     error: RunError::new(code, e.to_string()),
                 };
-                return match self.end_from_outside(run, event, json!({}), now).await {
-                    Ok(Ok(())) => self.settle(&next.run_id, &next.tenant).await,
+                return match self.end_from_outside(run, event, json!({})).await {
+                    // Announcing its end is settling it, here and now.
+                    Ok(Ok(_)) => self.settle(&next.run_id, &next.tenant).await,
                     Ok(Err(e)) => Ok(self.illegal(&next.run_id, &e)),
                     Err(e) => Err(e.into()),
                 };
@@ -235,49 +237,45 @@ impl Dispatcher {
     }
 
     async fn cancel_child(&self, child_id: &str, tenant: &str, parent_id: &str) -> Handled {
-        for _ in 0..5 {
+        let tried = until_written::<_, DispatchError, _>(|| async {
             // Never created (the parent ended first): nothing to cancel.
             let Some(child) = self.load(child_id, tenant).await? else {
-                return Ok(Outcome::Done);
+                return Ok(Try::Done(Outcome::Done));
             };
             if child.state.is_terminal() {
-                return Ok(Outcome::Done);
+                return Ok(Try::Done(Outcome::Done));
             }
-            let now = self.svc.clock.now_ms();
             let by = json!({"by": "parent", "parent_run_id": parent_id, "code": collab_codes::PARENT_ENDED});
             match self
-                .end_from_outside(child, RunEvent::CancelRequested, by, now)
+                .end_from_outside(child, RunEvent::CancelRequested, by)
                 .await
             {
-                Ok(Ok(())) => {
+                Ok(Ok(ended)) => {
                     tracing::info!(run_id = %child_id, parent = %parent_id, "child cancelled with its parent");
-                    self.svc
-                        .queues
-                        .send_dispatch(&DispatchMessage::RunTerminal {
-                            run_id: child_id.to_string(),
-                            tenant: tenant.to_string(),
-                        })
-                        .await?;
-                    return Ok(Outcome::Done);
+                    ending::carry_out(&self.svc, &ended.run, &ended.actions).await?;
+                    Ok(Try::Done(Outcome::Done))
                 }
-                Ok(Err(e)) => return Ok(self.illegal(child_id, &e)),
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e.into()),
+                Ok(Err(e)) => Ok(Try::Done(self.illegal(child_id, &e))),
+                Err(StoreError::Conflict { .. }) => Ok(Try::Again),
+                Err(e) => Err(e.into()),
             }
+        })
+        .await?;
+        match tried {
+            Some(done) => Ok(done),
+            None => Ok(Outcome::retry("the child kept changing")),
         }
-        Ok(Outcome::retry("the child kept changing"))
     }
 
     /// A child whose parent ended before it started: cancelled, then settled.
     pub(crate) async fn cancel_orphan(&self, run: Run) -> Handled {
         let (run_id, tenant) = (run.run_id.clone(), run.tenant.clone());
-        let now = self.svc.clock.now_ms();
         let by = json!({"by": "parent", "code": armada_domain::collab::codes::PARENT_ENDED});
         match self
-            .end_from_outside(run, RunEvent::CancelRequested, by, now)
+            .end_from_outside(run, RunEvent::CancelRequested, by)
             .await
         {
-            Ok(Ok(())) => self.settle(&run_id, &tenant).await,
+            Ok(Ok(_)) => self.settle(&run_id, &tenant).await,
             Ok(Err(e)) => Ok(self.illegal(&run_id, &e)),
             Err(StoreError::Conflict { .. }) => Ok(Outcome::retry("the run changed")),
             Err(e) => Err(e.into()),

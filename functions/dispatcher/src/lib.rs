@@ -29,6 +29,8 @@ use serde_json::json;
 use tracing::Instrument;
 
 use armada_core::calls::on_behalf;
+use armada_core::cas::{until_written, Try};
+use armada_core::ending::{self, Ended};
 use armada_core::error::StoreError;
 use armada_core::sandboxing::{self, CallWatch, SandboxError};
 use armada_core::sqs::{process_batch, receive_count, source_queue, BatchPolicy, Outcome};
@@ -425,26 +427,29 @@ impl Dispatcher {
         let (kind, data) = self.callback(&run, &url, &delivery, body).await?;
         // Recorded on the Run as it is now (read again on a conflict); the
         // delivery itself is never repeated for the record's sake.
-        for _ in 0..5 {
+        let recorded = until_written::<_, DispatchError, _>(|| async {
             let Some(current) = self.svc.runs.get(run_id).await? else {
-                return Ok(Outcome::Done);
+                return Ok(Try::Done(()));
             };
             let prev = current.stamp();
             let mut next = current;
             let ev = next.push_event(kind, data.clone(), self.svc.clock.now_ms());
             match self.svc.runs.save(prev, &next, &[ev], vec![]).await {
-                Ok(()) => return Ok(Outcome::Done),
-                Err(StoreError::Conflict { .. }) => continue,
+                Ok(()) => Ok(Try::Done(())),
+                Err(StoreError::Conflict { .. }) => Ok(Try::Again),
                 Err(e) => {
                     tracing::warn!(run_id, error = %e, "the callback's outcome was not recorded");
-                    return Ok(Outcome::Done);
+                    Ok(Try::Done(()))
                 }
             }
+        })
+        .await?;
+        if recorded.is_none() {
+            tracing::warn!(
+                run_id,
+                "the callback's outcome was not recorded: the Run kept changing"
+            );
         }
-        tracing::warn!(
-            run_id,
-            "the callback's outcome was not recorded: the Run kept changing"
-        );
         Ok(Outcome::Done)
     }
 
@@ -514,28 +519,16 @@ impl Dispatcher {
         Ok(Outcome::Done)
     }
 
-    /// Ends a Run from outside the harness, taking the next epoch as a
-    /// claim would, so a worker still on the Run cannot commit after it.
-    /// `Ok(Err(_))` when the Run cannot take `event`.
+    /// Ends a Run from outside the harness ([`ending::end_from_outside`]).
+    /// The machine's one action on an end, announcing it, is the
+    /// dispatcher's own: the caller settles the Run next.
     async fn end_from_outside(
         &self,
         run: Run,
         event: RunEvent,
         extra: serde_json::Value,
-        now: i64,
-    ) -> Result<Result<(), IllegalTransition>, StoreError> {
-        let prev = run.stamp();
-        let mut next = run;
-        if let Err(e) = next.apply_from_outside(event, now) {
-            return Ok(Err(e));
-        }
-        let mut data = json!({"error": next.error});
-        if let (Some(d), Some(x)) = (data.as_object_mut(), extra.as_object()) {
-            d.extend(x.clone());
-        }
-        let ended: Vec<_> = next.push_end_event(data, now).into_iter().collect();
-        self.svc.runs.save(prev, &next, &ended, vec![]).await?;
-        Ok(Ok(()))
+    ) -> Result<Result<Ended, IllegalTransition>, StoreError> {
+        ending::end_from_outside(&self.svc, run, event, extra).await
     }
 
     /// A move the domain refused: logged with the Run and counted, and the
@@ -638,25 +631,27 @@ impl Dispatcher {
             return Ok(Outcome::Done);
         };
         tracing::error!(run_id, queue, what, "dead letter received");
-        for _ in 0..5 {
+        // Whether the Run is ended now (and so is settled next).
+        let ended = until_written::<_, DispatchError, _>(|| async {
             let run = match self.load(&run_id, &tenant).await {
                 Ok(Some(run)) => run,
-                Ok(None) => return Ok(Outcome::Done),
+                Ok(None) => return Ok(Try::Done(false)),
                 // Its document cannot be read (which is likely why every
                 // delivery failed): it is rebuilt from its head and ended.
                 Err(StoreError::Corrupt(why)) => {
-                    match unreadable::end(&self.svc, &run_id, &tenant, &why, Ending::Fail).await {
-                        Ok(_) => return self.settle(&run_id, &tenant).await,
-                        Err(StoreError::Conflict { .. }) => continue,
-                        Err(e) => return Err(e.into()),
-                    }
+                    return match unreadable::end(&self.svc, &run_id, &tenant, &why, Ending::Fail)
+                        .await
+                    {
+                        Ok(_) => Ok(Try::Done(true)),
+                        Err(StoreError::Conflict { .. }) => Ok(Try::Again),
+                        Err(e) => Err(e.into()),
+                    };
                 }
                 Err(e) => return Err(e.into()),
             };
             if run.state.is_terminal() {
-                return self.settle(&run_id, &tenant).await;
+                return Ok(Try::Done(true));
             }
-            let now = self.svc.clock.now_ms();
             let error = RunError::new(
                 "DEAD_LETTERED",
                 format!(
@@ -665,14 +660,23 @@ impl Dispatcher {
             );
             let event = RunEvent::Failed { error };
             let extra = json!({"receives": receives});
-            match self.end_from_outside(run, event, extra, now).await {
-                Ok(Ok(())) => return self.settle(&run_id, &tenant).await,
-                Ok(Err(e)) => return Ok(self.illegal(&run_id, &e)),
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e.into()),
+            match self.end_from_outside(run, event, extra).await {
+                // Announcing its end is settling it, next.
+                Ok(Ok(_)) => Ok(Try::Done(true)),
+                Ok(Err(e)) => {
+                    self.illegal(&run_id, &e);
+                    Ok(Try::Done(false))
+                }
+                Err(StoreError::Conflict { .. }) => Ok(Try::Again),
+                Err(e) => Err(e.into()),
             }
+        })
+        .await?;
+        match ended {
+            Some(true) => self.settle(&run_id, &tenant).await,
+            Some(false) => Ok(Outcome::Done),
+            None => Ok(Outcome::retry("the run kept changing")),
         }
-        Ok(Outcome::retry("the run kept changing"))
     }
 }
 

@@ -32,7 +32,7 @@ impl Dispatcher {
         }
         let now = self.svc.clock.now_ms();
         if run.past_deadline(now) {
-            return self.time_out(run, now).await;
+            return self.time_out(run).await;
         }
         if run.state == RunState::AwaitingHitl {
             // Humans have their own deadlines: the approvals'.
@@ -168,15 +168,15 @@ impl Dispatcher {
     }
 
     /// A waiting Run ran out of wall-clock time: it ends TIMED_OUT.
-    async fn time_out(&self, run: Run, now: i64) -> Handled {
+    async fn time_out(&self, run: Run) -> Handled {
         let error = RunError::new(
             "TIMED_OUT",
             "the run exceeded its wall-clock budget while waiting",
         );
         let (run_id, tenant) = (run.run_id.clone(), run.tenant.clone());
         let event = RunEvent::DeadlineExceeded { error };
-        match self.end_from_outside(run, event, json!({}), now).await {
-            Ok(Ok(())) => self.settle(&run_id, &tenant).await,
+        match self.end_from_outside(run, event, json!({})).await {
+            Ok(Ok(_)) => self.settle(&run_id, &tenant).await,
             Ok(Err(e)) => Ok(self.illegal(&run_id, &e)),
             Err(StoreError::Conflict { .. }) => Ok(Outcome::Done),
             Err(e) => Err(e.into()),

@@ -13,10 +13,9 @@ use armada_domain::collab::children::{self, ChildEnd, EndRefused, Noted};
 use armada_domain::collab::SlotState;
 use armada_domain::run::RunState;
 
-use super::*;
+use armada_core::cas::{until_written, Try};
 
-/// Conflicting writers on one parent retried before the message is.
-const PARENT_ATTEMPTS: usize = 10;
+use super::*;
 
 impl Harness {
     /// Notes the ends of `child_ids` (a batch of one parent's group) on
@@ -31,17 +30,17 @@ impl Harness {
         if ends.is_empty() {
             return Ok(());
         }
-        for _ in 0..PARENT_ATTEMPTS {
+        let noted = until_written::<_, StepError, _>(|| async {
             let Some(parent) = self.read(run_id).await? else {
-                return Ok(());
+                return Ok(Try::Done(()));
             };
             if parent.tenant != tenant {
                 tracing::error!(run_id, tenant, owner = %parent.tenant, "security: a child's end names another tenant's run; dropped");
-                return Ok(());
+                return Ok(Try::Done(()));
             }
             if parent.state.is_terminal() {
                 // It ended without these children; its settling cancels the rest.
-                return Ok(());
+                return Ok(Try::Done(()));
             }
             let now = self.svc.clock.now_ms();
             let noted_before = ends.iter().all(|e| {
@@ -52,7 +51,7 @@ impl Harness {
                     .is_some_and(|s| s.state == SlotState::Ended)
             });
             if noted_before {
-                return self.resend_parent_followup(&parent, now).await;
+                return self.resend_parent_followup(&parent, now).await.map(Try::Done);
             }
             if parent.state != RunState::AwaitingChildren {
                 let left_ms = (parent.lease_until_ms - now).max(1_000);
@@ -96,7 +95,7 @@ impl Harness {
                 }
             }
             if events.is_empty() {
-                return self.resend_parent_followup(&parent, now).await;
+                return self.resend_parent_followup(&parent, now).await.map(Try::Done);
             }
             // A start is harmless to repeat; a record saying "started"
             // about a child that never was would not be: starts go first.
@@ -118,13 +117,14 @@ impl Harness {
                 .await
             {
                 Ok(()) => {}
-                Err(StoreError::Conflict { .. }) => continue,
+                Err(StoreError::Conflict { .. }) => return Ok(Try::Again),
                 Err(e) => return Err(e.into()),
             }
             tracing::info!(run_id, noted = ends.len(), outstanding = next.outstanding_children(), state = %next.state, "children's ends noted");
-            return self.carry_out(&next, &actions).await;
-        }
-        Err(StepError::Retry("the parent kept changing".into()))
+            self.carry_out(&next, &actions).await.map(Try::Done)
+        })
+        .await?;
+        noted.ok_or_else(|| StepError::Retry("the parent kept changing".into()))
     }
 
     /// How the children ended (each read, its output too when it completed).

@@ -1,6 +1,8 @@
 //! Ending a step: waiting (for a sandbox, or its answer), completing or
 //! failing the Run with one fenced commit, and the messages that follow.
 
+use armada_core::ending;
+
 use super::*;
 
 impl Harness {
@@ -116,35 +118,16 @@ impl Harness {
         self.carry_out(run, &actions).await
     }
 
+    /// What the machine decided, carried out ([`ending::carry_out`]); a
+    /// message not sent makes the step retry.
     pub(crate) async fn carry_out(
         &self,
         run: &Run,
         actions: &[RunAction],
     ) -> Result<(), StepError> {
-        for a in actions {
-            match a {
-                RunAction::EnqueueNextStep => self
-                    .svc
-                    .queues
-                    .send_harness(&HarnessMessage::Step {
-                        run_id: run.run_id.clone(),
-                        tenant: run.tenant.clone(),
-                        step: run.step,
-                    })
-                    .await
-                    .map_err(|e| StepError::Retry(format!("next step not queued: {e}")))?,
-                RunAction::AnnounceTerminal => self
-                    .svc
-                    .queues
-                    .send_dispatch(&DispatchMessage::RunTerminal {
-                        run_id: run.run_id.clone(),
-                        tenant: run.tenant.clone(),
-                    })
-                    .await
-                    .map_err(|e| StepError::Retry(format!("terminal state not announced: {e}")))?,
-            }
-        }
-        Ok(())
+        ending::carry_out(&self.svc, run, actions)
+            .await
+            .map_err(|e| StepError::Retry(format!("{actions:?} not carried out: {e}")))
     }
 
     /// A stale message may be the redelivery of a step whose commit landed

@@ -4,6 +4,7 @@
 //! then announced to the Run in its FIFO group.
 
 use armada_api::ApiError;
+use armada_core::cas::{until_written, Try};
 use armada_core::error::StoreError;
 use armada_core::Services;
 use armada_domain::approval::{
@@ -35,37 +36,41 @@ pub async fn decide(
     comment: Option<String>,
     tenant: Option<&str>,
 ) -> Result<Approval, ApiError> {
-    for _ in 0..5 {
-        let read = load(svc, id, tenant).await?;
-        let mut next = read.clone();
+    let decided = until_written(|| {
         let decided = ApprovalEvent::Decide {
             verdict: verdict.clone(),
             by: by.clone(),
             from: from.clone(),
             comment: comment.clone(),
         };
-        let actions = next
-            .apply(decided, svc.clock.now_ms())
-            .map_err(|r| ApiError::new(status_of(&r), r.code(), r.to_string()))?;
-        match svc.approvals.update(read.version, &next).await {
-            Ok(()) => {
-                if actions.contains(&ApprovalAction::ResumeRun) {
-                    announce(svc, &next).await;
-                }
-                tracing::info!(
-                    approval_id = id,
-                    state = next.state.as_str(),
-                    "approval decided"
-                );
-                return Ok(next);
+        async move {
+            let read = load(svc, id, tenant).await?;
+            let mut next = read.clone();
+            let actions = next
+                .apply(decided, svc.clock.now_ms())
+                .map_err(|r| ApiError::new(status_of(&r), r.code(), r.to_string()))?;
+            match svc.approvals.update(read.version, &next).await {
+                Ok(()) => Ok(Try::Done((next, actions))),
+                // Someone else wrote first: read again, and the domain says
+                // whether anything is left to decide.
+                Err(StoreError::Conflict { .. }) => Ok(Try::Again),
+                Err(e) => Err(ApiError::from(e)),
             }
-            // Someone else wrote first: read again, and the domain says
-            // whether anything is left to decide.
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(e.into()),
         }
+    })
+    .await?;
+    let Some((next, actions)) = decided else {
+        return Err(ApiError::unavailable("the approval kept changing; retry"));
+    };
+    if actions.contains(&ApprovalAction::ResumeRun) {
+        announce(svc, &next).await;
     }
-    Err(ApiError::unavailable("the approval kept changing; retry"))
+    tracing::info!(
+        approval_id = id,
+        state = next.state.as_str(),
+        "approval decided"
+    );
+    Ok(next)
 }
 
 /// Tells the Run; if the message is lost, the Run's watchdog sends it.

@@ -19,7 +19,13 @@ impl Agent {
         let (now, g) = (now_ms(), self.cfg.generation);
         let idle_ms = i64::try_from(idle.as_millis()).unwrap_or(i64::MAX);
         let r = self
-            .update(|r| r.hibernate(g, idle_ms, now).is_ok())
+            .update(|r| {
+                let idle = SandboxEvent::Hibernate {
+                    generation: g,
+                    idle_ms,
+                };
+                r.apply(idle, now).is_ok()
+            })
             .await?;
         if !r.is_some_and(|r| r.state == SandboxState::Hibernating) {
             return Ok(None);
@@ -32,9 +38,15 @@ impl Agent {
         let now = now_ms();
         let after = self
             .update(|r| match r.state {
-                SandboxState::Hibernating => r.snapshotted(g, &key, now).is_ok(),
+                SandboxState::Hibernating => {
+                    let saved = SandboxEvent::Snapshotted {
+                        generation: g,
+                        key: key.clone(),
+                    };
+                    r.apply(saved, now).is_ok()
+                }
                 // A Run asked for it meanwhile: stay up.
-                SandboxState::Waking => r.woke(g, now).is_ok(),
+                SandboxState::Waking => r.apply(SandboxEvent::Woke { generation: g }, now).is_ok(),
                 _ => false,
             })
             .await?;

@@ -39,10 +39,13 @@ use armada_core::aws::AwsClients;
 use armada_core::hands::task_env;
 use armada_core::ports::{SandboxReports as _, Sandboxes as _};
 use armada_core::store::sandboxes::{CallRef, Change, SandboxStore};
+use armada_domain::machine::Machine;
 use armada_domain::messages::{HarnessMessage, ResultBody};
 use armada_domain::sandbox::controls::{Control, Controls, Enforcement, Required};
 use armada_domain::sandbox::hand::{codes, CallMark, CallOutcome, HandMessage, Invocation};
-use armada_domain::sandbox::lifecycle::{PortLease, SandboxRecord, SandboxState};
+use armada_domain::sandbox::lifecycle::{
+    PortLease, SandboxAction, SandboxEvent, SandboxRecord, SandboxState,
+};
 use armada_domain::sandbox::{check_mount, host_port, CapabilitySet, Limits, CONTAINER_PORTS};
 use armada_domain::skills::{MountDecl, SERVE};
 
@@ -445,8 +448,14 @@ impl Agent {
     async fn fail_closed(&self, why: &str) -> Result<Exit> {
         tracing::error!(sandbox = %self.cfg.key(), why, "sandbox failed closed");
         let now = now_ms();
-        self.update(|r| r.fail(r.generation, why, now).is_ok())
-            .await?;
+        self.update(|r| {
+            let failed = SandboxEvent::Fail {
+                generation: r.generation,
+                why: why.to_string(),
+            };
+            r.apply(failed, now).is_ok()
+        })
+        .await?;
         Ok(Exit::Destroyed(why.to_string()))
     }
 
@@ -462,7 +471,11 @@ impl Agent {
         if let Ok(Exit::Destroyed(_)) = &exit {
             let (now, g) = (now_ms(), self.cfg.generation);
             let _ = self
-                .update(|r| r.state == SandboxState::Destroying && r.stopped(g, now).is_ok())
+                .update(|r| {
+                    r.state == SandboxState::Destroying
+                        && r.apply(SandboxEvent::Stopped { generation: g }, now)
+                            .is_ok()
+                })
                 .await;
         }
         if exit.is_ok() {
@@ -494,7 +507,11 @@ async fn heartbeat(
         let r = store
             .modify_report(&tenant, &agent, |rec| match rec {
                 Some(mut r) if r.generation == generation && !r.state.is_gone() => {
-                    let _ = r.heartbeat(generation, now, held_now.clone());
+                    let beat = SandboxEvent::Heartbeat {
+                        generation,
+                        credentials: held_now.clone(),
+                    };
+                    let _ = r.apply(beat, now);
                     Change::Write(Box::new(r), None)
                 }
                 Some(r) if r.generation == generation => Change::Keep(Some(

@@ -45,7 +45,13 @@ impl Agent {
         }
         let now = now_ms();
         let ready = self
-            .update(|r| r.agent_ready(r.generation, controls.clone(), now).is_ok())
+            .update(|r| {
+                let ready = SandboxEvent::AgentReady {
+                    generation: r.generation,
+                    controls: Box::new(controls.clone()),
+                };
+                r.apply(ready, now).is_ok()
+            })
             .await?;
         match ready {
             Some(r) if r.state == SandboxState::Ready => {}
@@ -143,7 +149,7 @@ impl Agent {
                             let why =
                                 format!("force-destroyed: cleanup after run {run_id} failed: {e}");
                             let now = now_ms();
-                            self.update(|r| r.destroy(&why, now)).await?;
+                            self.update(|r| destroyed(r, &why, now)).await?;
                             self.shutdown_services();
                             return Ok(Exit::Destroyed(why));
                         }
@@ -286,7 +292,7 @@ impl Agent {
             .await?;
             self.delete(receipt).await;
             let now = now_ms();
-            self.update(|r| r.destroy(&why, now)).await?;
+            self.update(|r| destroyed(r, &why, now)).await?;
             return Ok(Some(Exit::Destroyed(why)));
         }
         let call = CallRef {
@@ -386,15 +392,25 @@ impl Agent {
             .collect();
         self.update(|r| {
             r.ports = ports.clone();
-            r.touch(g, now).is_ok()
+            r.apply(SandboxEvent::Touch { generation: g }, now).is_ok()
         })
         .await?;
         if answer.aftermath == Aftermath::Destroy {
             let code = answer.result["error"]["code"].as_str().unwrap_or("error");
             let why = format!("force-destroyed after {code} in call {}", inv.call_id);
-            self.update(|r| r.destroy(&why, now)).await?;
+            self.update(|r| destroyed(r, &why, now)).await?;
             return Ok(Some(Exit::Destroyed(why)));
         }
         Ok(None)
     }
+}
+
+/// Asks `r` to be destroyed for `why`: whether it changed (a sandbox
+/// already going stays as it is).
+fn destroyed(r: &mut SandboxRecord, why: &str, now: i64) -> bool {
+    let destroy = SandboxEvent::Destroy {
+        why: why.to_string(),
+    };
+    r.apply(destroy, now)
+        .is_ok_and(|actions| actions.contains(&SandboxAction::StopTask))
 }

@@ -351,7 +351,7 @@ pub struct StoredMark {
 }
 
 /// Conflicting writers retried by [`SandboxesExt::modify`] before giving up.
-const CAS_ATTEMPTS: usize = 25;
+const CAS_ATTEMPTS: usize = crate::cas::ATTEMPTS;
 
 /// The first uid [`Sandboxes::identity_uid`] hands out (the ones below
 /// are the host's own users').

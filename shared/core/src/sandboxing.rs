@@ -4,10 +4,13 @@
 //! and the provider's tasks and hand queues started and stopped to match.
 
 use armada_domain::agent::AgentDefinition;
+use armada_domain::machine::Machine;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::run::{Run, RunState};
 use armada_domain::sandbox::hand::{CallMark, HandMessage, Invocation};
-use armada_domain::sandbox::lifecycle::{Acquired, LifecycleError, SandboxRecord, SandboxState};
+use armada_domain::sandbox::lifecycle::{
+    Acquired, LifecycleError, SandboxAction, SandboxEvent, SandboxRecord, SandboxState,
+};
 
 use crate::error::StoreError;
 use crate::hands::TaskRequest;
@@ -67,7 +70,12 @@ pub async fn acquire(
             let mut r = rec.clone().unwrap_or_else(|| {
                 SandboxRecord::new(tenant, &agent.name, &profile, now).salted(&salt)
             });
-            let a = r.acquire(run_id, &profile, now);
+            let asked = SandboxEvent::Acquire {
+                run_id: run_id.to_string(),
+                profile: profile.clone(),
+            };
+            // Asking is never refused: a Run holds the sandbox or waits.
+            let a = Acquired::of(&r.apply(asked, now).unwrap_or_default());
             match rec {
                 // Held already and nothing changed: no write.
                 Some(old)
@@ -110,9 +118,12 @@ pub async fn prewarm(
             let mut r = rec.clone().unwrap_or_else(|| {
                 SandboxRecord::new(tenant, &agent.name, &profile, now).salted(&salt)
             });
-            match r.prewarm(&profile, now) {
-                Some(_) => Change::Write(Box::new(r.clone()), r),
-                None => Change::Keep(r),
+            let prewarm = SandboxEvent::Prewarm {
+                profile: profile.clone(),
+            };
+            match r.apply(prewarm, now) {
+                Ok(started) if !started.is_empty() => Change::Write(Box::new(r.clone()), r),
+                _ => Change::Keep(r),
             }
         })
         .await?;
@@ -174,8 +185,13 @@ pub async fn start_task(
         .sandboxes
         .modify(&rec.tenant, &rec.agent, |cur| match cur {
             Some(mut r) if r.generation == generation => {
-                match r.task_started(generation, &arn, &queue) {
-                    Ok(()) => Change::Write(Box::new(r.clone()), Some(r)),
+                let started = SandboxEvent::TaskStarted {
+                    generation,
+                    task_arn: arn.clone(),
+                    hand_queue_url: queue.clone(),
+                };
+                match r.apply(started, now_ms(svc)) {
+                    Ok(_) => Change::Write(Box::new(r.clone()), Some(r)),
                     // Left as it was: the task is stopped below as unwanted.
                     Err(e) => {
                         refused(svc, &r, "task_started", &e);
@@ -210,8 +226,14 @@ async fn fail(svc: &Services, rec: &SandboxRecord, why: &str) -> Result<(), Stor
     let generation = rec.generation;
     svc.sandboxes
         .modify(&rec.tenant, &rec.agent, |cur| match cur {
-            Some(mut r) if r.generation == generation => match r.fail(generation, why, now) {
-                Ok(()) => Change::Write(Box::new(r), ()),
+            Some(mut r) if r.generation == generation => match r.apply(
+                SandboxEvent::Fail {
+                    generation,
+                    why: why.to_string(),
+                },
+                now,
+            ) {
+                Ok(_) => Change::Write(Box::new(r), ()),
                 Err(e) => {
                     refused(svc, &r, "fail", &e);
                     Change::Keep(())
@@ -256,7 +278,18 @@ pub async fn release(
                 if !holder && !waiting {
                     return Change::Keep((None, None));
                 }
-                let next = r.release(run_id, now);
+                let released = SandboxEvent::Release {
+                    run_id: run_id.to_string(),
+                };
+                // Letting go is never refused.
+                let next = r
+                    .apply(released, now)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find_map(|a| match a {
+                        SandboxAction::HandTo(next) => Some(next),
+                        _ => None,
+                    });
                 let queue = (holder && !r.state.is_gone())
                     .then(|| r.hand_queue_url.clone())
                     .flatten();
@@ -315,7 +348,14 @@ pub async fn destroy(
         .modify(tenant, agent, |rec| match rec {
             Some(mut r) => {
                 let old = r.clone();
-                r.destroy(why, now);
+                // Never refused (a sandbox already going stays as it is);
+                // its task is stopped below whatever state it was in.
+                let _ = r.apply(
+                    SandboxEvent::Destroy {
+                        why: why.to_string(),
+                    },
+                    now,
+                );
                 Change::Write(Box::new(r), Some(old))
             }
             None => Change::Keep(None),
@@ -340,13 +380,15 @@ pub async fn destroy(
     let after = svc
         .sandboxes
         .modify(tenant, agent, |rec| match rec {
-            Some(mut r) if r.generation == generation => match r.stopped(generation, now) {
-                Ok(()) => Change::Write(Box::new(r.clone()), Some(r)),
-                Err(e) => {
-                    refused(svc, &r, "stopped", &e);
-                    Change::Keep(Some(r))
+            Some(mut r) if r.generation == generation => {
+                match r.apply(SandboxEvent::Stopped { generation }, now) {
+                    Ok(_) => Change::Write(Box::new(r.clone()), Some(r)),
+                    Err(e) => {
+                        refused(svc, &r, "stopped", &e);
+                        Change::Keep(Some(r))
+                    }
                 }
-            },
+            }
             other => Change::Keep(other),
         })
         .await?;
@@ -437,10 +479,20 @@ pub async fn check_start(
     let (retry, updated) = svc
         .sandboxes
         .modify(&rec.tenant, &rec.agent, |cur| match cur {
-            Some(mut r) => match r.start_timed_out(generation, attempt, timeout_s, now) {
-                Ok(retry) => Change::Write(Box::new(r.clone()), (Some(retry), r)),
-                Err(_) => Change::Keep((None, r)),
-            },
+            Some(mut r) => {
+                let late = SandboxEvent::StartTimedOut {
+                    generation,
+                    attempt,
+                    timeout_s,
+                };
+                match r.apply(late, now) {
+                    Ok(actions) => {
+                        let retry = actions.contains(&SandboxAction::RestartTask);
+                        Change::Write(Box::new(r.clone()), (Some(retry), r))
+                    }
+                    Err(_) => Change::Keep((None, r)),
+                }
+            }
             None => Change::Keep((None, rec.clone())),
         })
         .await?;

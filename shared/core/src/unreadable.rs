@@ -6,6 +6,7 @@ use serde_json::json;
 
 use armada_domain::run::{Run, RunEvent, RunHead};
 
+use crate::ending::{end_from_outside, Ended};
 use crate::error::StoreError;
 use crate::Services;
 
@@ -37,16 +38,20 @@ pub async fn end(
     tenant: &str,
     why: &str,
     ending: Ending<'_>,
-) -> Result<Option<Run>, StoreError> {
+) -> Result<Option<Ended>, StoreError> {
     let Some(head) = head_of(svc, run_id, tenant).await? else {
         return Ok(None);
     };
-    let now = svc.clock.now_ms();
-    let mut run = Run::rebuilt(&head, why);
-    let prev = run.stamp();
-    let mut events = Vec::new();
-    if !run.state.is_terminal() {
-        let (event, by) = match ending {
+    let run = Run::rebuilt(&head, why);
+    let ended = if run.state.is_terminal() {
+        // Ended already: the document is rewritten readable, nothing more.
+        svc.runs.save(run.stamp(), &run, &[], vec![]).await?;
+        Ended {
+            run,
+            actions: vec![],
+        }
+    } else {
+        let (event, extra) = match ending {
             Ending::Fail => (
                 RunEvent::Failed {
                     error: run.error.clone().unwrap_or_else(|| {
@@ -56,19 +61,14 @@ pub async fn end(
                         )
                     }),
                 },
-                None,
+                json!({}),
             ),
-            Ending::Cancel { by } => (RunEvent::CancelRequested, Some(by)),
+            Ending::Cancel { by } => (RunEvent::CancelRequested, json!({"by": by})),
         };
-        run.apply_from_outside(event, now)
-            .map_err(|e| StoreError::Terminal(e.to_string()))?;
-        let mut data = json!({"error": run.error});
-        if let Some(by) = by {
-            data["by"] = json!(by);
-        }
-        events.extend(run.push_end_event(data, now));
-    }
-    svc.runs.save(prev, &run, &events, vec![]).await?;
-    tracing::error!(run_id, tenant, why, state = %run.state, "a run whose record could not be read was rebuilt and ended");
-    Ok(Some(run))
+        end_from_outside(svc, run, event, extra)
+            .await?
+            .map_err(|e| StoreError::Terminal(e.to_string()))?
+    };
+    tracing::error!(run_id, tenant, why, state = %ended.run.state, "a run whose record could not be read was rebuilt and ended");
+    Ok(Some(ended))
 }

@@ -32,7 +32,8 @@ use armada_core::error::StoreError;
 use armada_core::hands::{task_env, SandboxProvider, TaskInfo};
 use armada_core::ports::{Provider as _, Sandboxes as _, SandboxesExt as _};
 use armada_core::store::sandboxes::{Change, SandboxStore};
-use armada_domain::sandbox::lifecycle::{SandboxRecord, SandboxState};
+use armada_domain::machine::Machine;
+use armada_domain::sandbox::lifecycle::{SandboxAction, SandboxEvent, SandboxRecord, SandboxState};
 use armada_domain::sandbox::{host_port, Limits, CONTAINER_PORTS};
 use armada_sandbox::cgroup::Cgroup;
 use armada_sandbox::entry::Program;
@@ -134,12 +135,12 @@ pub fn sandbox_program() -> Result<Program> {
 async fn record<E: std::fmt::Display + Send>(
     store: &SandboxStore,
     t: &LocalTask,
-    mut step: impl FnMut(&mut SandboxRecord) -> Result<(), E> + Send,
+    mut step: impl FnMut(&mut SandboxRecord) -> Result<Vec<SandboxAction>, E> + Send,
 ) -> Result<(), armada_core::error::StoreError> {
     store
         .modify(&t.tenant, &t.agent, |cur| match cur {
             Some(mut r) => match step(&mut r) {
-                Ok(()) => Change::Write(Box::new(r), ()),
+                Ok(_) => Change::Write(Box::new(r), ()),
                 Err(e) => {
                     tracing::error!(sandbox = %r.key(), error = %e, "illegal sandbox transition refused");
                     Change::Keep(())
@@ -445,7 +446,10 @@ impl DataPlane {
                         Ok(Ok(()))
                     ) {
                         t.frozen = true;
-                        let r = record(&self.store, t, |r| r.hibernated(g, now)).await;
+                        let r = record(&self.store, t, |r| {
+                            r.apply(SandboxEvent::Hibernated { generation: g }, now)
+                        })
+                        .await;
                         if let Err(e) = r {
                             tracing::warn!(error = %e, "could not record a hibernation");
                         }
@@ -457,7 +461,10 @@ impl DataPlane {
                         continue;
                     }
                     t.frozen = false;
-                    if let Err(e) = record(&self.store, t, |r| r.woke(g, now)).await {
+                    let woke = record(&self.store, t, |r| {
+                        r.apply(SandboxEvent::Woke { generation: g }, now)
+                    });
+                    if let Err(e) = woke.await {
                         tracing::warn!(sandbox = %rec.key(), error = %e, "could not record a wake");
                     }
                     tracing::info!(sandbox = %rec.key(), "sandbox woke");

@@ -15,7 +15,9 @@ use armada_api::runs::{
 use armada_api::server::{JsonBody, Path, Query};
 use armada_api::{ApiError, ErrorBody};
 use armada_core::auth::{Principal, TenantKey};
+use armada_core::cas::{until_written, Try};
 use armada_core::clock::{new_id, rfc3339};
+use armada_core::ending::{self, Ended};
 use armada_core::error::StoreError;
 use armada_core::ports::{Also, IdemRecord};
 use armada_core::unreadable::{self, Ending};
@@ -629,16 +631,12 @@ fn events_page(events: Vec<RunEventRecord>, after: u64) -> EventsPage {
     EventsPage { events, next }
 }
 
-/// Tells the dispatcher a Run ended, so it settles it.
-async fn announce_end(svc: &Services, run: &Run) {
-    let msg = DispatchMessage::RunTerminal {
-        run_id: run.run_id.clone(),
-        tenant: run.tenant.clone(),
-    };
-    if let Err(e) = svc.queues.send_dispatch(&msg).await {
-        // The Run is cancelled; its post-terminal duties are
-        // retried when the dispatcher next sees this Run.
-        tracing::error!(error = %e, run_id = %run.run_id, "cancel recorded but not announced");
+/// Carries out what the Run's machine decided on its end (the dispatcher
+/// is told, and settles it). The cancel is recorded either way: a lost
+/// message is sent again when the dispatcher next sees the Run.
+async fn carry_out(svc: &Services, ended: &Ended) {
+    if let Err(e) = ending::carry_out(svc, &ended.run, &ended.actions).await {
+        tracing::error!(error = %e, run_id = %ended.run.run_id, "cancel recorded but not announced");
     }
 }
 
@@ -671,7 +669,7 @@ pub(crate) async fn cancel_run_by(
     run_id: &str,
     by: &str,
 ) -> Result<RunCancelled, ApiError> {
-    for _ in 0..5 {
+    let ended = until_written(|| async {
         let run = match load_any(svc, tenant, run_id).await? {
             Loaded::Run(run) => *run,
             Loaded::Unreadable { head, why } => {
@@ -683,14 +681,10 @@ pub(crate) async fn cancel_run_by(
                 }
                 match unreadable::end(svc, run_id, tenant, &why, Ending::Cancel { by }).await {
                     Ok(Some(ended)) => {
-                        announce_end(svc, &ended).await;
-                        return Ok(RunCancelled {
-                            run_id: run_id.to_string(),
-                            state: ended.state,
-                        });
+                        return Ok(Try::Done(ended));
                     }
                     Ok(None) => return Err(ApiError::not_found(&format!("run '{run_id}'"))),
-                    Err(StoreError::Conflict { .. }) => continue,
+                    Err(StoreError::Conflict { .. }) => return Ok(Try::Again),
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -701,27 +695,19 @@ pub(crate) async fn cancel_run_by(
                 format!("the run is already {}", run.state),
             ));
         }
-        let now = svc.clock.now_ms();
-        let prev = run.stamp();
-        let mut next = run.clone();
-        // A new epoch fences out any worker still executing a step.
-        next.apply_from_outside(RunEvent::CancelRequested, now)
-            .map_err(|e| ApiError::conflict("RUN_TERMINAL", e.to_string()))?;
-        let ended: Vec<_> = next
-            .push_end_event(json!({"by": by}), now)
-            .into_iter()
-            .collect();
-        match svc.runs.save(prev, &next, &ended, vec![]).await {
-            Ok(()) => {
-                announce_end(svc, &next).await;
-                return Ok(RunCancelled {
-                    run_id: run_id.to_string(),
-                    state: next.state,
-                });
-            }
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(e.into()),
+        match ending::end_from_outside(svc, run, RunEvent::CancelRequested, json!({"by": by})).await
+        {
+            Ok(Ok(ended)) => Ok(Try::Done(ended)),
+            Ok(Err(e)) => Err(ApiError::conflict("RUN_TERMINAL", e.to_string())),
+            Err(StoreError::Conflict { .. }) => Ok(Try::Again),
+            Err(e) => Err(e.into()),
         }
-    }
-    Err(ApiError::unavailable("the run is changing quickly; retry"))
+    })
+    .await?
+    .ok_or_else(|| ApiError::unavailable("the run is changing quickly; retry"))?;
+    carry_out(svc, &ended).await;
+    Ok(RunCancelled {
+        run_id: run_id.to_string(),
+        state: ended.run.state,
+    })
 }

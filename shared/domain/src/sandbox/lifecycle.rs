@@ -245,7 +245,7 @@ impl SandboxRecord {
     /// A Run asks for the sandbox (its first sandbox call, or an `eager`
     /// agent's first step). `profile` is the agent's current profile: it
     /// applies to a new generation only.
-    pub fn acquire(&mut self, run_id: &str, profile: &str, now_ms: i64) -> Acquired {
+    fn acquire(&mut self, run_id: &str, profile: &str, now_ms: i64) -> Acquired {
         match &self.holder_run_id {
             Some(h) if h != run_id => {
                 if !self.waiters.iter().any(|w| w == run_id) {
@@ -279,7 +279,7 @@ impl SandboxRecord {
 
     /// A Run ended: it lets go (or leaves the queue). Returns the Run the
     /// sandbox was handed to, if any.
-    pub fn release(&mut self, run_id: &str, now_ms: i64) -> Option<String> {
+    fn release(&mut self, run_id: &str, now_ms: i64) -> Option<String> {
         self.waiters.retain(|w| w != run_id);
         if self.holder_run_id.as_deref() != Some(run_id) {
             return None;
@@ -295,7 +295,7 @@ impl SandboxRecord {
     }
 
     /// The provider started (or restarted) this generation's task.
-    pub fn task_started(
+    fn task_started(
         &mut self,
         generation: u64,
         task_arn: &str,
@@ -309,7 +309,7 @@ impl SandboxRecord {
 
     /// The agent inside reported in, enforcing `controls`. (Which task it
     /// runs in is the control plane's to say: `task_started`.)
-    pub fn agent_ready(
+    fn agent_ready(
         &mut self,
         generation: u64,
         controls: Controls,
@@ -332,7 +332,7 @@ impl SandboxRecord {
     }
 
     /// The agent could not start or could not enforce its profile.
-    pub fn fail(&mut self, generation: u64, why: &str, now_ms: i64) -> Result<(), LifecycleError> {
+    fn fail(&mut self, generation: u64, why: &str, now_ms: i64) -> Result<(), LifecycleError> {
         self.generation_is(generation)?;
         self.failure = Some(why.to_string());
         self.ports.clear();
@@ -340,7 +340,7 @@ impl SandboxRecord {
         Ok(())
     }
 
-    pub fn heartbeat(
+    fn heartbeat(
         &mut self,
         generation: u64,
         now_ms: i64,
@@ -353,7 +353,7 @@ impl SandboxRecord {
     }
 
     /// A call finished: the sandbox was used now.
-    pub fn touch(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
+    fn touch(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
         self.generation_is(generation)?;
         self.last_used_at_ms = now_ms;
         self.heartbeat_at_ms = now_ms;
@@ -361,7 +361,7 @@ impl SandboxRecord {
     }
 
     /// Asks to stop the sandbox. Idempotent for a sandbox already going.
-    pub fn destroy(&mut self, why: &str, now_ms: i64) -> bool {
+    fn destroy(&mut self, why: &str, now_ms: i64) -> bool {
         if self.state.is_gone() {
             return false;
         }
@@ -372,7 +372,7 @@ impl SandboxRecord {
     }
 
     /// The task of `generation` is stopped.
-    pub fn stopped(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
+    fn stopped(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
         self.generation_is(generation)?;
         if self.state != SandboxState::Failed {
             self.set_state(SandboxState::Destroyed, now_ms);
@@ -382,7 +382,7 @@ impl SandboxRecord {
     }
 
     /// Idle long enough, and held by nobody: put it to sleep.
-    pub fn hibernate(
+    fn hibernate(
         &mut self,
         generation: u64,
         idle_ms: i64,
@@ -403,7 +403,7 @@ impl SandboxRecord {
         Ok(())
     }
 
-    pub fn hibernated(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
+    fn hibernated(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
         self.generation_is(generation)?;
         if self.state != SandboxState::Hibernating {
             return Err(LifecycleError::State {
@@ -417,7 +417,7 @@ impl SandboxRecord {
 
     /// Hibernation by snapshot: the workspace is saved under `key` and the
     /// task stops; a wake starts a new task of the same generation from it.
-    pub fn snapshotted(
+    fn snapshotted(
         &mut self,
         generation: u64,
         key: &str,
@@ -431,7 +431,7 @@ impl SandboxRecord {
     }
 
     /// A hibernated sandbox's processes run again (the task was kept, frozen).
-    pub fn woke(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
+    fn woke(&mut self, generation: u64, now_ms: i64) -> Result<(), LifecycleError> {
         self.generation_is(generation)?;
         if self.state != SandboxState::Waking {
             return Err(LifecycleError::State {
@@ -446,7 +446,7 @@ impl SandboxRecord {
 
     /// Makes sure an identity has a sandbox without anyone holding it (a
     /// resident agent's prewarm). Returns whether a task must be started.
-    pub fn prewarm(&mut self, profile: &str, now_ms: i64) -> Option<Start> {
+    fn prewarm(&mut self, profile: &str, now_ms: i64) -> Option<Start> {
         match self.state {
             SandboxState::Provisioning | SandboxState::Ready | SandboxState::Waking => None,
             SandboxState::Hibernating | SandboxState::Hibernated => {
@@ -464,7 +464,7 @@ impl SandboxRecord {
 
     /// The start of this generation took too long. The first time the
     /// caller starts the task again; the second time the sandbox fails.
-    pub fn start_timed_out(
+    fn start_timed_out(
         &mut self,
         generation: u64,
         attempt: u32,
@@ -495,6 +495,204 @@ impl SandboxRecord {
             self.set_state(SandboxState::Failed, now_ms);
             Ok(false)
         }
+    }
+}
+
+/// What happens to a sandbox: asked for and let go by Runs, started and
+/// reported on by its task, put to sleep, destroyed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SandboxEvent {
+    /// A Run asks for it (its first sandbox call, or an `eager` agent's
+    /// first step); `profile` is the agent's, for a new generation.
+    Acquire { run_id: String, profile: String },
+    /// A Run ended: it lets go, or leaves the queue.
+    Release { run_id: String },
+    /// A resident agent's sandbox is made (or woken) with no Run holding it.
+    Prewarm { profile: String },
+    /// The provider started (or restarted) the generation's task.
+    TaskStarted {
+        generation: u64,
+        task_arn: String,
+        hand_queue_url: String,
+    },
+    /// The agent inside reported in, enforcing `controls`.
+    AgentReady {
+        generation: u64,
+        controls: Box<Controls>,
+    },
+    /// The agent could not start, or could not enforce its profile.
+    Fail { generation: u64, why: String },
+    /// The agent is alive, signing with `credentials`.
+    Heartbeat {
+        generation: u64,
+        credentials: Option<CredentialsInfo>,
+    },
+    /// A call finished.
+    Touch { generation: u64 },
+    /// Stop it (idempotent for a sandbox already going).
+    Destroy { why: String },
+    /// The generation's task stopped.
+    Stopped { generation: u64 },
+    /// Idle for `idle_ms` and held by nobody: to sleep.
+    Hibernate { generation: u64, idle_ms: i64 },
+    /// Asleep, its task frozen.
+    Hibernated { generation: u64 },
+    /// Asleep as a snapshot under `key`; its task stopped.
+    Snapshotted { generation: u64, key: String },
+    /// A frozen task runs again.
+    Woke { generation: u64 },
+    /// The generation's start (attempt `attempt`) took over `timeout_s`.
+    StartTimedOut {
+        generation: u64,
+        attempt: u32,
+        timeout_s: u32,
+    },
+}
+
+/// What the handler does once a sandbox's change is committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxAction {
+    /// The asking Run holds the sandbox.
+    Held,
+    /// Another Run holds it: the asking Run waits, at this place (1-based).
+    Wait { position: usize },
+    /// Start a task for the generation: a new sandbox, or one waking.
+    StartTask(Start),
+    /// The Run that was let go of handed the sandbox to this waiting Run.
+    HandTo(String),
+    /// Stop the generation's task (it is being destroyed).
+    StopTask,
+    /// Start the generation's task again (its first start took too long).
+    RestartTask,
+}
+
+impl Acquired {
+    /// What an `Acquire`'s actions say the asking Run got.
+    pub fn of(actions: &[SandboxAction]) -> Acquired {
+        if let Some(position) = actions.iter().find_map(|a| match a {
+            SandboxAction::Wait { position } => Some(*position),
+            _ => None,
+        }) {
+            return Acquired::Waiting { position };
+        }
+        let start = actions.iter().find_map(|a| match a {
+            SandboxAction::StartTask(s) => Some(*s),
+            _ => None,
+        });
+        Acquired::Held { start }
+    }
+}
+
+/// The sandbox record in the machines' common shape: every change is an
+/// event applied at a time, refused (changing nothing) or answered with
+/// what to do once it is written; writes are conditional on `version`.
+impl crate::machine::Machine for SandboxRecord {
+    type Event = SandboxEvent;
+    type Action = SandboxAction;
+    type Refusal = LifecycleError;
+    type Version = u64;
+
+    fn apply(
+        &mut self,
+        event: SandboxEvent,
+        now_ms: i64,
+    ) -> Result<Vec<SandboxAction>, LifecycleError> {
+        use SandboxEvent as E;
+        Ok(match event {
+            E::Acquire { run_id, profile } => match self.acquire(&run_id, &profile, now_ms) {
+                Acquired::Waiting { position } => vec![SandboxAction::Wait { position }],
+                Acquired::Held { start } => std::iter::once(SandboxAction::Held)
+                    .chain(start.map(SandboxAction::StartTask))
+                    .collect(),
+            },
+            E::Release { run_id } => self
+                .release(&run_id, now_ms)
+                .map(SandboxAction::HandTo)
+                .into_iter()
+                .collect(),
+            E::Prewarm { profile } => self
+                .prewarm(&profile, now_ms)
+                .map(SandboxAction::StartTask)
+                .into_iter()
+                .collect(),
+            E::TaskStarted {
+                generation,
+                task_arn,
+                hand_queue_url,
+            } => {
+                self.task_started(generation, &task_arn, &hand_queue_url)?;
+                vec![]
+            }
+            E::AgentReady {
+                generation,
+                controls,
+            } => {
+                self.agent_ready(generation, *controls, now_ms)?;
+                vec![]
+            }
+            E::Fail { generation, why } => {
+                self.fail(generation, &why, now_ms)?;
+                vec![]
+            }
+            E::Heartbeat {
+                generation,
+                credentials,
+            } => {
+                self.heartbeat(generation, now_ms, credentials)?;
+                vec![]
+            }
+            E::Touch { generation } => {
+                self.touch(generation, now_ms)?;
+                vec![]
+            }
+            E::Destroy { why } => {
+                if self.destroy(&why, now_ms) {
+                    vec![SandboxAction::StopTask]
+                } else {
+                    vec![]
+                }
+            }
+            E::Stopped { generation } => {
+                self.stopped(generation, now_ms)?;
+                vec![]
+            }
+            E::Hibernate {
+                generation,
+                idle_ms,
+            } => {
+                self.hibernate(generation, idle_ms, now_ms)?;
+                vec![]
+            }
+            E::Hibernated { generation } => {
+                self.hibernated(generation, now_ms)?;
+                vec![]
+            }
+            E::Snapshotted { generation, key } => {
+                self.snapshotted(generation, &key, now_ms)?;
+                vec![]
+            }
+            E::Woke { generation } => {
+                self.woke(generation, now_ms)?;
+                vec![]
+            }
+            E::StartTimedOut {
+                generation,
+                attempt,
+                timeout_s,
+            } => {
+                // Not started again: it failed, and its task is left to
+                // the provider's own timeout (no action).
+                if self.start_timed_out(generation, attempt, timeout_s, now_ms)? {
+                    vec![SandboxAction::RestartTask]
+                } else {
+                    vec![]
+                }
+            }
+        })
+    }
+
+    fn version(&self) -> u64 {
+        self.version
     }
 }
 

@@ -130,3 +130,92 @@ fn a_start_that_times_out_is_retried_once_then_fails() {
 fn controls() -> Controls {
     Controls::uniform(super::super::controls::Enforcement::Enforced, "test")
 }
+
+/// Every event in every state, through the machine: a refused event
+/// changes nothing, and a stale generation is always refused.
+#[test]
+fn through_the_machine_a_refusal_changes_nothing() {
+    use crate::machine::Machine;
+    let events = |g: u64| {
+        vec![
+            SandboxEvent::Acquire {
+                run_id: "a".into(),
+                profile: "workspace".into(),
+            },
+            SandboxEvent::Release { run_id: "a".into() },
+            SandboxEvent::Prewarm {
+                profile: "workspace".into(),
+            },
+            SandboxEvent::TaskStarted {
+                generation: g,
+                task_arn: "arn".into(),
+                hand_queue_url: "q".into(),
+            },
+            SandboxEvent::AgentReady {
+                generation: g,
+                controls: Box::new(controls()),
+            },
+            SandboxEvent::Fail {
+                generation: g,
+                why: "x".into(),
+            },
+            SandboxEvent::Heartbeat {
+                generation: g,
+                credentials: None,
+            },
+            SandboxEvent::Touch { generation: g },
+            SandboxEvent::Destroy { why: "x".into() },
+            SandboxEvent::Stopped { generation: g },
+            SandboxEvent::Hibernate {
+                generation: g,
+                idle_ms: 0,
+            },
+            SandboxEvent::Hibernated { generation: g },
+            SandboxEvent::Snapshotted {
+                generation: g,
+                key: "k".into(),
+            },
+            SandboxEvent::Woke { generation: g },
+            SandboxEvent::StartTimedOut {
+                generation: g,
+                attempt: 1,
+                timeout_s: 1,
+            },
+        ]
+    };
+    let mut start = rec();
+    start.acquire("a", "workspace", 1);
+    for state in [
+        SandboxState::Provisioning,
+        SandboxState::Ready,
+        SandboxState::Hibernating,
+        SandboxState::Hibernated,
+        SandboxState::Waking,
+        SandboxState::Destroying,
+        SandboxState::Destroyed,
+        SandboxState::Failed,
+    ] {
+        let mut at = start.clone();
+        at.state = state;
+        for (i, event) in events(at.generation).into_iter().enumerate() {
+            let mut r = at.clone();
+            if r.apply(event, 5).is_err() {
+                assert_eq!(r, at, "event {i} refused in {state} changed the record");
+            }
+        }
+        for event in events(at.generation + 7) {
+            let mut r = at.clone();
+            let generational = !matches!(
+                event,
+                SandboxEvent::Acquire { .. }
+                    | SandboxEvent::Release { .. }
+                    | SandboxEvent::Prewarm { .. }
+                    | SandboxEvent::Destroy { .. }
+            );
+            if generational {
+                assert!(r.apply(event, 5).is_err(), "a stale generation in {state}");
+                assert_eq!(r, at);
+            }
+        }
+    }
+}

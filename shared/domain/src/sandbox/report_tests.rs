@@ -1,15 +1,27 @@
 use serde_json::json;
 
 use super::*;
-use crate::sandbox::lifecycle::{Acquired, Start};
+use crate::machine::Machine;
+use crate::sandbox::lifecycle::{Acquired, SandboxEvent, Start};
+
+fn acquire(run_id: &str) -> SandboxEvent {
+    SandboxEvent::Acquire {
+        run_id: run_id.into(),
+        profile: "workspace".into(),
+    }
+}
 
 /// acme's coder sandbox as the control plane wrote it: READY, held by a
 /// Run, with its task and hand queue.
 fn stored() -> SandboxRecord {
     let mut r = SandboxRecord::new("acme", "coder", "workspace", 0);
-    r.acquire("run_a", "workspace", 1);
-    r.task_started(1, "arn:task/acme", "https://q/hand-acme-g1.fifo")
-        .unwrap();
+    r.apply(acquire("run_a"), 1).unwrap();
+    let started = SandboxEvent::TaskStarted {
+        generation: 1,
+        task_arn: "arn:task/acme".into(),
+        hand_queue_url: "https://q/hand-acme-g1.fifo".into(),
+    };
+    r.apply(started, 1).unwrap();
     r.state = SandboxState::Ready;
     r.version = 7;
     r
@@ -103,14 +115,23 @@ fn a_long_failure_is_cut_and_a_foreign_snapshot_dropped() {
 #[test]
 fn a_sandbox_its_agent_saved_to_a_snapshot_wakes_in_a_new_task() {
     let mut r = stored();
-    r.release("run_a", 2);
+    let released = SandboxEvent::Release {
+        run_id: "run_a".into(),
+    };
+    r.apply(released, 2).unwrap();
     // The agent reports it saved its workspace and its task stops; it
     // cannot write which task the sandbox runs in.
     let mut agent_view = r.clone();
-    agent_view.hibernate(1, 0, 3).unwrap();
-    agent_view
-        .snapshotted(1, "sandboxes/acme/coder/g1/workspace.tar.gz", 4)
-        .unwrap();
+    let idle = SandboxEvent::Hibernate {
+        generation: 1,
+        idle_ms: 0,
+    };
+    agent_view.apply(idle, 3).unwrap();
+    let saved = SandboxEvent::Snapshotted {
+        generation: 1,
+        key: "sandboxes/acme/coder/g1/workspace.tar.gz".into(),
+    };
+    agent_view.apply(saved, 4).unwrap();
     let report = serde_json::to_string(&agent_view.report()).unwrap();
     let mut read = SandboxRecord::from_parts("acme#coder", &doc(&r), Some(&report), 8).unwrap();
     assert_eq!(
@@ -119,7 +140,7 @@ fn a_sandbox_its_agent_saved_to_a_snapshot_wakes_in_a_new_task() {
     );
     read.start_attempts = 2;
     assert_eq!(
-        read.acquire("run_b", "workspace", 5),
+        Acquired::of(&read.apply(acquire("run_b"), 5).unwrap()),
         Acquired::Held {
             start: Some(Start::Wake)
         }
