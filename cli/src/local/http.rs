@@ -155,50 +155,20 @@ async fn serve_one(
         Ok(b) => b.to_bytes(),
         Err(_) => return plain(413, json!({"message": "Request Entity Too Large"})),
     };
-    let (body_text, b64) = match std::str::from_utf8(&body) {
-        Ok(s) => (s.to_string(), false),
-        Err(_) => {
-            use base64::Engine;
-            (
-                base64::engine::general_purpose::STANDARD.encode(&body),
-                true,
-            )
-        }
-    };
-    let mut qs = serde_json::Map::new();
-    for kv in raw_query.split('&').filter(|s| !s.is_empty()) {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        qs.insert(k.to_string(), json!(v));
-    }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0);
-    let route_key = format!("{} {}", route.method, route.path);
-    let event = json!({
-        "version": "2.0",
-        "routeKey": route_key,
-        "rawPath": path,
-        "rawQueryString": raw_query,
-        "headers": headers,
-        "queryStringParameters": if qs.is_empty() { serde_json::Value::Null } else { serde_json::Value::Object(qs) },
-        "pathParameters": if params.is_empty() { serde_json::Value::Null } else { json!(params) },
-        "requestContext": {
-            "accountId": "local",
-            "apiId": "local",
-            "domainName": "127.0.0.1",
-            "domainPrefix": "local",
-            "http": {"method": method, "path": path, "protocol": "HTTP/1.1",
-                     "sourceIp": peer.ip().to_string(),
-                     "userAgent": headers.get("user-agent").cloned().unwrap_or(json!(""))},
-            "requestId": uuid::Uuid::new_v4().to_string(),
-            "routeKey": route_key,
-            "stage": "$default",
-            "time": "",
-            "timeEpoch": now
-        },
-        "body": if body.is_empty() { serde_json::Value::Null } else { json!(body_text) },
-        "isBase64Encoded": b64
+    let event = gateway_event(&Incoming {
+        route,
+        params: &params,
+        method: &method,
+        path: &path,
+        raw_query: &raw_query,
+        headers: &headers,
+        body: &body,
+        source_ip: &peer.ip().to_string(),
+        now_ms: now,
     });
     let v2: ApiGatewayV2httpRequest = match serde_json::from_value(event) {
         Ok(v) => v,
@@ -210,6 +180,80 @@ async fn serve_one(
     let request: Request = LambdaRequest::ApiGatewayV2(v2).into();
     handler(request).await
 }
+
+/// A request as the gateway received it, matched to its route.
+pub struct Incoming<'a> {
+    pub route: &'a Route,
+    pub params: &'a HashMap<String, String>,
+    pub method: &'a str,
+    /// As sent: still percent-encoded.
+    pub path: &'a str,
+    pub raw_query: &'a str,
+    pub headers: &'a serde_json::Map<String, serde_json::Value>,
+    pub body: &'a [u8],
+    pub source_ip: &'a str,
+    pub now_ms: i64,
+}
+
+/// The HTTP API payload 2.0 event API Gateway hands the function for a
+/// request (its shape checked against AWS's documented example, see
+/// `tests/fixtures/aws`): a body that is not UTF-8 goes base64-encoded;
+/// query parameters are decoded, repeated names joined by commas.
+pub fn gateway_event(r: &Incoming<'_>) -> serde_json::Value {
+    let (body_text, b64) = match std::str::from_utf8(r.body) {
+        Ok(s) => (s.to_string(), false),
+        Err(_) => {
+            use base64::Engine;
+            (
+                base64::engine::general_purpose::STANDARD.encode(r.body),
+                true,
+            )
+        }
+    };
+    let mut qs = serde_json::Map::new();
+    for (k, v) in form_urlencoded::parse(r.raw_query.as_bytes()) {
+        let entry = qs.entry(k.into_owned()).or_insert(json!(null));
+        *entry = match entry.as_str() {
+            Some(prev) => json!(format!("{prev},{v}")),
+            None => json!(v),
+        };
+    }
+    let route_key = format!("{} {}", r.route.method, r.route.path);
+    let time = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(r.now_ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(GATEWAY_TIME).ok())
+        .unwrap_or_default();
+    json!({
+        "version": "2.0",
+        "routeKey": route_key,
+        "rawPath": r.path,
+        "rawQueryString": r.raw_query,
+        "headers": r.headers,
+        "queryStringParameters": if qs.is_empty() { serde_json::Value::Null } else { serde_json::Value::Object(qs) },
+        "pathParameters": if r.params.is_empty() { serde_json::Value::Null } else { json!(r.params) },
+        "requestContext": {
+            "accountId": "000000000000",
+            "apiId": "local",
+            "domainName": "127.0.0.1",
+            "domainPrefix": "local",
+            "http": {"method": r.method, "path": r.path, "protocol": "HTTP/1.1",
+                     "sourceIp": r.source_ip,
+                     "userAgent": r.headers.get("user-agent").cloned().unwrap_or(json!(""))},
+            "requestId": uuid::Uuid::new_v4().to_string(),
+            "routeKey": route_key,
+            "stage": "$default",
+            "time": time,
+            "timeEpoch": r.now_ms
+        },
+        "body": if r.body.is_empty() { serde_json::Value::Null } else { json!(body_text) },
+        "isBase64Encoded": b64
+    })
+}
+
+/// `requestContext.time` as API Gateway writes it: `12/Mar/2020:19:03:58 +0000`.
+const GATEWAY_TIME: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
+    "[day]/[month repr:short]/[year]:[hour]:[minute]:[second] +0000"
+);
 
 /// Serves until `shutdown` turns true.
 pub async fn serve(

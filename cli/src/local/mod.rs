@@ -12,6 +12,9 @@ pub mod provision;
 pub mod supervisor;
 pub mod template;
 
+#[cfg(test)]
+mod fixtures;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -92,16 +92,14 @@ pub async fn run(
                             .collect()
                     })
                     .unwrap_or_default();
-                json!({
-                    "messageId": m.message_id(),
-                    "receiptHandle": m.receipt_handle(),
-                    "body": m.body(),
-                    "attributes": attrs,
-                    "messageAttributes": {},
-                    "md5OfBody": m.md5_of_body(),
-                    "eventSource": "aws:sqs",
-                    "eventSourceARN": spec.queue_arn,
-                    "awsRegion": spec.region,
+                sqs_record(&Received {
+                    message_id: m.message_id().unwrap_or_default(),
+                    receipt_handle: m.receipt_handle().unwrap_or_default(),
+                    body: m.body().unwrap_or_default(),
+                    md5_of_body: m.md5_of_body().unwrap_or_default(),
+                    attributes: attrs,
+                    queue_arn: &spec.queue_arn,
+                    region: &spec.region,
                 })
             })
             .collect();
@@ -121,6 +119,36 @@ pub async fn run(
     // Shut down: the batches in flight finish (their messages are deleted
     // or left to come back), none is started.
     while in_flight.join_next().await.is_some() {}
+}
+
+/// A message as ReceiveMessage returned it, with its queue.
+pub struct Received<'a> {
+    pub message_id: &'a str,
+    pub receipt_handle: &'a str,
+    pub body: &'a str,
+    pub md5_of_body: &'a str,
+    /// Its system attributes (a FIFO queue's include `MessageGroupId`,
+    /// `MessageDeduplicationId` and `SequenceNumber`).
+    pub attributes: serde_json::Map<String, serde_json::Value>,
+    pub queue_arn: &'a str,
+    pub region: &'a str,
+}
+
+/// The record of one message in the SQS event Lambda hands a function
+/// (its shape checked against AWS's documented examples, see
+/// `tests/fixtures/aws`).
+pub fn sqs_record(m: &Received<'_>) -> serde_json::Value {
+    json!({
+        "messageId": m.message_id,
+        "receiptHandle": m.receipt_handle,
+        "body": m.body,
+        "attributes": m.attributes,
+        "messageAttributes": {},
+        "md5OfBody": m.md5_of_body,
+        "eventSource": "aws:sqs",
+        "eventSourceARN": m.queue_arn,
+        "awsRegion": m.region,
+    })
 }
 
 /// Runs one batch through the handler and deletes what succeeded.
