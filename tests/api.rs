@@ -30,10 +30,13 @@ async fn scenario_a_single_answer_and_an_inline_tool() {
         .wait_run(&run_id, Duration::from_secs(30))
         .await
         .unwrap();
-    assert_eq!(run["output"], "echo: What is Armada?");
-    assert_eq!(run["agent"], "assistant");
-    assert_eq!(run["input"], "What is Armada?");
-    assert_eq!(run["usage"]["model_turns"], 1);
+    assert_eq!(
+        run.output.as_deref().unwrap_or_default(),
+        "echo: What is Armada?"
+    );
+    assert_eq!(run.agent.as_str(), "assistant");
+    assert_eq!(run.input.as_deref().unwrap_or_default(), "What is Armada?");
+    assert_eq!(run.usage.unwrap_or_default().model_turns, 1);
     let closed = t.wait_closed(&run_id).await;
     assert_eq!(closed["state"], "CLOSED_COMPLETED");
     assert_eq!(
@@ -42,13 +45,13 @@ async fn scenario_a_single_answer_and_an_inline_tool() {
     );
 
     let (run_id, run) = t.ask("assistant", "/tool current_time {}").await;
-    let out = run["output"].as_str().unwrap();
+    let out = run.output.as_deref().unwrap();
     assert!(
         out.starts_with("tool current_time returned: {\"now\":\"20"),
         "{out}"
     );
-    assert_eq!(run["usage"]["tool_calls"], 1);
-    assert_eq!(run["usage"]["model_turns"], 2);
+    assert_eq!(run.usage.unwrap_or_default().tool_calls, 1);
+    assert_eq!(run.usage.unwrap_or_default().model_turns, 2);
     let types = t.event_types(&run_id).await;
     assert!(types.contains(&"tool_call".to_string()) && types.contains(&"tool_result".to_string()));
 
@@ -62,7 +65,7 @@ async fn scenario_a_single_answer_and_an_inline_tool() {
             &format!("/tool current_time {}", json!({ "x": deep })),
         )
         .await;
-    let out = run["output"].as_str().unwrap();
+    let out = run.output.as_deref().unwrap();
     assert!(out.contains("INVALID_ARGUMENTS"), "{out}");
     let (status, read) = t
         .raw(
@@ -405,12 +408,12 @@ async fn input_larger_than_a_queue_message_is_stored_and_answered() {
     let input = "a".repeat(300 * 1024);
     let (_, run) = t.ask("assistant", &input).await;
     assert_eq!(
-        run["output"].as_str().map(str::len),
+        run.output.as_deref().map(str::len),
         Some(input.len() + "echo: ".len()),
-        "{}",
-        run["error"]
+        "{:?}",
+        run.error
     );
-    assert_eq!(run["input"].as_str().unwrap().len(), input.len());
+    assert_eq!(run.input.as_deref().unwrap_or_default().len(), input.len());
     t.stack.stop().await;
 }
 

@@ -109,13 +109,13 @@ async fn the_link_from_the_email_shows_the_action_and_approving_runs_it_once() {
         .wait_run(&id, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     assert!(
         tool_result(&run, "launch")["now"].is_string(),
-        "the real result: {run}"
+        "the real result: {run:?}"
     );
     assert!(
-        run["epoch"].as_u64() > paused["epoch"].as_u64(),
+        Some(run.epoch) > paused["epoch"].as_u64(),
         "resumed by a later claim"
     );
 
@@ -226,8 +226,8 @@ async fn keys_decide_as_approvers_of_their_tenant_once_each_and_never_their_own_
         .wait_run(&id, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
-    let out = run["output"].as_str().unwrap();
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    let out = run.output.as_deref().unwrap();
     assert_eq!(
         out.matches("APPROVAL_REJECTED").count(),
         if approved_first { 1 } else { 2 },
@@ -269,7 +269,7 @@ async fn keys_decide_as_approvers_of_their_tenant_once_each_and_never_their_own_
         .wait_run(&allowed, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     t.stack.stop().await;
 }
 
@@ -317,8 +317,11 @@ async fn rejection_can_fail_the_run_expiry_rejects_and_cancel_ends_the_approvals
         .wait_run(&id, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "FAILED", "{run}");
-    assert_eq!(run["error"]["code"], "APPROVAL_REJECTED");
+    assert_eq!(outcome(&run), "FAILED", "{run:?}");
+    assert_eq!(
+        run.error.as_ref().map_or("", |e| e.code.as_str()),
+        "APPROVAL_REJECTED"
+    );
 
     // No decision before the deadline: APPROVAL_EXPIRED as the tool's result.
     let id = t
@@ -333,10 +336,10 @@ async fn rejection_can_fail_the_run_expiry_rejects_and_cancel_ends_the_approvals
         .wait_run(&id, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     assert!(
-        run["output"].as_str().unwrap().contains("APPROVAL_EXPIRED"),
-        "{run}"
+        run.output.as_deref().unwrap().contains("APPROVAL_EXPIRED"),
+        "{run:?}"
     );
     assert!(kinds(&events(&t.client, &id).await).contains(&"approval_expired"));
     let view = t

@@ -39,7 +39,7 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
         .wait_run(&first, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     let arn = sandbox_of(&t.client, "builder").await["task_arn"].clone();
     assert!(arn.is_string());
 
@@ -63,11 +63,11 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
         .await
         .unwrap();
     assert!(
-        run["output"]
-            .as_str()
-            .unwrap()
+        run.output
+            .as_deref()
+            .unwrap_or_default()
             .contains("APPROVAL_REJECTED"),
-        "{run}"
+        "{run:?}"
     );
 
     let rm = format!(
@@ -93,7 +93,7 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
         .wait_run(&second, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     let r = tool_result(&run, "shell_exec");
     assert_eq!(
         r["stdout"], "kept",
@@ -134,7 +134,7 @@ async fn a_deletion_no_word_list_sees_waits_for_an_approval_that_lists_it() {
         .wait_run(&first, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     let bypass = format!(
         "/tool shell_exec {}",
         json!({"command": "bash -c \"rm -rf build\" && echo gone"})
@@ -161,11 +161,11 @@ async fn a_deletion_no_word_list_sees_waits_for_an_approval_that_lists_it() {
         .await
         .unwrap();
     assert!(
-        run["output"]
-            .as_str()
-            .unwrap()
+        run.output
+            .as_deref()
+            .unwrap_or_default()
             .contains("APPROVAL_REJECTED"),
-        "{run}"
+        "{run:?}"
     );
     let cat = format!(
         "/tool shell_exec {}",
@@ -180,7 +180,7 @@ async fn a_deletion_no_word_list_sees_waits_for_an_approval_that_lists_it() {
     assert_eq!(
         tool_result(&run, "shell_exec")["stdout"],
         "kept",
-        "rejected, nothing was deleted: {run}"
+        "rejected, nothing was deleted: {run:?}"
     );
 
     let approved = t.client.send_message(&session, &bypass).await.unwrap();
@@ -193,11 +193,11 @@ async fn a_deletion_no_word_list_sees_waits_for_an_approval_that_lists_it() {
         .wait_run(&approved, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     assert_eq!(
         tool_result(&run, "shell_exec")["stdout"],
         "gone\n",
-        "the call answers as it did when it ran: {run}"
+        "the call answers as it did when it ran: {run:?}"
     );
     let read = t.client.send_message(&session, &cat).await.unwrap();
     let run = t
@@ -208,7 +208,7 @@ async fn a_deletion_no_word_list_sees_waits_for_an_approval_that_lists_it() {
     assert_ne!(
         tool_result(&run, "shell_exec")["exit_code"],
         0,
-        "approved, the build is gone: {run}"
+        "approved, the build is gone: {run:?}"
     );
     t.stack.stop().await;
 }
@@ -291,7 +291,7 @@ async fn a_call_lost_with_its_sandbox_is_settled_by_a_human_when_the_agent_asks(
             .wait_run(&id, Duration::from_secs(90))
             .await
             .unwrap();
-        assert_eq!(outcome(&run), "COMPLETED", "{run}");
+        assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
         let r = tool_result(&run, "shell_exec");
         match decision {
             "happened" => assert_eq!(r["stdout"], "deployed by hand", "{r}"),

@@ -217,7 +217,7 @@ async fn a_person_approves_in_a_real_browser_from_the_emails_link() {
         .wait_run(&id, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
-    assert!(tool_result(&run, "launch")["now"].is_string(), "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    assert!(tool_result(&run, "launch")["now"].is_string(), "{run:?}");
     t.stack.stop().await;
 }

@@ -10,8 +10,9 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use armada_domain::collab::RunKind;
 use armada_domain::messages::DispatchMessage;
-use armada_tests::{outcome, params, TestStack};
+use armada_tests::{outcome, params, RunView, TestStack};
 
 /// Registers a scripted agent with these skills and limits.
 async fn put_agent(t: &TestStack, name: &str, skills: &[&str], timeout_s: u32) {
@@ -49,7 +50,7 @@ async fn put_team(t: &TestStack, name: &str, body: Value) {
 }
 
 /// Starts a Run from a body and waits for it to end.
-async fn run_body(t: &TestStack, body: Value, wait_s: u64) -> (String, Value) {
+async fn run_body(t: &TestStack, body: Value, wait_s: u64) -> (String, RunView) {
     let v = t.client.post("/v1/runs", &body).await.unwrap();
     let run_id = v["run_id"].as_str().unwrap().to_string();
     let run = t
@@ -77,8 +78,8 @@ async fn scenario_c_delegation_in_parallel_with_refusals_and_its_trace() {
     let body =
         json!({"agent": "boss", "input": format!("/tools {input}"), "metadata": {"ticket": 42}});
     let (run_id, run) = run_body(&t, body, 60).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
-    let out = text(&run["output"]);
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    let out = run.output.clone().unwrap_or_default();
     for needle in [
         "echo: first part",
         "echo: second part",
@@ -88,8 +89,8 @@ async fn scenario_c_delegation_in_parallel_with_refusals_and_its_trace() {
     ] {
         assert!(out.contains(needle), "{needle} in {out}");
     }
-    assert_eq!(run["outstanding_children"], 0);
-    assert_eq!(run["kind"], "root");
+    assert_eq!(run.outstanding_children, Some(0));
+    assert_eq!(run.kind, Some(RunKind::Root));
 
     let trace = t
         .client
@@ -152,8 +153,8 @@ async fn delegation_depth_is_bounded_and_a_child_that_times_out_is_an_error_resu
     let outer = json!({"agent": "helper", "task": format!("/tool delegate {inner}")});
     let body = json!({"agent": "boss", "input": format!("/tool delegate {outer}")});
     let (run_id, run) = run_body(&t, body, 60).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
-    let out = text(&run["output"]);
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    let out = run.output.clone().unwrap_or_default();
     assert!(out.contains("DELEGATION_DEPTH"), "{out}");
     let trace = t
         .client
@@ -167,8 +168,8 @@ async fn delegation_depth_is_bounded_and_a_child_that_times_out_is_an_error_resu
     let args = json!({"agent": "slowpoke", "task": task});
     let body = json!({"agent": "boss", "input": format!("/tool delegate {args}")});
     let (_, run) = run_body(&t, body, 60).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
-    let out = text(&run["output"]);
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    let out = run.output.clone().unwrap_or_default();
     assert!(out.contains("CHILD_TIMED_OUT"), "{out}");
     t.stack.stop().await;
 }
@@ -185,11 +186,11 @@ async fn scenario_d_fan_out_round_two_and_each_failure_policy() {
     .await;
     // By mention: the team's Run is its aggregator's (the first member).
     let (run_id, run) = run_body(&t, json!({"input": "@team:soc triage alert 7"}), 60).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
-    assert_eq!(run["agent"], "assistant");
-    assert_eq!(run["team"], "soc");
-    assert_eq!(run["input"], "triage alert 7");
-    let out = text(&run["output"]);
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    assert_eq!(run.agent.as_str(), "assistant");
+    assert_eq!(run.team.as_deref(), Some("soc"));
+    assert_eq!(run.input.as_deref().unwrap_or_default(), "triage alert 7");
+    let out = run.output.clone().unwrap_or_default();
     for m in [
         "### assistant — COMPLETED",
         "### researcher — COMPLETED",
@@ -198,7 +199,8 @@ async fn scenario_d_fan_out_round_two_and_each_failure_policy() {
         assert!(out.contains(m), "{m} in {out}");
     }
     assert_eq!(
-        run["usage"]["model_turns"], 1,
+        run.usage.unwrap_or_default().model_turns,
+        1,
         "the aggregator answers once"
     );
     // Duplicate child ends after the fact change nothing.
@@ -242,15 +244,28 @@ async fn scenario_d_fan_out_round_two_and_each_failure_policy() {
         let team = json!({"members": ["assistant", "broken"], "strategy": "fan_out", "failure_policy": policy});
         put_team(&t, &name, team).await;
         let (_, run) = run_body(&t, json!({"team": name, "input": "check"}), 90).await;
-        assert_eq!(outcome(&run), expected, "{policy}: {run}");
+        assert_eq!(outcome(&run), expected, "{policy:?}: {run:?}");
         match code {
             Some(c) => {
-                assert_eq!(run["error"]["code"], c, "{run}");
-                assert!(text(&run["error"]["message"]).contains("broken"), "{run}");
+                assert_eq!(
+                    run.error.as_ref().map_or("", |e| e.code.as_str()),
+                    c,
+                    "{run:?}"
+                );
+                assert!(
+                    run.error
+                        .as_ref()
+                        .map_or("", |e| e.message.as_str())
+                        .contains("broken"),
+                    "{run:?}"
+                );
             }
             None => assert!(
-                text(&run["output"]).contains("### broken — FAILED"),
-                "{run}"
+                run.output
+                    .clone()
+                    .unwrap_or_default()
+                    .contains("### broken — FAILED"),
+                "{run:?}"
             ),
         }
     }
@@ -273,15 +288,19 @@ async fn scenario_g_a_lead_plans_executors_run_in_parallel_then_it_consolidates(
     ]});
     let body = json!({"team": "eng", "input": format!("/tool plan {plan}")});
     let (run_id, run) = run_body(&t, body, 60).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
-    assert_eq!(run["agent"], "planner");
-    let out = text(&run["output"]);
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    assert_eq!(run.agent.as_str(), "planner");
+    let out = run.output.clone().unwrap_or_default();
     assert!(out.starts_with("tool plan returned: "), "{out}");
     assert!(
         out.contains("echo: write the intro") && out.contains("echo: find sources"),
         "{out}"
     );
-    assert_eq!(run["usage"]["model_turns"], 2, "planned, then consolidated");
+    assert_eq!(
+        run.usage.unwrap_or_default().model_turns,
+        2,
+        "planned, then consolidated"
+    );
     let trace = t
         .client
         .get(&format!("/v1/runs/{run_id}/trace"))
@@ -297,7 +316,10 @@ async fn scenario_g_a_lead_plans_executors_run_in_parallel_then_it_consolidates(
     // Only a lead's Run plans.
     let body = json!({"agent": "planner", "input": format!("/tool plan {plan}")});
     let (_, run) = run_body(&t, body, 60).await;
-    assert!(text(&run["output"]).contains("DENIED"), "{run}");
+    assert!(
+        run.output.clone().unwrap_or_default().contains("DENIED"),
+        "{run:?}"
+    );
     t.stack.stop().await;
 }
 
@@ -377,8 +399,8 @@ async fn a_team_of_25_members_queues_beyond_max_parallel_and_aggregates_all() {
     )
     .await;
     let (run_id, run) = run_body(&t, json!({"team": "crowd", "input": "count off"}), 180).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
-    let out = text(&run["output"]);
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    let out = run.output.clone().unwrap_or_default();
     for m in &members {
         assert!(out.contains(&format!("### {m} — COMPLETED")), "{m}");
     }
@@ -490,8 +512,8 @@ async fn resume_takes_over_a_finished_peers_transcript_or_refuses_closed() {
     ]);
     let body = json!({"agent": "boss", "input": format!("/tools {calls}")});
     let (run_id, run) = run_body(&t, body, 60).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
-    let out = text(&run["output"]);
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    let out = run.output.clone().unwrap_or_default();
     assert!(out.contains(r#""output":"remember: blue""#), "{out}");
     for code in [
         "RESUME_IDENTITY_MISMATCH",
@@ -537,8 +559,11 @@ async fn resume_takes_over_a_finished_peers_transcript_or_refuses_closed() {
         json!({"agent": "boss", "input": format!("/tools {}", json!([resume("scribe", &source)]))});
     let (_, run) = run_body(&t, body, 60).await;
     assert!(
-        text(&run["output"]).contains("RESUME_IDENTITY_MISMATCH"),
-        "{run}"
+        run.output
+            .clone()
+            .unwrap_or_default()
+            .contains("RESUME_IDENTITY_MISMATCH"),
+        "{run:?}"
     );
     t.stack.stop().await;
 }
@@ -564,8 +589,8 @@ async fn one_roots_descendants_are_bounded_across_levels() {
     ]);
     let body = json!({"agent": "boss", "input": format!("/tools {outer}")});
     let (run_id, run) = run_body(&t, body, 60).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
-    let out = text(&run["output"]);
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    let out = run.output.clone().unwrap_or_default();
     assert!(out.contains("TOO_MANY_DESCENDANTS"), "{out}");
     assert!(out.contains("echo: z"), "{out}");
     let trace = t

@@ -8,15 +8,14 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use serde_json::Value;
 
 use armada_cli::local::dataplane::DataPlaneMode;
 use armada_core::ports::FIRST_SANDBOX_UID;
-use armada_tests::outcome;
 use armada_tests::sandbox::*;
+use armada_tests::{outcome, RunView};
 
-fn uid_of(run: &Value) -> u32 {
-    assert_eq!(outcome(run), "COMPLETED", "{run}");
+fn uid_of(run: &RunView) -> u32 {
+    assert_eq!(outcome(run), "COMPLETED", "{run:?}");
     stdout_of(run).trim().parse().unwrap()
 }
 
@@ -123,8 +122,8 @@ async fn a_tenant_never_sees_another_tenants_data() {
         )),
     )
     .await;
-    assert_eq!(outcome(&theirs), "COMPLETED", "{theirs}");
-    assert_eq!(stdout_of(&theirs), "b-secret.txt\n", "{theirs}");
+    assert_eq!(outcome(&theirs), "COMPLETED", "{theirs:?}");
+    assert_eq!(stdout_of(&theirs), "b-secret.txt\n", "{theirs:?}");
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "theirs\n");
     // The same agent and user in another tenant: its /data is its own, and
     // the other tenant's file is out of reach by any path (its tree is not
@@ -141,8 +140,8 @@ async fn a_tenant_never_sees_another_tenants_data() {
             )),
         )
         .await;
-    assert_eq!(outcome(&mine), "COMPLETED", "{mine}");
-    assert_eq!(stdout_of(&mine), "listed\nunreachable\n0\n", "{mine}");
+    assert_eq!(outcome(&mine), "COMPLETED", "{mine:?}");
+    assert_eq!(stdout_of(&mine), "listed\nunreachable\n0\n", "{mine:?}");
     assert!(!ws("local").join("b-secret.txt").exists());
     for tenant in ["local", "acme"] {
         let _ = std::fs::remove_dir_all(tenants.join(tenant).join("users").join(&user));
@@ -170,11 +169,11 @@ async fn no_sandbox_reads_the_repository_or_its_armada_state() {
     );
     for agent in ["coder", "devboxer"] {
         let (_, run) = t.ask(agent, &sh(&command)).await;
-        assert_eq!(outcome(&run), "COMPLETED", "{run}");
+        assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
         assert_eq!(
             stdout_of(&run),
             "denied\ndenied\n0\nstill works\n",
-            "{agent}: {run}"
+            "{agent:?}: {run:?}"
         );
         // Per call locally; on Fargate per task (the repository is not in
         // the task, and the call has no mount namespace of its own).

@@ -8,15 +8,17 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use armada_tests::{callback_receiver, emulator_endpoint, outcome, params, put_fetcher, TestStack};
+use armada_tests::{
+    callback_receiver, emulator_endpoint, outcome, params, put_fetcher, RunView, TestStack,
+};
 
 fn fetch(url: &str) -> String {
     format!("/tool http_request {}", json!({ "url": url }))
 }
 
 /// The `error.code` of the tool result the scripted model echoed.
-fn tool_error(run: &Value) -> String {
-    let out = run["output"].as_str().unwrap_or_default();
+fn tool_error(run: &RunView) -> String {
+    let out = run.output.as_deref().unwrap_or_default();
     let json = out.split_once("returned: ").map(|(_, j)| j).unwrap_or(out);
     let v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
     v["error"]["code"].as_str().unwrap_or("").to_string()
@@ -42,7 +44,7 @@ async fn http_request_never_reaches_the_emulator_and_entries_hold_their_port() {
     .await;
 
     let (_, run) = t.ask("fetcher", &fetch(&format!("{emulator}/"))).await;
-    assert_eq!(tool_error(&run), "EGRESS_REFUSED", "{run}");
+    assert_eq!(tool_error(&run), "EGRESS_REFUSED", "{run:?}");
     let localhost = emulator.replace("127.0.0.1", "localhost");
     put_fetcher(
         &t,
@@ -53,20 +55,20 @@ async fn http_request_never_reaches_the_emulator_and_entries_hold_their_port() {
     let (_, run) = t
         .ask("fetcher2", &fetch(&format!("{localhost}/moto-api/")))
         .await;
-    assert_eq!(tool_error(&run), "EGRESS_REFUSED", "by name too: {run}");
+    assert_eq!(tool_error(&run), "EGRESS_REFUSED", "by name too: {run:?}");
 
     let (_, run) = t.ask("fetcher", &fetch(&receiver)).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     assert!(
-        run["output"].as_str().unwrap().contains("\"status\":200"),
-        "{run}"
+        run.output.as_deref().unwrap().contains("\"status\":200"),
+        "{run:?}"
     );
     assert!(rx.recv().await.is_some(), "the listed receiver was reached");
 
     // An entry without a port allows the scheme's port only.
     put_fetcher(&t, "portless", &["127.0.0.1".into()]).await;
     let (_, run) = t.ask("portless", &fetch(&receiver)).await;
-    assert_eq!(tool_error(&run), "EGRESS_DENIED", "{run}");
+    assert_eq!(tool_error(&run), "EGRESS_DENIED", "{run:?}");
     t.stack.stop().await;
 }
 
@@ -129,7 +131,7 @@ async fn without_an_operator_listing_loopback_is_refused_and_failures_are_coarse
     // http_request to an allow-listed name that is loopback: refused too.
     put_fetcher(&t, "fetcher", &[format!("localhost:{port}")]).await;
     let (_, run) = t.ask("fetcher", &fetch(&by_name)).await;
-    assert_eq!(tool_error(&run), "EGRESS_REFUSED", "{run}");
+    assert_eq!(tool_error(&run), "EGRESS_REFUSED", "{run:?}");
 
     // A closed port, listed by nobody, answers the same way as an open one:
     // refused before any connection is tried (no port-scan oracle).
@@ -141,7 +143,7 @@ async fn without_an_operator_listing_loopback_is_refused_and_failures_are_coarse
     let (_, run) = t
         .ask("scanner", &fetch(&format!("http://localhost:{closed}/")))
         .await;
-    assert_eq!(tool_error(&run), "EGRESS_REFUSED", "{run}");
+    assert_eq!(tool_error(&run), "EGRESS_REFUSED", "{run:?}");
     t.stack.stop().await;
 }
 

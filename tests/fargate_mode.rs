@@ -19,13 +19,13 @@ use armada_tests::TestStack;
 /// A Run's `shell_exec` (or `python_exec`) answer.
 async fn run_sh(t: &TestStack, agent: &str, command: &str) -> Value {
     let (_, run) = t.ask(agent, &sh(command)).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{agent}: {run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{agent:?}: {run:?}");
     tool_result(&run, "shell_exec")
 }
 
 async fn run_py(t: &TestStack, agent: &str, code: &str) -> Value {
     let (_, run) = t.ask(agent, &py(code)).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{agent}: {run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{agent:?}: {run:?}");
     tool_result(&run, "python_exec")
 }
 
@@ -174,8 +174,12 @@ async fn on_fargate_declared_mounts_fail_closed() {
     )
     .await;
     let (_, run) = t.ask("mounted", &sh("echo should not run")).await;
-    assert_eq!(outcome(&run), "FAILED", "{run}");
-    assert_eq!(run["error"]["code"], "SANDBOX_UNAVAILABLE", "{run}");
+    assert_eq!(outcome(&run), "FAILED", "{run:?}");
+    assert_eq!(
+        run.error.as_ref().map_or("", |e| e.code.as_str()),
+        "SANDBOX_UNAVAILABLE",
+        "{run:?}"
+    );
     let sb = sandbox_of(&t.client, "mounted").await;
     assert_eq!(sb["state"], "FAILED", "{sb}");
     t.stack.stop().await;

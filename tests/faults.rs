@@ -118,10 +118,14 @@ impl StepHooks for Crash {
 async fn a_worker_killed_before_its_commit_is_recovered_once() {
     let t = TestStack::start_with(fast_redelivery("5"), Some(Arc::new(Crash))).await;
     let (run_id, run) = t.ask("assistant", "crash-once please").await;
-    assert_eq!(run["output"], "echo: crash-once please", "{run}");
     assert_eq!(
-        run["epoch"], 2,
-        "redelivery claimed with a higher epoch: {run}"
+        run.output.as_deref().unwrap_or_default(),
+        "echo: crash-once please",
+        "{run:?}"
+    );
+    assert_eq!(
+        run.epoch, 2,
+        "redelivery claimed with a higher epoch: {run:?}"
     );
     assert_eq!(t.stack.model_stats.requests.load(Ordering::Relaxed), 2);
     t.wait_closed(&run_id).await;
@@ -172,8 +176,12 @@ async fn a_live_slow_step_keeps_its_message_and_its_lease() {
     let stall = Arc::new(Slow::default());
     let t = TestStack::start_with(fast_redelivery("5"), Some(stall.clone())).await;
     let (_, run) = t.ask("assistant", "slow-once please").await;
-    assert_eq!(run["output"], "echo: slow-once please", "{run}");
-    assert_eq!(run["epoch"], 1, "no second worker claimed it: {run}");
+    assert_eq!(
+        run.output.as_deref().unwrap_or_default(),
+        "echo: slow-once please",
+        "{run:?}"
+    );
+    assert_eq!(run.epoch, 1, "no second worker claimed it: {run:?}");
     assert_eq!(stall.reached.load(Ordering::SeqCst), 1);
     assert_eq!(t.stack.model_stats.requests.load(Ordering::Relaxed), 1);
     t.stack.stop().await;
@@ -221,9 +229,13 @@ async fn a_run_whose_host_was_killed_resumes_within_two_minutes() {
         .await
         .expect("the run ends within two minutes of the crash");
     let took = killed_at.elapsed();
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
-    assert_eq!(run["output"], "echo: hang-once please", "{run}");
-    assert_eq!(run["epoch"], 2, "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    assert_eq!(
+        run.output.as_deref().unwrap_or_default(),
+        "echo: hang-once please",
+        "{run:?}"
+    );
+    assert_eq!(run.epoch, 2, "{run:?}");
     assert!(took < Duration::from_secs(120), "recovered after {took:?}");
     eprintln!("recovered {took:?} after the kill");
     second.stack.stop().await;
@@ -233,14 +245,17 @@ async fn a_run_whose_host_was_killed_resumes_within_two_minutes() {
 async fn a_message_that_keeps_failing_is_dead_lettered_and_its_run_fails() {
     let t = TestStack::start_with(fast_redelivery("2"), Some(Arc::new(Crash))).await;
     let (run_id, run) = t.ask("assistant", "always-crash").await;
-    assert_eq!(outcome(&run), "FAILED", "{run}");
-    assert_eq!(run["error"]["code"], "DEAD_LETTERED");
+    assert_eq!(outcome(&run), "FAILED", "{run:?}");
+    assert_eq!(
+        run.error.as_ref().map_or("", |e| e.code.as_str()),
+        "DEAD_LETTERED"
+    );
     assert!(
-        run["error"]["message"]
-            .as_str()
-            .unwrap()
+        run.error
+            .as_ref()
+            .map_or("", |e| e.message.as_str())
             .contains("harness-dlq"),
-        "{run}"
+        "{run:?}"
     );
     assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_FAILED");
     t.stack.stop().await;
@@ -309,8 +324,12 @@ async fn a_run_whose_record_cannot_be_read_is_still_read_and_ended() {
         .wait_run(&run_id, Duration::from_secs(90))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "FAILED", "{run}");
-    assert_eq!(run["error"]["code"], "CORRUPT_RECORD", "{run}");
+    assert_eq!(outcome(&run), "FAILED", "{run:?}");
+    assert_eq!(
+        run.error.as_ref().map_or("", |e| e.code.as_str()),
+        "CORRUPT_RECORD",
+        "{run:?}"
+    );
     assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_FAILED");
     assert!(t
         .event_types(&run_id)
@@ -367,8 +386,11 @@ async fn a_stale_workers_commit_is_rejected() {
     let _ = slot.set(t.stack.svc.clone());
     let fenced_before = t.stack.svc.counters.fenced_commits.load(Ordering::Relaxed);
     let (run_id, run) = t.ask("assistant", "stall-once").await;
-    assert_eq!(run["output"], "echo: stall-once");
-    assert_eq!(run["epoch"], 2);
+    assert_eq!(
+        run.output.as_deref().unwrap_or_default(),
+        "echo: stall-once"
+    );
+    assert_eq!(run.epoch, 2);
     // The stalled worker wakes, tries to commit epoch 1, and is refused.
     for _ in 0..100 {
         if t.stack.svc.counters.fenced_commits.load(Ordering::Relaxed) > fenced_before {
@@ -439,8 +461,11 @@ async fn a_lost_result_is_repeated_only_for_idempotent_calls() {
     let input =
         format!(r#"/tool http_request {{"url": "{url}/charge", "method": "POST", "body": "42"}}"#);
     let (run_id, run) = t.ask("fetcher", &input).await;
-    assert_eq!(outcome(&run), "FAILED", "{run}");
-    assert_eq!(run["error"]["code"], "TOOL_INDETERMINATE");
+    assert_eq!(outcome(&run), "FAILED", "{run:?}");
+    assert_eq!(
+        run.error.as_ref().map_or("", |e| e.code.as_str()),
+        "TOOL_INDETERMINATE"
+    );
     assert_eq!(
         hits.load(Ordering::Relaxed),
         1,
@@ -454,13 +479,13 @@ async fn a_lost_result_is_repeated_only_for_idempotent_calls() {
     // GET is idempotent: it is repeated and the Run completes.
     let input = format!(r#"/tool http_request {{"url": "{url}/status"}}"#);
     let (_, run) = t.ask("fetcher", &input).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     assert!(
-        run["output"]
-            .as_str()
-            .unwrap()
+        run.output
+            .as_deref()
+            .unwrap_or_default()
             .starts_with("tool http_request returned: {"),
-        "{run}"
+        "{run:?}"
     );
     assert_eq!(hits.load(Ordering::Relaxed), 3, "the GET ran twice");
     t.stack.stop().await;

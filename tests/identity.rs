@@ -12,14 +12,14 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};
 use armada_domain::sandbox::credentials::Renewal;
 use armada_domain::sandbox::hand::CallOutcome;
 use armada_domain::sandbox::seal::{answer_key, Answer};
-use armada_tests::outcome;
 use armada_tests::sandbox::*;
+use armada_tests::{outcome, RunView};
 
 /// The salt of the stack tenant's sandbox record of `agent` (in its
 /// generations' keys), as the control plane reads it.
@@ -201,13 +201,17 @@ async fn an_answer_not_sealed_by_the_calls_own_sandbox_is_refused() {
             .await
             .unwrap();
     }
-    let run: Value = t
+    let run: RunView = t
         .client
         .wait_run(&run_id, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
-    assert_eq!(tool_result(&run, "shell_exec")["stdout"], "real\n", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    assert_eq!(
+        tool_result(&run, "shell_exec")["stdout"],
+        "real\n",
+        "{run:?}"
+    );
     assert_eq!(
         t.stack.svc.counters.forged_drops.load(Ordering::Relaxed),
         4,
@@ -231,8 +235,8 @@ async fn a_task_signs_with_credentials_of_its_own_which_only_its_key_renews() {
         "3".to_string(),
     )];
     let t = armada_tests::TestStack::start_full(fast(), None, env).await;
-    let first: Value = ask_as(&t.client, "coder", &sh("echo one")).await;
-    assert_eq!(outcome(&first), "COMPLETED", "{first}");
+    let first: RunView = ask_as(&t.client, "coder", &sh("echo one")).await;
+    assert_eq!(outcome(&first), "COMPLETED", "{first:?}");
     // The task was handed credentials assumed for it (and no others), in
     // its bootstrap file: its overrides, which any reader of ECS sees,
     // hold no secret, only the file's name.
@@ -300,8 +304,8 @@ async fn a_task_signs_with_credentials_of_its_own_which_only_its_key_renews() {
             .is_some_and(|k| k != given && k.starts_with("ASIA"))
     })
     .await;
-    let second: Value = ask_as(&t.client, "coder", &sh("echo two")).await;
-    assert_eq!(outcome(&second), "COMPLETED", "{second}");
+    let second: RunView = ask_as(&t.client, "coder", &sh("echo two")).await;
+    assert_eq!(outcome(&second), "COMPLETED", "{second:?}");
     assert_eq!(tool_result(&second, "shell_exec")["stdout"], "two\n");
 
     // A request nobody's key sealed, or sealed by another identity's key,
@@ -387,7 +391,7 @@ async fn a_task_writing_its_own_record_reaches_no_other_identity() {
     let t = start().await;
     let acme = tenant_client(&t, "acme").await;
     let first = ask_as(&acme, "coder", &sh("echo victim")).await;
-    assert_eq!(outcome(&first), "COMPLETED", "{first}");
+    assert_eq!(outcome(&first), "COMPLETED", "{first:?}");
     let victim = sandbox_of(&acme, "coder").await;
     assert_eq!(victim["state"], "READY", "{victim}");
     let victim_task = tasks_of(&t, "acme", "coder").await;
@@ -452,7 +456,7 @@ async fn a_task_writing_its_own_record_reaches_no_other_identity() {
         .wait_run(&run_id, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_ne!(outcome(&ended), "COMPLETED", "{ended}");
+    assert_ne!(outcome(&ended), "COMPLETED", "{ended:?}");
     let own = sandbox_of(&t.client, "coder").await;
     assert_eq!(own["tenant"], t.stack.tenant.as_str(), "{own}");
 
@@ -462,7 +466,7 @@ async fn a_task_writing_its_own_record_reaches_no_other_identity() {
     assert_eq!(after["generation"], victim["generation"], "{after}");
     assert_eq!(task_status(&t, &victim_task[0]).await, "RUNNING");
     let next = ask_as(&acme, "coder", &sh("echo still")).await;
-    assert_eq!(outcome(&next), "COMPLETED", "{next}");
+    assert_eq!(outcome(&next), "COMPLETED", "{next:?}");
     assert_eq!(tool_result(&next, "shell_exec")["stdout"], "still\n");
     assert_eq!(
         sandbox_of(&acme, "coder").await["generation"],
@@ -508,7 +512,7 @@ async fn a_sandbox_cannot_squat_the_next_step_of_its_run() {
         .wait_run(&run_id, Duration::from_secs(15))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     assert_eq!(tool_result(&run, "shell_exec")["stdout"], "early\n");
 }
 
@@ -521,7 +525,7 @@ async fn a_recreated_identitys_generation_one_is_not_the_old_one() {
     let t = start().await;
     put_agent(&t, "twice", json!({})).await;
     let first = ask_as(&t.client, "twice", &sh("echo one")).await;
-    assert_eq!(outcome(&first), "COMPLETED", "{first}");
+    assert_eq!(outcome(&first), "COMPLETED", "{first:?}");
     let old = t
         .stack
         .svc
@@ -576,5 +580,9 @@ async fn a_recreated_identitys_generation_one_is_not_the_old_one() {
         .wait_run(&run_id, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(tool_result(&run, "shell_exec")["stdout"], "new\n", "{run}");
+    assert_eq!(
+        tool_result(&run, "shell_exec")["stdout"],
+        "new\n",
+        "{run:?}"
+    );
 }

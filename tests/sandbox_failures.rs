@@ -43,8 +43,12 @@ async fn a_call_whose_sandbox_dies_is_never_sent_again() {
         .wait_run(&id, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(outcome(&run), "FAILED", "{run}");
-    assert_eq!(run["error"]["code"], "TOOL_INDETERMINATE", "{run}");
+    assert_eq!(outcome(&run), "FAILED", "{run:?}");
+    assert_eq!(
+        run.error.as_ref().map_or("", |e| e.code.as_str()),
+        "TOOL_INDETERMINATE",
+        "{run:?}"
+    );
     let types = t.event_types(&id).await;
     assert_eq!(
         types.iter().filter(|t| *t == "tool_dispatched").count(),
@@ -117,7 +121,7 @@ async fn serve_starts_a_server_reachable_from_the_host() {
         // EPERM from the bind guard, or EACCES where Landlock holds binds
         // to the granted ports first.
         let said = tool_result(&run, "python_exec")["stdout"].clone();
-        assert!(said == "refused 1\n" || said == "refused 13\n", "{run}");
+        assert!(said == "refused 1\n" || said == "refused 13\n", "{run:?}");
     }
     t.stack.stop().await;
 }
@@ -165,7 +169,11 @@ async fn a_resident_agents_sandbox_is_prewarmed_and_never_hibernates() {
     // resident one has been idle as long and judged the same way.
     put_agent(&t, "idler", json!({"idle_hibernate_s": 1})).await;
     let (_, run) = t.ask("resident", "hello").await;
-    assert_eq!(run["output"], "echo: hello", "a chat run");
+    assert_eq!(
+        run.output.as_deref().unwrap_or_default(),
+        "echo: hello",
+        "a chat run"
+    );
     let client = &t.client;
     eventually("the sandbox is warm", || async {
         client
@@ -175,7 +183,7 @@ async fn a_resident_agents_sandbox_is_prewarmed_and_never_hibernates() {
     })
     .await;
     let (_, run) = t.ask("idler", &sh("echo idle")).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     eventually("the non-resident sandbox hibernates", || async {
         sandbox_of(client, "idler").await["state"] == "HIBERNATED"
     })
@@ -199,8 +207,12 @@ async fn a_sandbox_that_does_not_start_is_retried_once_then_the_run_fails() {
     .await;
     put_agent(&t, "stuck", json!({})).await;
     let (_, run) = t.ask("stuck", &sh("echo never")).await;
-    assert_eq!(outcome(&run), "FAILED", "{run}");
-    assert_eq!(run["error"]["code"], "SANDBOX_UNAVAILABLE", "{run}");
+    assert_eq!(outcome(&run), "FAILED", "{run:?}");
+    assert_eq!(
+        run.error.as_ref().map_or("", |e| e.code.as_str()),
+        "SANDBOX_UNAVAILABLE",
+        "{run:?}"
+    );
     let sb = sandbox_of(&t.client, "stuck").await;
     assert_eq!(sb["state"], "FAILED", "{sb}");
     assert!(
@@ -227,17 +239,18 @@ async fn a_crashing_agent_is_restarted_once_then_destroyed() {
     )
     .await;
     let (_, run) = t.ask("coder", &sh("echo PANIC-MARK")).await;
-    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(outcome(&run), "FAILED", "{run:?}");
     assert_eq!(
-        run["error"]["code"], "TOOL_INDETERMINATE",
-        "the call it crashed in is not repeated: {run}"
+        run.error.as_ref().map_or("", |e| e.code.as_str()),
+        "TOOL_INDETERMINATE",
+        "the call it crashed in is not repeated: {run:?}"
     );
     let first = sandbox_of(&t.client, "coder").await;
     assert_eq!(first["state"], "READY", "restarted once: {first}");
     let (_, run) = t.ask("coder", &sh("echo still here")).await;
     assert_eq!(tool_result(&run, "shell_exec")["stdout"], "still here\n");
     let (_, run) = t.ask("coder", &sh("echo PANIC-MARK again")).await;
-    assert_eq!(outcome(&run), "FAILED", "{run}");
+    assert_eq!(outcome(&run), "FAILED", "{run:?}");
     let sb = sandbox_of(&t.client, "coder").await;
     assert_eq!(sb["state"], "DESTROYED", "{sb}");
     assert!(
@@ -270,7 +283,7 @@ async fn a_serve_call_waits_while_the_port_pool_is_full() {
     assert_eq!(
         tool_result(&run, "serve")["error"]["code"],
         "PORTS_EXHAUSTED",
-        "it waited its call's time for a port: {run}"
+        "it waited its call's time for a port: {run:?}"
     );
     let id = t.client.create_run("coder", serve).await.unwrap();
     let client = &t.client;
@@ -396,7 +409,7 @@ async fn on_fargate_an_idle_sandbox_saves_its_workspace_stops_and_wakes_from_it(
     let (_, run) = t
         .ask("napper", &sh("mkdir -p src && echo kept > src/state.txt"))
         .await;
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     let before = sandbox_of(&t.client, "napper").await;
     let first_task = before["task_arn"].as_str().unwrap().to_string();
     let client = &t.client;
@@ -418,7 +431,7 @@ async fn on_fargate_an_idle_sandbox_saves_its_workspace_stops_and_wakes_from_it(
     assert_eq!(
         tool_result(&run, "shell_exec")["stdout"],
         "kept\nwritable\n",
-        "{run}"
+        "{run:?}"
     );
     let after = sandbox_of(&t.client, "napper").await;
     assert_eq!(after["state"], "READY");
@@ -447,12 +460,12 @@ async fn a_result_larger_than_a_queue_message_travels_through_s3() {
     assert_eq!(
         tool_result(&run, "python_exec")["stdout"],
         "written\n",
-        "{run}"
+        "{run:?}"
     );
     let (run_id, run) = t
         .ask("coder", r#"/tool file_read {"path": "quotes.txt"}"#)
         .await;
-    assert_eq!(outcome(&run), "COMPLETED", "{}", run["state"]);
+    assert_eq!(outcome(&run), "COMPLETED", "{}", run.state.as_str());
     let r = tool_result(&run, "file_read");
     let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
     assert_eq!(

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use armada_cli::client::Client;
 use armada_cli::local::dataplane::DataPlaneMode;
@@ -17,13 +17,13 @@ use armada_domain::agent::AgentDefinition;
 use armada_domain::sandbox::hand::{HandMessage, Invocation};
 use armada_domain::skills::MountDecl;
 use armada_tests::sandbox::*;
-use armada_tests::{dataplane_mode, outcome};
+use armada_tests::{dataplane_mode, outcome, RunView};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn coder_runs_a_command_in_its_own_sandbox() {
     let t = start().await;
     let (run_id, run) = t.ask("coder", &sh("echo hi; id -u")).await;
-    assert_eq!(outcome(&run), "COMPLETED", "{run}");
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     let r = tool_result(&run, "shell_exec");
     assert_eq!(r["exit_code"], 0, "{r}");
     let mut lines = r["stdout"].as_str().unwrap().lines();
@@ -87,7 +87,10 @@ async fn coder_runs_a_command_in_its_own_sandbox() {
 async fn a_chat_run_of_an_on_tool_use_agent_creates_no_task_and_eager_does() {
     let t = start().await;
     let (_, run) = t.ask("coder", "just talk to me").await;
-    assert_eq!(run["output"], "echo: just talk to me");
+    assert_eq!(
+        run.output.as_deref().unwrap_or_default(),
+        "echo: just talk to me"
+    );
     let (status, body) = t
         .raw(
             Method::GET,
@@ -101,7 +104,7 @@ async fn a_chat_run_of_an_on_tool_use_agent_creates_no_task_and_eager_does() {
     assert!(tasks_of(&t, "local", "coder").await.is_empty());
     put_agent(&t, "eager", json!({"provisioning": "eager"})).await;
     let (_, run) = t.ask("eager", "hello").await;
-    assert_eq!(run["output"], "echo: hello");
+    assert_eq!(run.output.as_deref().unwrap_or_default(), "echo: hello");
     assert_eq!(
         tasks_of(&t, "local", "eager").await.len(),
         1,
@@ -163,7 +166,7 @@ async fn agents_and_tenants_never_share_a_sandbox_and_races_create_one() {
     put_agent(&t, "other-coder", json!({})).await;
     let (_, mine) = t.ask("coder", &sh("id -u")).await;
     let (_, theirs) = t.ask("other-coder", &sh("id -u")).await;
-    let uid = |r: &Value| tool_result(r, "shell_exec")["stdout"].clone();
+    let uid = |r: &RunView| tool_result(r, "shell_exec")["stdout"].clone();
     assert_ne!(
         uid(&mine),
         uid(&theirs),
@@ -214,7 +217,7 @@ async fn agents_and_tenants_never_share_a_sandbox_and_races_create_one() {
             .wait_run(&id.unwrap(), Duration::from_secs(90))
             .await
             .unwrap();
-        assert_eq!(outcome(&run), "COMPLETED", "{run}");
+        assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     }
     assert_eq!(
         tasks_of(&t, "local", "racer").await.len(),
@@ -236,7 +239,7 @@ async fn confinement_limits_and_forced_destruction_hold_on_the_local_stack() {
     .await;
     let outside = format!("/var/tmp/armada-outside-{}.txt", t.stack.template.stack());
     let (_, run) = t.ask("jailed", &sh(&format!("echo x > {outside}"))).await;
-    assert_ne!(tool_result(&run, "shell_exec")["exit_code"], 0, "{run}");
+    assert_ne!(tool_result(&run, "shell_exec")["exit_code"], 0, "{run:?}");
     assert!(!std::path::Path::new(&outside).exists());
     let (_, run) = t
         .ask(
@@ -246,7 +249,7 @@ async fn confinement_limits_and_forced_destruction_hold_on_the_local_stack() {
         .await;
     // The escaped shell, and its sleep if it had forked yet.
     let reaped = tool_result(&run, "shell_exec")["reaped_processes"].as_u64();
-    assert!(reaped.unwrap_or(0) >= 1, "{run}");
+    assert!(reaped.unwrap_or(0) >= 1, "{run:?}");
     let first = sandbox_of(&t.client, "jailed").await;
     // A memory bomb is killed and reported as OOM; the sandbox is destroyed.
     // On Fargate (no cgroup per call) its RLIMIT_AS fails its allocations
@@ -260,13 +263,13 @@ async fn confinement_limits_and_forced_destruction_hold_on_the_local_stack() {
         .await;
     let bomb = tool_result(&run, "python_exec");
     if per_task {
-        assert_eq!(bomb["exit_code"], 1, "{run}");
+        assert_eq!(bomb["exit_code"], 1, "{run:?}");
         assert!(
             bomb["stderr"].as_str().unwrap().contains("MemoryError"),
-            "{run}"
+            "{run:?}"
         );
     } else {
-        assert_eq!(bomb["error"]["code"], "OOM", "{run}");
+        assert_eq!(bomb["error"]["code"], "OOM", "{run:?}");
         let client = &t.client;
         eventually("the OOM'd sandbox is destroyed", || async {
             sandbox_of(client, "jailed").await["state"] == "DESTROYED"
@@ -284,7 +287,7 @@ async fn confinement_limits_and_forced_destruction_hold_on_the_local_stack() {
     assert_eq!(
         tool_result(&run, "shell_exec")["error"]["code"],
         "TIMEOUT",
-        "{run}"
+        "{run:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(30));
     let (_, run) = t.ask("jailed", &sh("echo fresh")).await;
@@ -314,7 +317,7 @@ async fn profiles_decide_reads_and_network_and_a_project_cannot_weaken_a_global_
     assert_ne!(
         tool_result(&run, "shell_exec")["exit_code"],
         0,
-        "strict does not: {run}"
+        "strict does not: {run:?}"
     );
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -325,7 +328,7 @@ async fn profiles_decide_reads_and_network_and_a_project_cannot_weaken_a_global_
     assert_eq!(
         tool_result(&run, "python_exec")["stdout"],
         "refused\n",
-        "{run}"
+        "{run:?}"
     );
     let sb = sandbox_of(&t.client, "strictbox").await;
     assert_eq!(sb["controls"]["network"]["status"], "enforced", "{sb}");
@@ -350,7 +353,7 @@ async fn profiles_decide_reads_and_network_and_a_project_cannot_weaken_a_global_
     assert_ne!(
         tool_result(&run, "shell_exec")["exit_code"],
         0,
-        "the global (strict) definition holds: {run}"
+        "the global (strict) definition holds: {run:?}"
     );
     let (_, run) = t.ask("teamwork", &py(&connect)).await;
     assert_eq!(tool_result(&run, "python_exec")["stdout"], "refused\n");
@@ -406,8 +409,12 @@ async fn a_forbidden_mount_is_refused_and_a_rw_mount_needs_approval() {
     });
     t.stack.svc.registry.put_agent(&def).await.unwrap();
     let (_, run) = t.ask("smuggled", &sh("echo should not run")).await;
-    assert_eq!(outcome(&run), "FAILED", "{run}");
-    assert_eq!(run["error"]["code"], "SANDBOX_UNAVAILABLE", "{run}");
+    assert_eq!(outcome(&run), "FAILED", "{run:?}");
+    assert_eq!(
+        run.error.as_ref().map_or("", |e| e.code.as_str()),
+        "SANDBOX_UNAVAILABLE",
+        "{run:?}"
+    );
     let sb = sandbox_of(&t.client, "smuggled").await;
     assert_eq!(sb["state"], "FAILED");
     assert!(

@@ -7,9 +7,9 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use armada_tests::{outcome, TestStack};
+use armada_tests::{outcome, RunView, TestStack};
 
-async fn answer(t: &TestStack, run_id: &str) -> Value {
+async fn answer(t: &TestStack, run_id: &str) -> RunView {
     t.client
         .wait_run(run_id, Duration::from_secs(30))
         .await
@@ -27,8 +27,8 @@ async fn a_session_answers_over_its_whole_history() {
     ] {
         let run_id = t.client.send_message(&sid, msg).await.unwrap();
         let run = answer(&t, &run_id).await;
-        assert_eq!(run["output"], want);
-        assert_eq!(run["session_id"], sid.as_str());
+        assert_eq!(run.output.as_deref().unwrap_or_default(), want);
+        assert_eq!(run.session_id.as_deref().unwrap_or_default(), sid.as_str());
     }
     let s = t.client.get(&format!("/v1/sessions/{sid}")).await.unwrap();
     let turns = s["turns"].as_array().unwrap();
@@ -57,7 +57,10 @@ async fn a_session_answers_over_its_whole_history() {
         .await
         .unwrap();
     let run = answer(&t, v["run_id"].as_str().unwrap()).await;
-    assert_eq!(run["output"], "one | two | /recall");
+    assert_eq!(
+        run.output.as_deref().unwrap_or_default(),
+        "one | two | /recall"
+    );
     let (s, e) = t
         .raw(
             Method::POST,
@@ -82,10 +85,28 @@ async fn messages_sent_while_busy_wait_their_turn() {
         .unwrap();
     let second = t.client.send_message(&sid, "second").await.unwrap();
     let third = t.client.send_message(&sid, "/recall").await.unwrap();
-    assert_eq!(answer(&t, &first).await["output"], "echo: first");
-    assert_eq!(answer(&t, &second).await["output"], "echo: second");
     assert_eq!(
-        answer(&t, &third).await["output"],
+        answer(&t, &first)
+            .await
+            .output
+            .as_deref()
+            .unwrap_or_default(),
+        "echo: first"
+    );
+    assert_eq!(
+        answer(&t, &second)
+            .await
+            .output
+            .as_deref()
+            .unwrap_or_default(),
+        "echo: second"
+    );
+    assert_eq!(
+        answer(&t, &third)
+            .await
+            .output
+            .as_deref()
+            .unwrap_or_default(),
         "/sleep 600 first | second"
     );
     // The second message's Run started only after the first had answered.
@@ -145,7 +166,14 @@ async fn a_reject_session_refuses_a_message_while_busy() {
     // Busy ends when the Run has been settled by the dispatcher.
     t.wait_closed(&first).await;
     let later = t.client.send_message(&sid, "/recall").await.unwrap();
-    assert_eq!(answer(&t, &later).await["output"], "/sleep 1500 first");
+    assert_eq!(
+        answer(&t, &later)
+            .await
+            .output
+            .as_deref()
+            .unwrap_or_default(),
+        "/sleep 1500 first"
+    );
     t.stack.stop().await;
 }
 
@@ -169,7 +197,7 @@ async fn a_long_session_is_compacted_to_the_context_window() {
     }
     let recall = t.client.send_message(&sid, "/recall").await.unwrap();
     let run = answer(&t, &recall).await;
-    let out = run["output"].as_str().unwrap();
+    let out = run.output.as_deref().unwrap();
     assert!(out.contains("message 7"), "{out}");
     assert!(
         !out.contains("message 0"),

@@ -59,7 +59,7 @@ async fn a_profile_without_network_gets_a_task_without_egress() {
     assert_eq!(
         tool_result(&run, "shell_exec")["stdout"],
         "offline\n",
-        "{run}"
+        "{run:?}"
     );
     let (groups, network) = task_of(&t, "offline").await;
     assert_eq!(groups, cfg.isolated_security_groups);
@@ -69,7 +69,7 @@ async fn a_profile_without_network_gets_a_task_without_egress() {
     assert_eq!(
         tool_result(&run, "shell_exec")["stdout"],
         "online\n",
-        "{run}"
+        "{run:?}"
     );
     let (groups, network) = task_of(&t, "coder").await;
     assert_eq!(groups, cfg.security_groups);

@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 
+use armada_api::runs::{EventsPage, RunAccepted, RunView};
+use armada_api::sessions::SessionCreated;
+
 #[derive(Debug, Clone)]
 pub struct Client {
     http: reqwest::Client,
@@ -142,68 +145,87 @@ impl Client {
             .await
     }
 
+    /// A call whose answer is read as `T`, the API's view of it.
+    pub async fn typed<T: serde::de::DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<T> {
+        let v = self.call(method, path, body, false).await?;
+        serde_json::from_value(v.clone())
+            .with_context(|| format!("{path} answered what the API does not describe: {v}"))
+    }
+
+    /// Starts a Run of `agent`; its id.
     pub async fn create_run(&self, agent: &str, input: &str) -> Result<String> {
-        let v = self
-            .post("/v1/runs", &json!({"agent": agent, "input": input}))
+        let body = json!({"agent": agent, "input": input});
+        let accepted: RunAccepted = self
+            .typed(reqwest::Method::POST, "/v1/runs", Some(&body))
             .await?;
-        run_id(&v)
+        Ok(accepted.run_id)
     }
 
+    /// Opens a session with `agent`; its id.
     pub async fn create_session(&self, agent: &str) -> Result<String> {
-        let v = self.post("/v1/sessions", &json!({"agent": agent})).await?;
-        v.get("session_id")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .ok_or_else(|| anyhow!("no session_id in {v}"))
+        let body = json!({"agent": agent});
+        let created: SessionCreated = self
+            .typed(reqwest::Method::POST, "/v1/sessions", Some(&body))
+            .await?;
+        Ok(created.session_id)
     }
 
+    /// Posts a session's next message; the id of the Run answering it.
     pub async fn send_message(&self, session_id: &str, input: &str) -> Result<String> {
-        let v = self
-            .post(
-                &format!("/v1/sessions/{session_id}/messages"),
-                &json!({"input": input}),
-            )
+        let path = format!("/v1/sessions/{session_id}/messages");
+        let accepted: RunAccepted = self
+            .typed(reqwest::Method::POST, &path, Some(&json!({"input": input})))
             .await?;
-        run_id(&v)
+        Ok(accepted.run_id)
+    }
+
+    /// A Run, as the API shows it.
+    pub async fn run(&self, run_id: &str) -> Result<RunView> {
+        self.typed(reqwest::Method::GET, &format!("/v1/runs/{run_id}"), None)
+            .await
     }
 
     /// A page of a Run's events after `after`, waiting up to `wait_s` for
     /// one. When the tenant's long-polls are all waiting (`429
     /// TOO_MANY_LONG_POLLS`), a look without waiting, which needs no
     /// slot, a second later instead.
-    pub async fn events(&self, run_id: &str, after: u64, wait_s: u64) -> Result<Value> {
+    pub async fn events(&self, run_id: &str, after: u64, wait_s: u64) -> Result<EventsPage> {
         let path = format!("/v1/runs/{run_id}/events?after={after}");
-        match self.get(&format!("{path}&wait={wait_s}")).await {
+        let get = reqwest::Method::GET;
+        match self
+            .typed(get.clone(), &format!("{path}&wait={wait_s}"), None)
+            .await
+        {
             Err(e)
                 if e.downcast_ref::<ApiFailure>()
                     .is_some_and(|f| f.code == "TOO_MANY_LONG_POLLS") =>
             {
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                self.get(&path).await
+                self.typed(get, &path, None).await
             }
             other => other,
         }
     }
 
     /// Follows a Run's events until it reaches a terminal state; returns the Run.
-    pub async fn wait_run(&self, run_id: &str, timeout: Duration) -> Result<Value> {
+    pub async fn wait_run(&self, run_id: &str, timeout: Duration) -> Result<RunView> {
         let start = Instant::now();
         let mut after = 0u64;
         loop {
             let left = timeout.saturating_sub(start.elapsed()).as_secs().min(10);
-            let v = self.events(run_id, after, left).await?;
-            let events = v
-                .get("events")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            after = v.get("next").and_then(Value::as_u64).unwrap_or(after);
-            if events.iter().any(|e| {
-                e.get("type")
-                    .and_then(Value::as_str)
-                    .is_some_and(|t| TERMINAL_EVENTS.contains(&t))
-            }) {
-                return self.get(&format!("/v1/runs/{run_id}")).await;
+            let page = self.events(run_id, after, left).await?;
+            after = page.next;
+            if page
+                .events
+                .iter()
+                .any(|e| TERMINAL_EVENTS.contains(&e.kind.as_str()))
+            {
+                return self.run(run_id).await;
             }
             if start.elapsed() >= timeout {
                 bail!("run {run_id} did not finish within {timeout:?}");

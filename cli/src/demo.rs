@@ -11,15 +11,20 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
 
+use armada_api::collab::ChainView;
+use armada_api::runs::{RunAccepted, RunView};
+use armada_domain::collab::chain::ChainState;
+use reqwest::Method;
+
 use crate::client::Client;
 use crate::tree;
 
-fn out(v: &Value) -> &str {
-    v["output"].as_str().unwrap_or_default()
+fn out(run: &RunView) -> &str {
+    run.output.as_deref().unwrap_or_default()
 }
 
 /// Starts a Run from `body`, waits for it, prints its answer and its tree.
-async fn collaborate(c: &Client, body: Value, who: &str) -> Result<Value> {
+async fn collaborate(c: &Client, body: Value, who: &str) -> Result<RunView> {
     let v = c.post("/v1/runs", &body).await?;
     let run_id = crate::client::run_id(&v)?;
     let run = c.wait_run(&run_id, Duration::from_secs(120)).await?;
@@ -95,23 +100,18 @@ pub async fn run(c: &Client, outbox: Option<&Path>) -> Result<()> {
     let run_id = c.create_run("assistant", q).await?;
     let run = c.wait_run(&run_id, Duration::from_secs(60)).await?;
     println!("  you       {q}");
-    println!(
-        "  assistant {}   [{} {}]",
-        run["output"].as_str().unwrap_or_default(),
-        run_id,
-        run["state"]
-    );
+    println!("  assistant {}   [{} {}]", out(&run), run_id, run.state);
     let run_id = c.create_run("assistant", "/tool current_time {}").await?;
     let run = c.wait_run(&run_id, Duration::from_secs(60)).await?;
     println!("  you       /tool current_time {{}}");
-    println!("  assistant {}", run["output"].as_str().unwrap_or_default());
+    println!("  assistant {}", out(&run));
     println!("\n== Scenario F: a multi-turn session");
     let sid = c.create_session("assistant").await?;
     for msg in ["My name is Ada.", "I work on compilers.", "/recall"] {
         let run_id = c.send_message(&sid, msg).await?;
         let run = c.wait_run(&run_id, Duration::from_secs(60)).await?;
         println!("  you       {msg}");
-        println!("  assistant {}", run["output"].as_str().unwrap_or_default());
+        println!("  assistant {}", out(&run));
     }
     let s = c.get(&format!("/v1/sessions/{sid}")).await?;
     println!(
@@ -123,7 +123,7 @@ pub async fn run(c: &Client, outbox: Option<&Path>) -> Result<()> {
     let run_id = c.create_run("coder", q).await?;
     let run = c.wait_run(&run_id, Duration::from_secs(120)).await?;
     println!("  you       {q}");
-    println!("  coder     {}", run["output"].as_str().unwrap_or_default());
+    println!("  coder     {}", out(&run));
     let sb = c.get("/v1/sandboxes/coder").await?;
     println!(
         "  sandbox   {} {} (profile {})",
@@ -162,31 +162,26 @@ pub async fn run(c: &Client, outbox: Option<&Path>) -> Result<()> {
     )
     .await?;
     println!("\n== Scenario E: the pipeline team relays researcher → assistant");
-    let v = c
-        .post(
-            "/v1/runs",
-            &json!({"team": "pipeline", "input": "notes on exactly-once delivery"}),
-        )
-        .await?;
-    let chain_id = v["chain_id"].as_str().unwrap_or_default().to_string();
-    let mut chain = json!({});
-    for _ in 0..600 {
-        chain = c.get(&format!("/v1/chains/{chain_id}")).await?;
-        if chain["state"] != "RUNNING" {
+    let body = json!({"team": "pipeline", "input": "notes on exactly-once delivery"});
+    let accepted: RunAccepted = c.typed(Method::POST, "/v1/runs", Some(&body)).await?;
+    let chain_id = accepted
+        .chain_id
+        .ok_or_else(|| anyhow!("the pipeline team's run is no chain"))?;
+    let mut chain: ChainView;
+    loop {
+        chain = c
+            .typed(Method::GET, &format!("/v1/chains/{chain_id}"), None)
+            .await?;
+        if chain.state != ChainState::Running {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    println!("  chain     {chain_id} {}", chain["state"]);
-    for step in chain["steps"].as_array().cloned().unwrap_or_default() {
-        let id = step["run_id"].as_str().unwrap_or_default();
-        let run = c.get(&format!("/v1/runs/{id}")).await?;
-        println!(
-            "    {:<10} {:<10} {}",
-            step["agent"].as_str().unwrap_or_default(),
-            step["state"].as_str().unwrap_or_default(),
-            out(&run)
-        );
+    println!("  chain     {chain_id} {:?}", chain.state);
+    for step in &chain.steps {
+        let id = step.run_id.as_deref().unwrap_or_default();
+        let run = c.run(id).await?;
+        println!("    {:<10} {:<10} {}", step.agent, step.state, out(&run));
     }
     println!("\n== Scenario G: the eng team's lead plans, executors run in parallel, the lead consolidates");
     let plan = json!({"tasks": [

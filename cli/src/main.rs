@@ -8,8 +8,10 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
 
+use armada_api::runs::RunView;
 use armada_cli::client::Client;
 use armada_cli::local;
+use armada_domain::run::RunState;
 
 #[derive(Parser)]
 #[command(
@@ -364,13 +366,12 @@ async fn run(cli: Cli) -> Result<()> {
                     let mut after = 0;
                     loop {
                         let wait = if follow { 10 } else { 0 };
-                        let v = c.events(&run_id, after, wait).await?;
-                        let events = v["events"].as_array().cloned().unwrap_or_default();
-                        for e in &events {
-                            println!("{e}");
+                        let page = c.events(&run_id, after, wait).await?;
+                        for e in &page.events {
+                            println!("{}", serde_json::to_string(e)?);
                         }
-                        after = v["next"].as_u64().unwrap_or(after);
-                        let ended = events.iter().any(|e| e["type"] == "run_closed");
+                        after = page.next;
+                        let ended = page.events.iter().any(|e| e.kind == "run_closed");
                         if !follow || ended {
                             return Ok(());
                         }
@@ -514,19 +515,17 @@ async fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn print_answer(run: &Value) -> Result<()> {
-    match run["state"].as_str() {
-        Some("COMPLETED") | Some("CLOSED_COMPLETED") => {
-            println!("{}", run["output"].as_str().unwrap_or_default());
-            Ok(())
-        }
-        other => bail!(
-            "run {} ended {}: {}",
-            run["run_id"].as_str().unwrap_or("?"),
-            other.unwrap_or("?"),
-            run["error"]
-        ),
+fn print_answer(run: &RunView) -> Result<()> {
+    if run.state.outcome() == RunState::Completed {
+        println!("{}", run.output.as_deref().unwrap_or_default());
+        return Ok(());
     }
+    let why = run
+        .error
+        .as_ref()
+        .map(|e| format!("{}: {}", e.code, e.message))
+        .unwrap_or_default();
+    bail!("run {} ended {}: {why}", run.run_id, run.state)
 }
 
 /// Waits for a relay chain to end and prints its last answer (or why it
@@ -544,7 +543,7 @@ async fn follow_chain(c: &Client, chain_id: &str) -> Result<()> {
                 .last()
                 .and_then(|s| s["run_id"].as_str())
                 .unwrap_or_default();
-            return print_answer(&c.get(&format!("/v1/runs/{last}")).await?);
+            return print_answer(&c.run(last).await?);
         }
         for s in &steps {
             eprintln!(

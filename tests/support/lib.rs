@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+pub use armada_api::runs::RunView;
 use armada_cli::client::Client;
 use armada_cli::local::dataplane::DataPlaneMode;
 use armada_cli::local::{emulator, LocalOptions, LocalStack};
@@ -215,7 +216,7 @@ impl TestStack {
     }
 
     /// Starts a Run and waits for it to end: its id and its final view.
-    pub async fn ask(&self, agent: &str, input: &str) -> (String, serde_json::Value) {
+    pub async fn ask(&self, agent: &str, input: &str) -> (String, RunView) {
         let run_id = self
             .client
             .create_run(agent, input)
@@ -345,9 +346,26 @@ pub async fn put_fetcher(t: &TestStack, name: &str, hosts: &[String]) {
         .expect("the fetcher agent is registered");
 }
 
-pub fn outcome(run: &serde_json::Value) -> String {
-    let s = run["state"].as_str().unwrap_or_default();
-    s.strip_prefix("CLOSED_").unwrap_or(s).to_string()
+pub fn outcome(run: &impl StateOf) -> String {
+    let s = run.state_name();
+    s.strip_prefix("CLOSED_").unwrap_or(&s).to_string()
+}
+
+/// A Run's state, from its typed view or (for raw answers) its JSON.
+pub trait StateOf {
+    fn state_name(&self) -> String;
+}
+
+impl StateOf for RunView {
+    fn state_name(&self) -> String {
+        self.state.as_str().to_string()
+    }
+}
+
+impl StateOf for serde_json::Value {
+    fn state_name(&self) -> String {
+        self["state"].as_str().unwrap_or_default().to_string()
+    }
 }
 
 /// A loopback receiver that records each callback (headers and body) and

@@ -10,6 +10,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use armada_api::runs::RunView;
 use armada_cli::client::Client;
 use armada_core::hands::started_by;
 
@@ -29,11 +30,11 @@ pub async fn start() -> TestStack {
 }
 
 /// The result JSON inside the scripted model's `tool <name> returned: <json>`.
-pub fn tool_result(run: &Value, skill: &str) -> Value {
-    let out = run["output"].as_str().unwrap_or_default();
+pub fn tool_result(run: &RunView, skill: &str) -> Value {
+    let out = run.output.as_deref().unwrap_or_default();
     let json = out
         .strip_prefix(&format!("tool {skill} returned: "))
-        .unwrap_or_else(|| panic!("not a {skill} result: {run}"));
+        .unwrap_or_else(|| panic!("not a {skill} result: {run:?}"));
     serde_json::from_str(json).unwrap()
 }
 
@@ -141,13 +142,13 @@ pub async fn tenant_client(t: &TestStack, tenant: &str) -> Client {
 }
 
 /// A Run of `agent` by `c`'s tenant, waited for: its final view.
-pub async fn ask_as(c: &Client, agent: &str, input: &str) -> Value {
+pub async fn ask_as(c: &Client, agent: &str, input: &str) -> RunView {
     let run_id = c.create_run(agent, input).await.unwrap();
     c.wait_run(&run_id, Duration::from_secs(60)).await.unwrap()
 }
 
 /// The stdout of a Run's `shell_exec` call, or why it has none.
-pub fn stdout_of(run: &Value) -> String {
+pub fn stdout_of(run: &RunView) -> String {
     let r = tool_result(run, "shell_exec");
     r["stdout"]
         .as_str()

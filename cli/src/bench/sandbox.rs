@@ -1,6 +1,8 @@
 //! Sandbox figures: cold start, warm reuse, wake from hibernation, and the
 //! per-call cost of confinement.
 
+use armada_domain::run::RunState;
+
 use super::*;
 
 /// A sandbox call's own time in a Run: from the harness dispatching it to
@@ -52,8 +54,8 @@ pub(super) async fn sandboxes(stack: &LocalStack, client: &Client, n: usize) -> 
         let t0 = Instant::now();
         let id = client.create_run(&agent, call).await?;
         let run = client.wait_run(&id, Duration::from_secs(300)).await?;
-        if run["state"] != "COMPLETED" && run["state"] != "CLOSED_COMPLETED" {
-            return Err(anyhow!("run {id} ended {}: {}", run["state"], run["error"]));
+        if run.state.outcome() != RunState::Completed {
+            return Err(anyhow!("run {id} ended {}: {:?}", run.state, run.error));
         }
         Ok::<_, anyhow::Error>((id, t0.elapsed().as_secs_f64() * 1000.0))
     };
