@@ -8,7 +8,6 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-
 use armada_cli::local::dataplane::DataPlaneMode;
 use armada_core::ports::FIRST_SANDBOX_UID;
 use armada_tests::sandbox::*;

@@ -8,20 +8,10 @@
 //! and reports it; [`floor`] accounts each Run; [`fill`] loads finished
 //! Runs; [`sandbox`] and [`runtime_api`] measure sandboxes and binaries.
 
-use std::convert::Infallible;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context, Result};
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use serde_json::{json, Value};
-use tokio::net::TcpListener;
+use anyhow::Result;
 
 use armada_core::aws::AwsClients;
 

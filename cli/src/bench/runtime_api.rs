@@ -1,8 +1,26 @@
 //! Each release function binary under a loopback Lambda Runtime API: its
 //! size, init time and peak RSS.
 
-use super::*;
-
+use crate::bench::fill;
+use crate::local::LocalStack;
+use anyhow::Context;
+use anyhow::Result;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use serde_json::Value;
+use std::convert::Infallible;
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use std::time::Instant;
+use tokio::net::TcpListener;
 /// Serves the Lambda Runtime API to one function process: `events`
 /// invocations, then holds the next poll open.
 async fn runtime_api(

@@ -1,9 +1,17 @@
 //! Sandbox figures: cold start, warm reuse, wake from hibernation, and the
 //! per-call cost of confinement.
 
+use crate::bench::pct;
+use crate::bench::sorted;
+use crate::client::Client;
+use crate::local::LocalStack;
+use anyhow::anyhow;
+use anyhow::Result;
 use armada_domain::run::RunState;
-
-use super::*;
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Duration;
+use std::time::Instant;
 
 /// A sandbox call's own time in a Run: from the harness dispatching it to
 /// the harness recording its result (the model's turns are not in it).

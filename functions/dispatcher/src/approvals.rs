@@ -6,11 +6,21 @@
 //! earliest deadline is due), and their end with their Run (a cancelled
 //! Run's pending approvals end `cancelled`).
 
+use crate::DispatchError;
+use crate::Dispatcher;
+use crate::Handled;
+use armada_core::cas::until_written;
+use armada_core::cas::Try;
 use armada_core::clock::rfc3339;
+use armada_core::error::StoreError;
+use armada_core::sqs::Outcome;
+use armada_domain::api::Delivery;
 use armada_domain::approval::{notice, Approval, ApprovalEvent, ApprovalState, CHAT_RECIPIENT};
 use armada_domain::machine::Machine;
-
-use super::*;
+use armada_domain::messages::DispatchMessage;
+use armada_domain::messages::HarnessMessage;
+use armada_domain::run::Run;
+use serde_json::json;
 
 /// The longest delay SQS gives a message.
 const MAX_DELAY_S: i64 = 900;

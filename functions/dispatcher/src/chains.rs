@@ -4,11 +4,17 @@
 //! ends here, broken (the steps after it skipped) or done, and the chain's
 //! callback hears it.
 
+use crate::Dispatcher;
+use crate::Handled;
+use armada_core::error::StoreError;
+use armada_core::sqs::Outcome;
 use armada_core::Also;
 use armada_domain::collab::chain::{self, step_run_id, AfterStep, ChainLink};
 use armada_domain::collab::descendants;
-
-use super::*;
+use armada_domain::messages::DispatchMessage;
+use armada_domain::run::Run;
+use armada_domain::run::RunEventRecord;
+use serde_json::json;
 
 impl Dispatcher {
     /// Settling a chain step: `events` are the step's closing events (the

@@ -11,13 +11,25 @@
 
 use std::collections::HashMap;
 
+use crate::DispatchError;
+use crate::Dispatcher;
+use crate::Handled;
+use armada_core::cas::until_written;
+use armada_core::cas::Try;
+use armada_core::ending;
+use armada_core::error::StoreError;
+use armada_core::sqs::Outcome;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::collab::children;
 use armada_domain::collab::{codes as collab_codes, SlotState};
+use armada_domain::messages::DispatchMessage;
+use armada_domain::messages::HarnessMessage;
+use armada_domain::run::Run;
+use armada_domain::run::RunError;
+use armada_domain::run::RunEvent;
 use armada_domain::run::RunState;
 use armada_domain::team::Strategy;
-
-use super::*;
+use serde_json::json;
 
 impl Dispatcher {
     /// `SpawnChildren`: the children of waiting point `round` that do not

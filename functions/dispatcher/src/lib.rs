@@ -32,20 +32,16 @@ use armada_core::calls::on_behalf;
 use armada_core::cas::{until_written, Try};
 use armada_core::ending::{self, Ended};
 use armada_core::error::StoreError;
-use armada_core::sandboxing::{self, CallWatch, SandboxError};
+use armada_core::sandboxing::{self};
 use armada_core::sqs::{process_batch, receive_count, source_queue, BatchPolicy, Outcome};
-use armada_core::store::sandboxes::CallRef;
 use armada_core::unreadable::{self, Ending};
 use armada_core::Services;
 use armada_domain::api::Delivery;
-use armada_domain::ledger::ToolCallState;
-use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};
+use armada_domain::messages::{DispatchMessage, HarnessMessage};
 use armada_domain::run::{
     IllegalTransition, Run, RunError, RunEvent, RunEventRecord, RunState, Stamp,
 };
 use armada_domain::sandbox::credentials::Renewal;
-use armada_domain::sandbox::hand::{codes, CallOutcome, SANDBOX_LOST};
-use armada_domain::sandbox::lifecycle::SandboxState;
 
 #[derive(Debug, Clone)]
 pub struct Dispatcher {

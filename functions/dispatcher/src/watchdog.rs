@@ -3,10 +3,29 @@
 //! a sandbox, its sandbox's start timeout and the calls whose sandbox died
 //! (never started → not run, started → lost).
 
+use crate::Dispatcher;
+use crate::Handled;
+use armada_core::error::StoreError;
+use armada_core::sandboxing;
+use armada_core::sandboxing::CallWatch;
+use armada_core::sandboxing::SandboxError;
+use armada_core::sqs::Outcome;
+use armada_core::store::sandboxes::CallRef;
 use armada_domain::collab::SlotState;
+use armada_domain::ledger::ToolCallState;
+use armada_domain::messages::DispatchMessage;
+use armada_domain::messages::HarnessMessage;
+use armada_domain::messages::ResultBody;
+use armada_domain::run::Run;
+use armada_domain::run::RunError;
+use armada_domain::run::RunEvent;
+use armada_domain::run::RunState;
+use armada_domain::sandbox::hand::codes;
+use armada_domain::sandbox::hand::CallOutcome;
+use armada_domain::sandbox::hand::SANDBOX_LOST;
+use armada_domain::sandbox::lifecycle::SandboxState;
 use armada_domain::sandbox::seal::{answer_key, Answer};
-
-use super::*;
+use serde_json::json;
 
 impl Dispatcher {
     /// The watchdog of a Run waiting at `step`: its deadline, its sandbox's

@@ -6,9 +6,18 @@
 //! applied, or for another Run, changes nothing), the Run is claimed, and
 //! every decided approval of the step is handed to [`decide`] at once.
 
+use crate::Harness;
+use crate::StepError;
+use armada_core::Also;
+use armada_domain::agent::AgentDefinition;
 use armada_domain::approval::{Approval, ApprovalRequest, ApprovalState};
-
-use super::*;
+use armada_domain::messages::DispatchMessage;
+use armada_domain::run::Run;
+use armada_domain::run::RunEvent;
+use armada_domain::run::RunEventRecord;
+use armada_domain::run::Stamp;
+use armada_domain::step::StepInput;
+use std::sync::atomic::Ordering;
 
 impl Harness {
     /// Parks the Run until a human decides, creating `requests`' approvals

@@ -13,9 +13,13 @@ use armada_domain::collab::children::{self, ChildEnd, EndRefused, Noted};
 use armada_domain::collab::SlotState;
 use armada_domain::run::RunState;
 
+use crate::Harness;
+use crate::StepError;
 use armada_core::cas::{until_written, Try};
-
-use super::*;
+use armada_core::error::StoreError;
+use armada_domain::messages::DispatchMessage;
+use armada_domain::run::Run;
+use armada_domain::run::RunAction;
 
 impl Harness {
     /// Notes the ends of `child_ids` (a batch of one parent's group) on

@@ -8,13 +8,25 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::Harness;
+use crate::StepError;
+use armada_core::error::StoreError;
+use armada_core::sandboxing;
+use armada_domain::agent::AgentDefinition;
 use armada_domain::chat::ChatMessage;
 use armada_domain::collab::child_run_id;
 use armada_domain::collab::delegate::{agents_named, parse_delegate, CallError};
 use armada_domain::collab::resume::{self, ResumePlan};
+use armada_domain::context;
+use armada_domain::ledger::ToolCallRecord;
+use armada_domain::messages::DispatchMessage;
+use armada_domain::run::Run;
+use armada_domain::run::RunError;
+use armada_domain::run::RunEvent;
+use armada_domain::run::RunEventRecord;
+use armada_domain::run::Stamp;
+use armada_domain::skills;
 use armada_domain::step::manifest_for;
-
-use super::*;
 
 impl Harness {
     /// The registered agents among those `calls` name.

@@ -2,8 +2,16 @@
 //! conditional claim (lease + epoch), the lease kept alive while the step
 //! works and given back when it fails for a retryable reason.
 
-use super::*;
-
+use crate::Harness;
+use crate::StepError;
+use armada_core::error::StoreError;
+use armada_domain::run::Delivery;
+use armada_domain::run::Run;
+use armada_domain::run::RunEvent;
+use armada_domain::step::decide;
+use armada_domain::step::StepInput;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 impl Harness {
     /// Reads the Run a message names (`None`: unknown, and the message is
     /// dropped).

@@ -1,9 +1,24 @@
 //! Ending a step: waiting (for a sandbox, or its answer), completing or
 //! failing the Run with one fenced commit, and the messages that follow.
 
+use crate::Harness;
+use crate::StepError;
 use armada_core::ending;
-
-use super::*;
+use armada_core::Also;
+use armada_domain::agent::AgentDefinition;
+use armada_domain::chat::ModelReply;
+use armada_domain::chat::Role;
+use armada_domain::messages::DispatchMessage;
+use armada_domain::run::clip;
+use armada_domain::run::Run;
+use armada_domain::run::RunAction;
+use armada_domain::run::RunError;
+use armada_domain::run::RunEvent;
+use armada_domain::run::RunEventRecord;
+use armada_domain::run::Stamp;
+use armada_domain::session;
+use armada_domain::step::EVENT_PREVIEW_BYTES;
+use serde_json::json;
 
 impl Harness {
     /// The Run's agent; a Run whose agent was deleted ends here.

@@ -17,37 +17,18 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::future::BoxFuture;
-use serde_json::json;
 use tracing::Instrument;
 
 use armada_core::calls::on_behalf;
 use armada_core::error::StoreError;
-use armada_core::sandboxing::{self, SandboxError};
 use armada_core::sqs::{process_batch, BatchPolicy, Outcome};
-use armada_core::{Also, Services};
-use armada_domain::agent::AgentDefinition;
-use armada_domain::chat::{ModelReply, Role, ToolCall};
-use armada_domain::collab::resume::RunIdentity;
-use armada_domain::collab::ChildLimits;
-use armada_domain::context;
-use armada_domain::ledger::ToolCallRecord;
-use armada_domain::messages::{DispatchMessage, HarnessMessage, ResultBody};
-use armada_domain::run::{
-    clip, Delivery, IllegalTransition, Payload, Run, RunAction, RunError, RunEvent, RunEventRecord,
-    Stamp,
-};
-use armada_domain::sandbox::hand::codes;
-use armada_domain::sandbox::lifecycle::Acquired;
-use armada_domain::session;
-use armada_domain::skills;
-use armada_domain::step::{
-    decide, invocation, manifest_for, record_dispatch, Decision, InlineAnswer, Next, StepInput,
-    StepRefused, EVENT_PREVIEW_BYTES,
-};
+use armada_core::Services;
+use armada_domain::messages::HarnessMessage;
+use armada_domain::run::{IllegalTransition, Run};
+use armada_domain::step::StepRefused;
 
 mod approvals;
 mod child_end;

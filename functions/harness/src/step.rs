@@ -3,8 +3,36 @@
 //! the sandbox and dispatching to it), bringing each result back to
 //! `decide`, until the step ends in one of the commits of [`commit`].
 
-use super::*;
-
+use crate::Harness;
+use crate::StepError;
+use armada_core::sandboxing;
+use armada_core::sandboxing::SandboxError;
+use armada_domain::agent::AgentDefinition;
+use armada_domain::chat::ModelReply;
+use armada_domain::chat::ToolCall;
+use armada_domain::collab::resume::RunIdentity;
+use armada_domain::collab::ChildLimits;
+use armada_domain::context;
+use armada_domain::ledger::ToolCallRecord;
+use armada_domain::run::Payload;
+use armada_domain::run::Run;
+use armada_domain::run::RunError;
+use armada_domain::run::RunEvent;
+use armada_domain::run::RunEventRecord;
+use armada_domain::run::Stamp;
+use armada_domain::sandbox::hand::codes;
+use armada_domain::sandbox::lifecycle::Acquired;
+use armada_domain::skills;
+use armada_domain::step::decide;
+use armada_domain::step::invocation;
+use armada_domain::step::manifest_for;
+use armada_domain::step::record_dispatch;
+use armada_domain::step::Decision;
+use armada_domain::step::InlineAnswer;
+use armada_domain::step::Next;
+use armada_domain::step::StepInput;
+use serde_json::json;
+use std::time::Duration;
 impl Harness {
     /// The claimed part of a step.
     pub(crate) async fn execute(&self, mut run: Run, now: i64) -> Result<(), StepError> {

@@ -11,6 +11,10 @@ use armada_domain::ledger::{ToolCallRecord, ToolCallState};
 use armada_domain::run::{RunState, Stamp};
 
 use super::*;
+use armada_domain::messages::DispatchMessage;
+use armada_domain::messages::ResultBody;
+use armada_domain::run::Payload;
+use serde_json::json;
 
 const TENANT: &str = "acme";
 

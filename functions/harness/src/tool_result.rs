@@ -5,13 +5,17 @@
 //! sealed by the generation the call was sent to
 //! (`armada_domain::sandbox::seal`): one sandbox cannot answer for another.
 
+use crate::Harness;
+use crate::StepError;
 use armada_core::ports::Bounded;
 use armada_domain::crypto::{digest_eq, sha256_hex};
+use armada_domain::messages::ResultBody;
 use armada_domain::sandbox::access::object_prefix;
+use armada_domain::sandbox::hand::codes;
 use armada_domain::sandbox::hand::{CallOutcome, MAX_STORED_OUTCOME_BYTES};
 use armada_domain::sandbox::seal::{answer_key, Answer, Seal};
-
-use super::*;
+use armada_domain::step::StepInput;
+use std::sync::atomic::Ordering;
 
 impl Harness {
     /// A sandbox call's outcome arrived.

@@ -9,11 +9,15 @@
 
 use std::os::unix::fs::OpenOptionsExt;
 
+use crate::agent::now_ms;
+use crate::agent::Agent;
+use crate::agent::AgentConfig;
+use armada_core::aws::AwsClients;
 use armada_core::aws::HeldCredentials;
 use armada_domain::messages::DispatchMessage;
 use armada_domain::sandbox::credentials::{renewal_due, Renewal, TaskCredentials};
-
-use super::*;
+use std::path::Path;
+use std::path::PathBuf;
 
 /// While no new credentials have come, the request is sent again this often.
 const ASK_AGAIN_MS: i64 = 60_000;

@@ -1,11 +1,20 @@
 //! Going to sleep when idle: frozen by the host, or the workspace saved to
 //! the payload bucket and the task stopped; restored when woken.
 
-use super::*;
-
 mod snapshot;
 
+use crate::agent::chown_tree;
+use crate::agent::now_ms;
+use crate::agent::Agent;
+use crate::agent::Exit;
+use crate::agent::Hibernation;
+use anyhow::Context;
+use anyhow::Result;
+use armada_domain::machine::Machine;
+use armada_domain::sandbox::lifecycle::SandboxEvent;
+use armada_domain::sandbox::lifecycle::SandboxState;
 use snapshot::{archive_workspace, extract_snapshot};
+use std::time::Duration;
 
 impl Agent {
     /// Resident sandboxes stay warm; one serving a dev server stays up.

@@ -29,7 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -37,24 +37,20 @@ use serde_json::Value;
 
 use armada_core::aws::AwsClients;
 use armada_core::hands::task_env;
-use armada_core::ports::{SandboxReports as _, Sandboxes as _};
-use armada_core::store::sandboxes::{CallRef, Change, SandboxStore};
+use armada_core::ports::SandboxReports as _;
+use armada_core::store::sandboxes::{Change, SandboxStore};
 use armada_domain::machine::Machine;
-use armada_domain::messages::{HarnessMessage, ResultBody};
-use armada_domain::sandbox::controls::{Control, Controls, Enforcement, Required};
-use armada_domain::sandbox::hand::{codes, CallMark, CallOutcome, HandMessage, Invocation};
-use armada_domain::sandbox::lifecycle::{
-    PortLease, SandboxAction, SandboxEvent, SandboxRecord, SandboxState,
-};
-use armada_domain::sandbox::{check_mount, host_port, CapabilitySet, Limits, CONTAINER_PORTS};
-use armada_domain::skills::{MountDecl, SERVE};
+use armada_domain::sandbox::controls::Control;
+use armada_domain::sandbox::hand::Invocation;
+use armada_domain::sandbox::lifecycle::{SandboxEvent, SandboxRecord, SandboxState};
+use armada_domain::sandbox::{CapabilitySet, Limits};
+use armada_domain::skills::MountDecl;
 
 use crate::cgroup::Cgroup;
 use crate::entry::Program;
 use crate::env::SandboxEnv;
-use crate::jail::Step;
-use crate::runner::{Call, Runner};
-use crate::skills::{self, Aftermath, PortGrant};
+use crate::runner::Runner;
+use crate::skills::PortGrant;
 
 mod credentials;
 pub mod disk;

@@ -1,8 +1,20 @@
 //! Pooled host ports for `serve` calls: granted with a conditional write
 //! (queueing while the pool is full), released when the server stops.
 
-use super::*;
-
+use crate::agent::Agent;
+use crate::agent::PortMode;
+use crate::skills;
+use crate::skills::Aftermath;
+use crate::skills::PortGrant;
+use anyhow::Result;
+use armada_core::Sandboxes;
+use armada_domain::sandbox::hand::codes;
+use armada_domain::sandbox::hand::Invocation;
+use armada_domain::sandbox::host_port;
+use armada_domain::sandbox::CONTAINER_PORTS;
+use serde_json::Value;
+use std::time::Duration;
+use std::time::Instant;
 /// Where a pooled host port is probed: loopback, where the server on it is
 /// reached (its URL names the public host, loopback unless configured).
 /// The probe never listens on every interface, not even for a moment.

@@ -1,8 +1,17 @@
 //! At start: the mounts checked again, and the capability set applied to a
 //! probe call, measuring per control what actually took effect.
 
-use super::*;
-
+use crate::agent::usable_cgroup;
+use crate::agent::Agent;
+use crate::cgroup::Cgroup;
+use crate::jail::Step;
+use crate::runner::Call;
+use anyhow::Context;
+use anyhow::Result;
+use armada_domain::sandbox::check_mount;
+use armada_domain::sandbox::controls::Control;
+use armada_domain::sandbox::controls::Controls;
+use armada_domain::sandbox::controls::Enforcement;
 impl Agent {
     /// Mounts are checked again here: registry data may have been edited
     /// past the API's validation.

@@ -2,10 +2,38 @@
 //! conditional write, run in the jail, answered to the harness queue and
 //! marked FINISHED; a call an earlier incarnation died in is answered `Lost`.
 
+use crate::agent::faults;
+use crate::agent::heartbeat;
+use crate::agent::now_ms;
+use crate::agent::Agent;
+use crate::agent::Exit;
+use crate::agent::Inflight;
+use crate::agent::INLINE_OUTCOME_BYTES;
+use crate::skills;
+use crate::skills::Aftermath;
+use anyhow::Context;
+use anyhow::Result;
+use armada_core::store::sandboxes::CallRef;
+use armada_core::Sandboxes;
+use armada_domain::machine::Machine;
+use armada_domain::messages::HarnessMessage;
+use armada_domain::messages::ResultBody;
+use armada_domain::sandbox::controls::Required;
+use armada_domain::sandbox::hand::codes;
+use armada_domain::sandbox::hand::CallMark;
+use armada_domain::sandbox::hand::CallOutcome;
+use armada_domain::sandbox::hand::HandMessage;
+use armada_domain::sandbox::hand::Invocation;
+use armada_domain::sandbox::lifecycle::PortLease;
+use armada_domain::sandbox::lifecycle::SandboxAction;
+use armada_domain::sandbox::lifecycle::SandboxEvent;
+use armada_domain::sandbox::lifecycle::SandboxRecord;
+use armada_domain::sandbox::lifecycle::SandboxState;
 use armada_domain::sandbox::seal::Answer;
+use armada_domain::skills::SERVE;
+use std::time::Duration;
+use std::time::Instant;
 use tracing::Instrument;
-
-use super::*;
 
 impl Agent {
     pub(super) async fn serve(

@@ -4,11 +4,28 @@
 //! calls, each once ([`approvals_decided`]). A gated call stays PLANNED —
 //! never dispatched, inline or to a sandbox — until it is approved.
 
+use crate::agent::AgentDefinition;
 use crate::approval::policy::{gate, CallFacts, Gate};
 use crate::approval::{Approval, ApprovalKind, ApprovalRequest, ApprovalState, OnReject, Verdict};
 use crate::ledger::CallApproval;
-
-use super::*;
+use crate::ledger::ToolCallEvent;
+use crate::ledger::ToolCallRecord;
+use crate::ledger::ToolCallState;
+use crate::run::Run;
+use crate::run::RunError;
+use crate::run::RunEventRecord;
+use crate::sandbox::hand::error_json;
+use crate::skills;
+use crate::step::after_tools;
+use crate::step::answered;
+use crate::step::apply_to;
+use crate::step::end;
+use crate::step::push_result;
+use crate::step::Decision;
+use crate::step::Next;
+use crate::step::StepRefused;
+use serde_json::json;
+use serde_json::Value;
 
 /// The approval a call the model asked for needs, if any.
 pub(super) fn gated(

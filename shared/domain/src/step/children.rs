@@ -6,9 +6,27 @@
 //! paid for out of the Run's allowance, which the dispatcher creates and
 //! starts once the step has committed it.
 
-use super::*;
+use crate::agent::AgentDefinition;
 use crate::collab::children::open_round;
+use crate::collab::delegate::CallError;
+use crate::collab::resume::ResumePlan;
+use crate::collab::ChildLimits;
 use crate::collab::{codes, delegate, descendants, ChildSlot, DEFAULT_MAX_PARALLEL};
+use crate::ledger::ToolCallEvent;
+use crate::ledger::ToolCallRecord;
+use crate::ledger::ToolCallState;
+use crate::run::Run;
+use crate::skills;
+use crate::step::after_tools;
+use crate::step::apply_to;
+use crate::step::manifest_for;
+use crate::step::open_calls;
+use crate::step::push_result;
+use crate::step::Decision;
+use crate::step::Next;
+use crate::step::StepRefused;
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 pub(super) fn delegations(
     run: &mut Run,

@@ -23,9 +23,7 @@ use crate::fields;
 use crate::ledger::ToolCallState;
 use crate::ledger::{self, IllegalToolTransition, Recovery, ToolCallEvent, ToolCallRecord};
 use crate::run::{clip, Run, RunError, RunEvent, RunEventRecord};
-use crate::sandbox::hand::{
-    codes, error_json, CallOutcome, Invocation, SANDBOX_LOST, SECURITY_VIOLATION,
-};
+use crate::sandbox::hand::CallOutcome;
 use crate::sandbox::lifecycle::sandbox_key;
 use crate::skills;
 

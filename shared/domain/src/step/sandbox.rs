@@ -2,9 +2,32 @@
 //! for a sandbox that died) means for the call and the Run, a dispatch
 //! recorded, and the message a dispatched call travels as.
 
-use super::*;
+use crate::agent::AgentDefinition;
 use crate::approval::policy::OnIndeterminate;
 use crate::approval::ApprovalKind;
+use crate::ledger;
+use crate::ledger::Recovery;
+use crate::ledger::ToolCallEvent;
+use crate::ledger::ToolCallRecord;
+use crate::run::Run;
+use crate::run::RunError;
+use crate::run::RunEventRecord;
+use crate::sandbox::hand::codes;
+use crate::sandbox::hand::error_json;
+use crate::sandbox::hand::CallOutcome;
+use crate::sandbox::hand::Invocation;
+use crate::sandbox::hand::SANDBOX_LOST;
+use crate::sandbox::hand::SECURITY_VIOLATION;
+use crate::step::after_tools;
+use crate::step::answered;
+use crate::step::apply_to;
+use crate::step::call;
+use crate::step::end;
+use crate::step::push_result;
+use crate::step::Decision;
+use crate::step::StepRefused;
+use crate::step::MAX_SANDBOX_ATTEMPTS;
+use serde_json::json;
 
 /// Longest account of a call's changes an approval carries from its sandbox.
 const MAX_REPORTED_CHARS: usize = 2_000;

@@ -4,6 +4,7 @@
 use super::*;
 use crate::chat::{TokenUsage, ToolCall};
 use crate::run::{test_run, RunEvent};
+use crate::sandbox::hand::{codes, SANDBOX_LOST};
 
 fn agent() -> AgentDefinition {
     AgentDefinition::from_json(
