@@ -195,7 +195,7 @@ impl ToolCallRecord {
     }
 
     /// Applies `event`, keeping the record's data in step with its state.
-    pub fn apply(&mut self, event: ToolCallEvent) -> Result<(), IllegalToolTransition> {
+    fn take(&mut self, event: ToolCallEvent) -> Result<(), IllegalToolTransition> {
         self.state = self.state.advance(&event)?;
         match event {
             ToolCallEvent::Dispatched { generation } => self.generation = generation,
@@ -210,6 +210,30 @@ impl ToolCallRecord {
         }
         Ok(())
     }
+}
+
+/// A tool call in the machines' common shape. It changes only through
+/// its events, and decides nothing of its own: what follows an event (the
+/// next step, an approval, a retry) is its Run's to decide, and the call
+/// is written with its Run, conditional on the Run's stamp.
+impl crate::machine::Machine for ToolCallRecord {
+    type Event = ToolCallEvent;
+    type Action = std::convert::Infallible;
+    type Refusal = IllegalToolTransition;
+    /// Written inside its Run: the Run's stamp is what a write is
+    /// conditional on.
+    type Version = ();
+
+    fn apply(
+        &mut self,
+        event: ToolCallEvent,
+        _now_ms: i64,
+    ) -> Result<Vec<std::convert::Infallible>, IllegalToolTransition> {
+        self.take(event)?;
+        Ok(vec![])
+    }
+
+    fn version(&self) {}
 }
 
 /// What to do, on a redelivered step, with a call the previous worker had
@@ -234,6 +258,7 @@ pub fn recover(record: &ToolCallRecord) -> Option<Recovery> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::machine::Machine;
 
     fn rec(state: ToolCallState, idempotent: bool) -> ToolCallRecord {
         let mut r = ToolCallRecord::planned("c1", "http_request", json!({}), 0, idempotent, false);
@@ -263,27 +288,36 @@ mod tests {
     #[test]
     fn a_retry_is_a_new_attempt_for_no_sandbox_in_particular() {
         let mut r = rec(ToolCallState::Planned, true);
-        r.apply(ToolCallEvent::Dispatched {
-            generation: Some(3),
-        })
+        r.apply(
+            ToolCallEvent::Dispatched {
+                generation: Some(3),
+            },
+            0,
+        )
         .unwrap();
         assert_eq!(
             (r.state, r.generation),
             (ToolCallState::Dispatched, Some(3))
         );
-        r.apply(ToolCallEvent::Retried).unwrap();
+        r.apply(ToolCallEvent::Retried, 0).unwrap();
         assert_eq!(
             (r.state, r.attempt, r.generation),
             (ToolCallState::Planned, 2, None)
         );
-        r.apply(ToolCallEvent::Dispatched {
-            generation: Some(4),
-        })
+        r.apply(
+            ToolCallEvent::Dispatched {
+                generation: Some(4),
+            },
+            0,
+        )
         .unwrap();
-        r.apply(ToolCallEvent::Answered {
-            ok: false,
-            result: json!({"error": "x"}),
-        })
+        r.apply(
+            ToolCallEvent::Answered {
+                ok: false,
+                result: json!({"error": "x"}),
+            },
+            0,
+        )
         .unwrap();
         assert_eq!(r.state, ToolCallState::Failed);
         assert_eq!(r.result, Some(json!({"error": "x"})));
@@ -293,10 +327,13 @@ mod tests {
     fn a_large_answer_is_kept_as_a_note() {
         let mut r = rec(ToolCallState::Dispatched, false);
         let big = json!("x".repeat(LEDGER_RESULT_BYTES + 1));
-        r.apply(ToolCallEvent::Answered {
-            ok: true,
-            result: big,
-        })
+        r.apply(
+            ToolCallEvent::Answered {
+                ok: true,
+                result: big,
+            },
+            0,
+        )
         .unwrap();
         assert!(r.result.unwrap().get("note").is_some());
     }

@@ -244,6 +244,7 @@ pub fn view(steps: &[String], runs: &[Option<&Run>]) -> (ChainState, Vec<StepVie
 mod tests {
     use super::*;
     use crate::ledger::{ToolCallEvent, ToolCallRecord};
+    use crate::machine::Machine;
     use crate::run::{test_run, RunEvent};
 
     fn link(index: u32) -> ChainLink {
@@ -345,15 +346,15 @@ mod tests {
             true,
             true,
         );
-        rec.apply(ToolCallEvent::Dispatched {
+        let sent = ToolCallEvent::Dispatched {
             generation: Some(1),
-        })
-        .unwrap();
-        rec.apply(ToolCallEvent::Answered {
+        };
+        rec.apply(sent, 0).unwrap();
+        let answered = ToolCallEvent::Answered {
             ok: true,
             result: json!({}),
-        })
-        .unwrap();
+        };
+        rec.apply(answered, 0).unwrap();
         r.ledger.insert("c".into(), rec);
         let text = next_input(&r, "draft", &artifacts(&r));
         assert!(text.starts_with("draft\n\n---\nArtifacts"), "{text}");

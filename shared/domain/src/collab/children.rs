@@ -13,6 +13,7 @@ use super::resume::{ResumePlan, ResumedFrom};
 use super::{child_run_id, codes, descendants, Lineage, RunKind};
 use crate::agent::AgentDefinition;
 use crate::ledger::ToolCallEvent;
+use crate::machine::Machine;
 use crate::run::{
     clip, IllegalTransition, NewRun, Run, RunAction, RunError, RunEvent, RunEventRecord, RunState,
 };
@@ -539,7 +540,7 @@ fn answer_call_if_complete(
         result: result.clone(),
     };
     let state = run.ledger.get_mut(call_id).and_then(|r| {
-        r.apply(event).ok()?;
+        r.apply(event, now).ok()?;
         Some(r.state)
     })?;
     events.push(run.push_event(

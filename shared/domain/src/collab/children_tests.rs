@@ -3,6 +3,7 @@ use serde_json::json;
 use super::*;
 use crate::collab::DEFAULT_MAX_DESCENDANTS;
 use crate::ledger::{ToolCallRecord, ToolCallState};
+use crate::machine::Machine;
 use crate::run::{test_run, Payload, RunEvent};
 use crate::team::TeamDefinition;
 
@@ -20,7 +21,7 @@ fn waiting_parent(slots: Vec<ChildSlot>, max_parallel: u32) -> Run {
                 };
                 let mut rec = ToolCallRecord::planned(call, skill, json!({}), 0, false, false);
                 rec.children = true;
-                rec.apply(ToolCallEvent::Dispatched { generation: None })
+                rec.apply(ToolCallEvent::Dispatched { generation: None }, 0)
                     .unwrap();
                 run.ledger.insert(call.clone(), rec);
             }

@@ -11,6 +11,7 @@ use crate::ledger::CallApproval;
 use crate::ledger::ToolCallEvent;
 use crate::ledger::ToolCallRecord;
 use crate::ledger::ToolCallState;
+use crate::machine::Machine;
 use crate::run::Run;
 use crate::run::RunError;
 use crate::run::RunEventRecord;
@@ -190,7 +191,7 @@ pub(super) fn approvals_decided(
         if a.kind == ApprovalKind::Indeterminate {
             match (&a.verdict, a.refusal()) {
                 (_, Some((code, message))) => {
-                    apply_to(run, &a.call_id, ToolCallEvent::Lost)?;
+                    apply_to(run, &a.call_id, ToolCallEvent::Lost, now)?;
                     fail = fail.or(Some(RunError::new(code, message)));
                 }
                 (Some(Verdict::Happened { result }), None) => {
@@ -217,6 +218,7 @@ pub(super) fn approvals_decided(
                 ToolCallEvent::Refused {
                     result: result.clone(),
                 },
+                now,
             )?;
             push_result(run, &rec, result, &mut events, now);
             if a.on_reject == OnReject::Fail && fail.is_none() {
@@ -231,7 +233,7 @@ pub(super) fn approvals_decided(
 }
 
 /// Approved inline calls of the step, now dispatched (they run in it).
-pub(super) fn approved_inline(run: &mut Run) -> Vec<ToolCallRecord> {
+pub(super) fn approved_inline(run: &mut Run, now: i64) -> Vec<ToolCallRecord> {
     let step = run.step;
     let mut out = Vec::new();
     for r in run.ledger.values_mut().filter(|r| {
@@ -242,7 +244,7 @@ pub(super) fn approved_inline(run: &mut Run) -> Vec<ToolCallRecord> {
             && r.approval.is_some()
             && r.cleared()
     }) {
-        if r.apply(ToolCallEvent::Dispatched { generation: None })
+        if r.apply(ToolCallEvent::Dispatched { generation: None }, now)
             .is_ok()
         {
             out.push(r.clone());

@@ -60,6 +60,7 @@ pub(super) fn delegations(
                     run,
                     &rec.call_id,
                     ToolCallEvent::Dispatched { generation: None },
+                    now,
                 )?;
                 slots.append(&mut s);
             }
@@ -71,6 +72,7 @@ pub(super) fn delegations(
                     ToolCallEvent::Refused {
                         result: result.clone(),
                     },
+                    now,
                 )?;
                 push_result(run, rec, result, &mut events, now);
             }

@@ -22,6 +22,7 @@ use crate::collab::ChildLimits;
 use crate::fields;
 use crate::ledger::ToolCallState;
 use crate::ledger::{self, IllegalToolTransition, Recovery, ToolCallEvent, ToolCallRecord};
+use crate::machine::Machine;
 use crate::run::{clip, Run, RunError, RunEvent, RunEventRecord};
 use crate::sandbox::hand::CallOutcome;
 use crate::sandbox::lifecycle::sandbox_key;
@@ -234,7 +235,7 @@ fn claimed(run: &mut Run, agent: &AgentDefinition, now: i64) -> Result<Decision,
     if !lost.is_empty() {
         for call_id in &lost {
             let skill = call(run, call_id)?.skill.clone();
-            apply_to(run, call_id, ToolCallEvent::Lost)?;
+            apply_to(run, call_id, ToolCallEvent::Lost, now)?;
             events.push(run.push_event(
                 "tool_indeterminate",
                 json!({"call_id": call_id, "name": skill}),
@@ -316,9 +317,12 @@ fn replied(
                 false,
             );
             let result = json!({"error": {"code": INVALID_ARGUMENTS, "message": format!("the arguments are {why}")}});
-            rec.apply(ToolCallEvent::Refused {
-                result: result.clone(),
-            })
+            rec.apply(
+                ToolCallEvent::Refused {
+                    result: result.clone(),
+                },
+                now,
+            )
             .map_err(|source| StepRefused::Tool {
                 call_id: c.id.clone(),
                 source,
@@ -359,7 +363,7 @@ fn replied(
         } else if in_sandbox {
             run.sandbox_key = Some(sandbox_key(&run.tenant, &run.agent));
         } else if rec.approval.is_none() {
-            rec.apply(ToolCallEvent::Dispatched { generation: None })
+            rec.apply(ToolCallEvent::Dispatched { generation: None }, now)
                 .map_err(|source| StepRefused::Tool {
                     call_id: c.id.clone(),
                     source,
@@ -393,7 +397,7 @@ fn after_tools(run: &mut Run, mut events: Vec<RunEventRecord>, now: i64) -> Deci
     if let Some(next) = approvals::await_approvals(run, &mut events, now) {
         return Decision::new(events, next);
     }
-    let inline = approvals::approved_inline(run);
+    let inline = approvals::approved_inline(run, now);
     if !inline.is_empty() {
         // Recorded as dispatched before any of them runs.
         let mut d = Decision::new(events, Next::RunInline(inline));
@@ -471,12 +475,13 @@ fn apply_to<'r>(
     run: &'r mut Run,
     call_id: &str,
     event: ToolCallEvent,
+    now: i64,
 ) -> Result<&'r mut ToolCallRecord, StepRefused> {
     let rec = run
         .ledger
         .get_mut(call_id)
         .ok_or_else(|| StepRefused::UnknownCall(call_id.to_string()))?;
-    rec.apply(event).map_err(|source| StepRefused::Tool {
+    rec.apply(event, now).map_err(|source| StepRefused::Tool {
         call_id: call_id.to_string(),
         source,
     })?;
@@ -506,6 +511,7 @@ fn answered(
             ok,
             result: result.clone(),
         },
+        now,
     )?
     .clone();
     push_result(run, &rec, result, events, now);

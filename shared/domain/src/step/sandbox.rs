@@ -99,6 +99,7 @@ pub(super) fn sandbox_answered(
                 ToolCallEvent::Refused {
                     result: result.clone(),
                 },
+                now,
             )?;
             push_result(run, &rec, result, &mut events, now);
             if let Some(error) = ends {
@@ -132,7 +133,7 @@ pub(super) fn sandbox_answered(
                 super::approvals::ask_indeterminate(run, call_id, why);
                 return Ok(after_tools(run, events, now));
             }
-            apply_to(run, call_id, ToolCallEvent::Lost)?;
+            apply_to(run, call_id, ToolCallEvent::Lost, now)?;
             events.push(run.push_event(
                 "tool_indeterminate",
                 json!({"call_id": call_id, "name": rec.skill, "reason": reason}),
@@ -165,6 +166,7 @@ pub fn record_dispatch(
         ToolCallEvent::Dispatched {
             generation: Some(generation),
         },
+        now,
     )?;
     let (skill, attempt) = (rec.skill.clone(), rec.attempt);
     Ok(run.push_event(
@@ -217,7 +219,7 @@ pub(super) fn retried(
     events: &mut Vec<RunEventRecord>,
     now: i64,
 ) -> Result<(), StepRefused> {
-    apply_to(run, &rec.call_id, ToolCallEvent::Retried)?;
+    apply_to(run, &rec.call_id, ToolCallEvent::Retried, now)?;
     events.push(run.push_event(
         "tool_retried",
         json!({"call_id": rec.call_id, "name": rec.skill, "reason": reason, "attempt": rec.attempt + 1}),
