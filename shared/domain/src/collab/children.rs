@@ -39,6 +39,73 @@ pub enum SlotState {
     Ended,
 }
 
+/// What happens to a child's slot in its parent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotEvent {
+    /// Planned at waiting point `round`: it waits for a place.
+    Open { round: u32 },
+    /// Given a place within `max_parallel`.
+    Start,
+    /// Its Run ended, and the parent takes note.
+    End { outcome: ChildOutcome },
+}
+
+/// What the handler does once a slot's change is committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotAction {
+    /// Send the start of the child's Run (harmless to repeat: it is sent
+    /// before the commit that says so).
+    StartRun { run_id: String },
+}
+
+/// An event the slot's state cannot take (it changes nothing).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("illegal child-slot transition: {event} in state {from:?}")]
+pub struct SlotRefused {
+    pub from: SlotState,
+    pub event: &'static str,
+}
+
+/// A child's slot in the machines' common shape: its own transition
+/// table; written with its parent Run, whose stamp is its version.
+impl crate::machine::Machine for ChildSlot {
+    type Event = SlotEvent;
+    type Action = SlotAction;
+    type Refusal = SlotRefused;
+    type Version = ();
+
+    fn apply(&mut self, event: SlotEvent, _now_ms: i64) -> Result<Vec<SlotAction>, SlotRefused> {
+        use SlotState::{Ended, Queued, Started};
+        let refused = |event| SlotRefused {
+            from: self.state,
+            event,
+        };
+        match (self.state, event) {
+            // A slot is opened as it is planned, before it is anything else.
+            (Queued, SlotEvent::Open { round }) => {
+                self.round = round;
+                Ok(vec![])
+            }
+            (Started | Ended, SlotEvent::Open { .. }) => Err(refused("open")),
+            (Queued, SlotEvent::Start) => {
+                self.state = Started;
+                Ok(vec![SlotAction::StartRun {
+                    run_id: self.run_id.clone(),
+                }])
+            }
+            (Started | Ended, SlotEvent::Start) => Err(refused("start")),
+            (Queued | Started, SlotEvent::End { outcome }) => {
+                self.state = Ended;
+                self.outcome = Some(outcome);
+                Ok(vec![])
+            }
+            (Ended, SlotEvent::End { .. }) => Err(refused("end")),
+        }
+    }
+
+    fn version(&self) {}
+}
+
 /// How a child ended, as its parent keeps it (the output is in the
 /// parent's `child_finished` event).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,8 +192,11 @@ pub fn open_round(run: &mut Run, mut slots: Vec<ChildSlot>, max_parallel: u32) {
     children.max_parallel = max_parallel.max(1);
     children.outstanding = slots.len() as u32;
     for s in &mut slots {
-        s.round = children.round;
-        s.state = SlotState::Queued;
+        let opened = SlotEvent::Open {
+            round: children.round,
+        };
+        // Planned slots are made queued: opening one is never refused.
+        let _ = s.apply(opened, 0);
     }
     children.slots.extend(slots);
 }
@@ -145,8 +215,10 @@ pub fn start_queued(run: &mut Run, now: i64) -> (Vec<String>, Vec<RunEventRecord
         if started.len() >= room {
             break;
         }
-        if s.round == round && s.state == SlotState::Queued {
-            s.state = SlotState::Started;
+        if s.round == round
+            && s.state == SlotState::Queued
+            && s.apply(SlotEvent::Start, now).is_ok()
+        {
             started.push((s.run_id.clone(), s.agent.clone(), s.kind));
         }
     }
@@ -415,11 +487,12 @@ pub fn child_ended(
     }
     if let Some(c) = run.children.as_mut() {
         if let Some(s) = c.slots.iter_mut().find(|s| s.run_id == end.run_id) {
-            s.state = SlotState::Ended;
-            s.outcome = Some(ChildOutcome {
+            let outcome = ChildOutcome {
                 state: end.state,
                 error: end.error.clone(),
-            });
+            };
+            // Not ended before (checked above): never refused.
+            let _ = s.apply(SlotEvent::End { outcome }, now);
         }
         c.outstanding = c.outstanding.saturating_sub(1);
     }

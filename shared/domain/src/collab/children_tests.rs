@@ -389,3 +389,41 @@ fn a_child_gets_the_parents_tenant_metadata_and_deadline_never_more() {
         "a member answers the team's input"
     );
 }
+
+/// A slot through its machine: queued, started once, ended once; what
+/// it refuses changes nothing.
+#[test]
+fn a_slot_starts_once_and_ends_once() {
+    use crate::collab::children::{ChildOutcome, SlotAction, SlotEvent};
+    let mut slot = slot("run_c", "coder", RunKind::Delegation, Some("c1"));
+    assert_eq!(slot.state, SlotState::Queued);
+    let actions = slot.apply(SlotEvent::Start, 1).unwrap();
+    assert_eq!(
+        actions,
+        vec![SlotAction::StartRun {
+            run_id: slot.run_id.clone()
+        }]
+    );
+    let before = slot.clone();
+    assert!(slot.apply(SlotEvent::Start, 2).is_err());
+    assert!(slot.apply(SlotEvent::Open { round: 9 }, 2).is_err());
+    assert_eq!(slot, before);
+    let outcome = ChildOutcome {
+        state: RunState::Completed,
+        error: None,
+    };
+    slot.apply(
+        SlotEvent::End {
+            outcome: outcome.clone(),
+        },
+        3,
+    )
+    .unwrap();
+    assert_eq!(
+        (slot.state, slot.outcome.clone()),
+        (SlotState::Ended, Some(outcome.clone()))
+    );
+    let ended = slot.clone();
+    assert!(slot.apply(SlotEvent::End { outcome }, 4).is_err());
+    assert_eq!(slot, ended);
+}
