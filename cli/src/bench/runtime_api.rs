@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 use tokio::net::TcpListener;
+
 /// Serves the Lambda Runtime API to one function process: `events`
 /// invocations, then holds the next poll open.
 async fn runtime_api(

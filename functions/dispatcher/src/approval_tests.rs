@@ -13,6 +13,8 @@ use serde_json::json;
 
 use super::test_stack::{Stack, TENANT};
 use super::*;
+use armada_domain::messages::HarnessMessage;
+use armada_domain::run::RunState;
 
 /// A stack with agent `ops`, whose skill `launch` (it tells the time) is
 /// high-risk, approved by ops@example.com within `expires_s`.

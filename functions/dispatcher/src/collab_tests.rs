@@ -362,6 +362,7 @@ impl Stack {
 }
 
 use armada_domain::collab::chain;
+use armada_domain::run::RunState;
 
 #[tokio::test]
 async fn a_relay_chain_hands_each_output_to_the_next_step() {

@@ -10,6 +10,7 @@ use armada_domain::team::TeamDefinition;
 use armada_harness::Harness;
 
 use super::*;
+use armada_domain::messages::HarnessMessage;
 
 pub(crate) const TENANT: &str = "acme";
 

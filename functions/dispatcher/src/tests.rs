@@ -10,6 +10,8 @@ use armada_domain::agent::AgentDefinition;
 use armada_domain::run::Payload;
 
 use super::*;
+use armada_domain::messages::HarnessMessage;
+use armada_domain::run::RunState;
 
 const TENANT: &str = "acme";
 

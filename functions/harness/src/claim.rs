@@ -12,6 +12,7 @@ use armada_domain::step::decide;
 use armada_domain::step::StepInput;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
 impl Harness {
     /// Reads the Run a message names (`None`: unknown, and the message is
     /// dropped).

@@ -33,6 +33,7 @@ use armada_domain::step::Next;
 use armada_domain::step::StepInput;
 use serde_json::json;
 use std::time::Duration;
+
 impl Harness {
     /// The claimed part of a step.
     pub(crate) async fn execute(&self, mut run: Run, now: i64) -> Result<(), StepError> {

@@ -15,6 +15,7 @@ use armada_domain::sandbox::CONTAINER_PORTS;
 use serde_json::Value;
 use std::time::Duration;
 use std::time::Instant;
+
 /// Where a pooled host port is probed: loopback, where the server on it is
 /// reached (its URL names the public host, loopback unless configured).
 /// The probe never listens on every interface, not even for a moment.

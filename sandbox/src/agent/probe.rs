@@ -12,6 +12,7 @@ use armada_domain::sandbox::check_mount;
 use armada_domain::sandbox::controls::Control;
 use armada_domain::sandbox::controls::Controls;
 use armada_domain::sandbox::controls::Enforcement;
+
 impl Agent {
     /// Mounts are checked again here: registry data may have been edited
     /// past the API's validation.

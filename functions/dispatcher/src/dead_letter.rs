@@ -1,0 +1,156 @@
+//! Dead letters (from either DLQ): the Run whose message kept failing is
+//! failed with the reason, so no Run stays non-terminal forever.
+
+use crate::DispatchError;
+use crate::Dispatcher;
+use crate::Handled;
+use armada_core::cas::until_written;
+use armada_core::cas::Try;
+use armada_core::error::StoreError;
+use armada_core::sqs::Outcome;
+use armada_core::unreadable;
+use armada_core::unreadable::Ending;
+use armada_domain::messages::DispatchMessage;
+use armada_domain::messages::HarnessMessage;
+use armada_domain::run::RunError;
+use armada_domain::run::RunEvent;
+use serde_json::json;
+
+impl Dispatcher {
+    /// A message that kept failing: fail its Run with the reason, then settle it.
+    pub(crate) async fn dead_letter(&self, queue: &str, body: &str, receives: u32) -> Handled {
+        let (run_id, tenant, what) = if let Ok(m) = serde_json::from_str::<HarnessMessage>(body) {
+            match m {
+                HarnessMessage::Step {
+                    run_id,
+                    tenant,
+                    step,
+                } => (run_id, tenant, format!("step {step}")),
+                HarnessMessage::ToolResult {
+                    run_id,
+                    tenant,
+                    call_id,
+                    ..
+                } => (run_id, tenant, format!("tool result of {call_id}")),
+                HarnessMessage::ChildEnded {
+                    run_id,
+                    tenant,
+                    child_run_id,
+                } => (run_id, tenant, format!("end of child {child_run_id}")),
+                HarnessMessage::ApprovalDecided {
+                    run_id,
+                    tenant,
+                    approval_id,
+                } => (
+                    run_id,
+                    tenant,
+                    format!("decision of approval {approval_id}"),
+                ),
+            }
+        } else if let Ok(m) = serde_json::from_str::<DispatchMessage>(body) {
+            match m {
+                DispatchMessage::StartRun { run_id, tenant } => {
+                    (run_id, tenant, "start".to_string())
+                }
+                DispatchMessage::RunTerminal { run_id, tenant } => {
+                    (run_id, tenant, "settlement".to_string())
+                }
+                DispatchMessage::CheckRun { run_id, tenant, .. } => {
+                    (run_id, tenant, "watchdog".to_string())
+                }
+                DispatchMessage::SpawnChildren { run_id, tenant, .. } => {
+                    (run_id, tenant, "children's start".to_string())
+                }
+                DispatchMessage::DeliverCallback { run_id, .. } => {
+                    tracing::error!(
+                        run_id,
+                        queue,
+                        "a callback could not be delivered on any attempt"
+                    );
+                    return Ok(Outcome::Done);
+                }
+                DispatchMessage::NotifyApproval {
+                    approval_id,
+                    recipient,
+                    ..
+                } => {
+                    // The approval stays pending: an approver key can still
+                    // decide it, and its deadline still expires it.
+                    tracing::error!(
+                        approval_id,
+                        recipient,
+                        queue,
+                        "an approval link could not be sent on any attempt"
+                    );
+                    return Ok(Outcome::Done);
+                }
+                DispatchMessage::RenewCredentials {
+                    tenant,
+                    agent,
+                    generation,
+                    ..
+                } => {
+                    // The agent asks again every minute until it has them.
+                    tracing::error!(
+                        tenant,
+                        agent,
+                        generation,
+                        queue,
+                        "a credentials renewal failed on every attempt"
+                    );
+                    return Ok(Outcome::Done);
+                }
+            }
+        } else {
+            tracing::error!(queue, "unreadable dead letter dropped");
+            return Ok(Outcome::Done);
+        };
+        tracing::error!(run_id, queue, what, "dead letter received");
+        // Whether the Run is ended now (and so is settled next).
+        let ended = until_written::<_, DispatchError, _>(|| async {
+            let run = match self.load(&run_id, &tenant).await {
+                Ok(Some(run)) => run,
+                Ok(None) => return Ok(Try::Done(false)),
+                // Its document cannot be read (which is likely why every
+                // delivery failed): it is rebuilt from its head and ended.
+                Err(StoreError::Corrupt(why)) => {
+                    return match unreadable::end(&self.svc, &run_id, &tenant, &why, Ending::Fail)
+                        .await
+                    {
+                        Ok(_) => Ok(Try::Done(true)),
+                        Err(StoreError::Conflict { .. }) => Ok(Try::Again),
+                        Err(e) => Err(e.into()),
+                    };
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if run.state.is_terminal() {
+                return Ok(Try::Done(true));
+            }
+            let error = RunError::new(
+                "DEAD_LETTERED",
+                format!(
+                    "the run's {what} message failed on every delivery and was moved to {queue}"
+                ),
+            );
+            let event = RunEvent::Failed { error };
+            let extra = json!({"receives": receives});
+            match self.end_from_outside(run, event, extra).await {
+                // Announcing its end is settling it, next.
+                Ok(Ok(_)) => Ok(Try::Done(true)),
+                Ok(Err(e)) => {
+                    self.illegal(&run_id, &e);
+                    Ok(Try::Done(false))
+                }
+                Err(StoreError::Conflict { .. }) => Ok(Try::Again),
+                Err(e) => Err(e.into()),
+            }
+        })
+        .await?;
+        match ended {
+            Some(true) => self.settle(&run_id, &tenant).await,
+            Some(false) => Ok(Outcome::Done),
+            None => Ok(Outcome::retry("the run kept changing")),
+        }
+    }
+}
