@@ -29,8 +29,6 @@ pub struct ApiFailure {
     pub message: String,
 }
 
-pub use armada_domain::run::TERMINAL_EVENTS;
-
 pub fn read_env_file(path: &Path) -> HashMap<String, String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -220,11 +218,7 @@ impl Client {
             let left = timeout.saturating_sub(start.elapsed()).as_secs().min(10);
             let page = self.events(run_id, after, left).await?;
             after = page.next;
-            if page
-                .events
-                .iter()
-                .any(|e| TERMINAL_EVENTS.contains(&e.kind.as_str()))
-            {
+            if page.events.iter().any(|e| e.kind.is_terminal()) {
                 return self.run(run_id).await;
             }
             if start.elapsed() >= timeout {

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use armada_api::runs::RunView;
 use armada_cli::client::Client;
 use armada_cli::local;
-use armada_domain::run::RunState;
+use armada_domain::run::{EventKind, RunState};
 
 #[derive(Parser)]
 #[command(
@@ -371,7 +371,7 @@ async fn run(cli: Cli) -> Result<()> {
                             println!("{}", serde_json::to_string(e)?);
                         }
                         after = page.next;
-                        let ended = page.events.iter().any(|e| e.kind == "run_closed");
+                        let ended = page.events.iter().any(|e| e.kind == EventKind::RunClosed);
                         if !follow || ended {
                             return Ok(());
                         }

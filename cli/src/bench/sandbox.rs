@@ -7,6 +7,7 @@ use crate::client::Client;
 use crate::local::LocalStack;
 use anyhow::anyhow;
 use anyhow::Result;
+use armada_domain::run::EventKind;
 use armada_domain::run::RunState;
 use serde_json::json;
 use std::path::PathBuf;
@@ -17,14 +18,14 @@ use std::time::Instant;
 /// the harness recording its result (the model's turns are not in it).
 async fn call_interval_ms(stack: &LocalStack, run_id: &str) -> Result<f64> {
     let events = stack.svc.run_events.all_events(run_id).await?;
-    let at = |kind: &str| {
+    let at = |kind: EventKind| {
         events
             .iter()
             .find(|e| e.kind == kind)
             .map(|e| e.at_ms)
             .ok_or_else(|| anyhow!("run {run_id} has no {kind} event"))
     };
-    Ok((at("tool_result")? - at("tool_dispatched")?) as f64)
+    Ok((at(EventKind::ToolResult)? - at(EventKind::ToolDispatched)?) as f64)
 }
 
 async fn put_bench_agent(stack: &LocalStack, name: &str, idle_s: u32) -> Result<()> {

@@ -12,6 +12,7 @@ use armada_core::Also;
 use armada_domain::collab::chain::{self, step_run_id, AfterStep, ChainLink};
 use armada_domain::collab::descendants;
 use armada_domain::messages::DispatchMessage;
+use armada_domain::run::EventKind;
 use armada_domain::run::Run;
 use armada_domain::run::RunEventRecord;
 use serde_json::json;
@@ -38,7 +39,7 @@ impl Dispatcher {
                 let next_id = self.start_next_step(run, &agent, descendants, now).await?;
                 tracing::info!(run_id = %run.run_id, next = %next_id, index, "chain step started");
                 events.push(run.push_event(
-                    "chain_step_started",
+                    EventKind::ChainStepStarted,
                     json!({"chain_id": link.chain_id, "index": index, "agent": agent, "run_id": next_id}),
                     now,
                 ));
@@ -52,7 +53,7 @@ impl Dispatcher {
                 if !skipped.is_empty() {
                     tracing::warn!(run_id = %run.run_id, chain_id = %link.chain_id, ?skipped, cause, "chain broken");
                     events.push(run.push_event(
-                        "chain_broken",
+                        EventKind::ChainBroken,
                         json!({"chain_id": link.chain_id, "at": link.index, "state": run.state.outcome(), "skipped": skipped, "code": cause}),
                         now,
                     ));
@@ -105,7 +106,7 @@ impl Dispatcher {
             return Ok(next_id);
         };
         let created = next.push_event(
-            "run_created",
+            EventKind::RunCreated,
             json!({"agent": agent, "chain_id": link.as_ref().map(|l| &l.chain_id), "index": link.as_ref().map(|l| l.index), "previous_run_id": run.run_id}),
             now,
         );

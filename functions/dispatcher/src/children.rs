@@ -24,6 +24,7 @@ use armada_domain::collab::children;
 use armada_domain::collab::{codes as collab_codes, SlotState};
 use armada_domain::messages::DispatchMessage;
 use armada_domain::messages::HarnessMessage;
+use armada_domain::run::EventKind;
 use armada_domain::run::Run;
 use armada_domain::run::RunError;
 use armada_domain::run::RunEvent;
@@ -99,7 +100,7 @@ impl Dispatcher {
             let mut child = children::new_child(parent, slot, def.as_ref(), now);
             let lineage = child.lineage();
             let created = child.push_event(
-                "run_created",
+                EventKind::RunCreated,
                 json!({"agent": child.agent, "parent_run_id": parent.run_id, "kind": lineage.kind, "depth": lineage.depth}),
                 now,
             );
@@ -108,7 +109,7 @@ impl Dispatcher {
                 // What it took over, and the model it keeps (the source's,
                 // whatever was asked for instead).
                 events.push(child.push_event(
-                    "resumed_from",
+                    EventKind::ResumedFrom,
                     json!({
                         "source_run_id": plan.source_run_id, "messages": plan.messages,
                         "tokens": plan.tokens, "model": plan.identity.model.model_id,

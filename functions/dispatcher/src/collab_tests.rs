@@ -362,6 +362,7 @@ impl Stack {
 }
 
 use armada_domain::collab::chain;
+use armada_domain::run::EventKind;
 use armada_domain::run::RunState;
 
 #[tokio::test]
@@ -421,7 +422,7 @@ async fn a_failed_step_breaks_the_chain_and_the_rest_is_skipped() {
     assert_eq!(steps, ["FAILED", "SKIPPED", "SKIPPED"]);
     let broken = s.mem.state().events[&first.run_id]
         .values()
-        .find(|e| e.kind == "chain_broken")
+        .find(|e| e.kind == EventKind::ChainBroken)
         .cloned()
         .expect("chain_broken");
     assert_eq!(broken.data["skipped"], serde_json::json!(["b", "c"]));

@@ -12,6 +12,7 @@ use armada_core::sandboxing;
 use armada_core::sqs::Outcome;
 use armada_domain::api::Delivery;
 use armada_domain::messages::DispatchMessage;
+use armada_domain::run::EventKind;
 use armada_domain::run::Run;
 use armada_domain::run::RunEvent;
 use armada_domain::run::RunEventRecord;
@@ -178,7 +179,7 @@ impl Dispatcher {
         url: &str,
         delivery: &str,
         mut body: serde_json::Value,
-    ) -> Result<(&'static str, serde_json::Value), StoreError> {
+    ) -> Result<(EventKind, serde_json::Value), StoreError> {
         let secret = self
             .svc
             .callbacks
@@ -199,9 +200,9 @@ impl Dispatcher {
             )
             .await;
         let kind = if report.delivered {
-            "callback_delivered"
+            EventKind::CallbackDelivered
         } else {
-            "callback_failed"
+            EventKind::CallbackFailed
         };
         tracing::info!(run_id = %run.run_id, delivery, delivered = report.delivered, attempts = report.attempts, "callback");
         Ok((
@@ -221,7 +222,11 @@ impl Dispatcher {
         if let Err(e) = next.apply(RunEvent::Closed, now) {
             return Ok(self.illegal(&next.run_id, &e));
         }
-        events.push(next.push_event("run_closed", json!({"outcome": next.state.outcome()}), now));
+        events.push(next.push_event(
+            EventKind::RunClosed,
+            json!({"outcome": next.state.outcome()}),
+            now,
+        ));
         match self.svc.runs.save(prev, &next, &events, vec![]).await {
             Ok(()) | Err(StoreError::Conflict { .. }) => Ok(Outcome::Done),
             Err(e) => Err(e.into()),

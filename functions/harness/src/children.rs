@@ -20,6 +20,7 @@ use armada_domain::collab::resume::{self, ResumePlan};
 use armada_domain::context;
 use armada_domain::ledger::ToolCallRecord;
 use armada_domain::messages::DispatchMessage;
+use armada_domain::run::EventKind;
 use armada_domain::run::Run;
 use armada_domain::run::RunError;
 use armada_domain::run::RunEvent;
@@ -132,7 +133,7 @@ impl Harness {
             Ok(log) => log,
             Err(e) => return Ok(Err(unreadable("its events", e)?)),
         };
-        if !log.iter().any(|e| e.kind == "run_created") {
+        if !log.iter().any(|e| e.kind == EventKind::RunCreated) {
             return Ok(Err("its events have expired".into()));
         }
         let transcript = context::transcript(&input, &log);

@@ -14,6 +14,7 @@ use armada_domain::collab::resume::RunIdentity;
 use armada_domain::collab::ChildLimits;
 use armada_domain::context;
 use armada_domain::ledger::ToolCallRecord;
+use armada_domain::run::EventKind;
 use armada_domain::run::Payload;
 use armada_domain::run::Run;
 use armada_domain::run::RunError;
@@ -200,7 +201,7 @@ impl Harness {
         let now = svc.clock.now_ms();
         if let Some(c) = assembled.compaction {
             events.push(run.push_event(
-                "history_compacted",
+                EventKind::HistoryCompacted,
                 json!({"dropped_turns": c.dropped_turns, "kept_turns": c.kept_turns}),
                 now,
             ));
@@ -232,7 +233,7 @@ impl Harness {
             Ok((reply, attempts)) => {
                 if attempts > 1 {
                     events.push(run.push_event(
-                        "model_retried",
+                        EventKind::ModelRetried,
                         json!({"attempts": attempts}),
                         now,
                     ));
@@ -321,7 +322,7 @@ fn sandbox_wait(
     now: i64,
 ) -> RunEventRecord {
     run.push_event(
-        "sandbox_wait",
+        EventKind::SandboxWait,
         json!({"position": position, "holder_run_id": holding.record.holder_run_id}),
         now,
     )

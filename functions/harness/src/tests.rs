@@ -61,7 +61,10 @@ async fn run_of(svc: &Services, run_id: &str) -> Run {
 
 async fn kinds(svc: &Services, run_id: &str) -> Vec<String> {
     let events = svc.run_events.all_events(run_id).await.unwrap_or_default();
-    events.into_iter().map(|e| e.kind).collect()
+    events
+        .into_iter()
+        .map(|e| e.kind.as_str().to_string())
+        .collect()
 }
 
 #[tokio::test]

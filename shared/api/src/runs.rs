@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use armada_domain::collab::RunKind;
-use armada_domain::run::{RunError, RunState, Usage};
+use armada_domain::run::{EventKind, RunError, RunState, Usage};
 
 /// `POST /v1/runs`: exactly one of `agent`, `team` and `chain`, or none
 /// when `input` begins with a mention (`@agent …`, `@team:name …`).
@@ -128,7 +128,7 @@ pub struct EventsPage {
 pub struct EventView {
     pub seq: u64,
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: EventKind,
     pub at: String,
     #[serde(flatten)]
     pub data: Map<String, Value>,

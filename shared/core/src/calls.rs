@@ -263,7 +263,9 @@ impl Intercept for CallCounter {
             rec.runs = run_ids(body);
             rec.sessions = ids(body, b"ses_");
             rec.terminal = rec.op.ends_with("TransactWriteItems")
-                && TERMINAL_EVENTS.iter().any(|t| contains(body, t.as_bytes()));
+                && TERMINAL_EVENTS
+                    .iter()
+                    .any(|t| contains(body, t.as_str().as_bytes()));
         });
         Ok(())
     }

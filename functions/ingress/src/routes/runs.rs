@@ -40,6 +40,7 @@ use super::collab::{create_chain, create_team_run};
 use super::sessions::session_for;
 use super::{tenant, tenant_key};
 use crate::doc::KeyRefusals;
+use armada_domain::run::EventKind;
 
 /// The longest `wait` a caller may ask of the events endpoint.
 const MAX_EVENTS_WAIT_S: u64 = 20;
@@ -293,7 +294,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<RunAcce
         }
         let team = run.team.as_ref().map(|t| &t.name);
         let created = run.push_event(
-            "run_created",
+            EventKind::RunCreated,
             json!({"agent": run.agent, "session_id": run.session_id, "session_seq": run.session_seq, "team": team}),
             now,
         );

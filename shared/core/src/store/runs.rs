@@ -205,7 +205,7 @@ impl RunStore {
         let mut item = Item::new();
         item.insert("run_id".into(), s(run_id));
         item.insert("seq".into(), n(ev.seq));
-        item.insert("type".into(), s(&ev.kind));
+        item.insert("type".into(), s(ev.kind.as_str()));
         item.insert("at".into(), n(ev.at_ms));
         item.insert("data".into(), json(&ev.data));
         item.insert("expires_at".into(), ttl_after(ev.at_ms, EVENT_TTL_DAYS));
@@ -487,7 +487,7 @@ impl ports::RunEvents for RunStore {
             .map(|item| {
                 Ok(RunEventRecord {
                     seq: get_n(item, "seq")?,
-                    kind: get_s(item, "type")?,
+                    kind: get_s(item, "type")?.parse().map_err(StoreError::Corrupt)?,
                     at_ms: get_n(item, "at")?,
                     data: get_json(item, "data")?,
                 })

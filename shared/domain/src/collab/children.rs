@@ -22,6 +22,7 @@ use crate::step::event_result;
 use crate::team::{FailurePolicy, Strategy};
 
 pub use super::round::{judge, round_message, round_message_at};
+use crate::run::EventKind;
 
 /// A child's output as its `child_finished` event (and so a tool result
 /// or a round-2 message) keeps it.
@@ -226,7 +227,7 @@ pub fn start_queued(run: &mut Run, now: i64) -> (Vec<String>, Vec<RunEventRecord
         .iter()
         .map(|(id, agent, kind)| {
             run.push_event(
-                "child_started",
+                EventKind::ChildStarted,
                 json!({"run_id": id, "agent": agent, "kind": kind}),
                 now,
             )
@@ -301,7 +302,7 @@ pub fn expand_team(
     run.apply_from_outside(RunEvent::Expanded, now)?;
     open_round(run, slots, team.max_parallel);
     let ev = run.push_event(
-        "round_started",
+        EventKind::RoundStarted,
         json!({"round": 1, "team": team.name, "members": team.members}),
         now,
     );
@@ -381,7 +382,7 @@ impl ChildEnd {
 
     /// Read back from a parent's `child_finished` event.
     pub fn from_event(ev: &RunEventRecord) -> Option<ChildEnd> {
-        if ev.kind != "child_finished" {
+        if ev.kind != EventKind::ChildFinished {
             return None;
         }
         let d = &ev.data;
@@ -497,7 +498,7 @@ pub fn child_ended(
         c.outstanding = c.outstanding.saturating_sub(1);
     }
     let mut events = vec![run.push_event(
-        "child_finished",
+        EventKind::ChildFinished,
         json!({
             "run_id": end.run_id, "agent": end.agent, "kind": slot.kind,
             "round": slot.round, "call_id": slot.call_id, "state": end.state,
@@ -530,7 +531,7 @@ pub fn child_ended(
             Ok(()) => {
                 let order: Vec<&str> = members.iter().map(|e| e.run_id.as_str()).collect();
                 events.push(run.push_event(
-                    "round_started",
+                    EventKind::RoundStarted,
                     json!({"round": slot.round + 1, "after_round": slot.round, "members": order}),
                     now,
                 ))
@@ -617,7 +618,7 @@ fn answer_call_if_complete(
         Some(r.state)
     })?;
     events.push(run.push_event(
-        "tool_result",
+        EventKind::ToolResult,
         json!({"call_id": call_id, "name": rec.skill, "state": state, "result": event_result(&result)}),
         now,
     ));

@@ -241,7 +241,10 @@ fn a_fan_out_expands_one_member_each_and_round_two_follows_the_last() {
         }
     }
     assert_eq!(run.state, RunState::Executing);
-    let round2 = all.iter().find(|e| e.kind == "round_started").unwrap();
+    let round2 = all
+        .iter()
+        .find(|e| e.kind == EventKind::RoundStarted)
+        .unwrap();
     let message = round_message_at(&all, round2).unwrap();
     let (a, b, c) = (
         message.find("### a").unwrap(),

@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Payload, Run, RunError};
+use super::{EventKind, Payload, Run, RunError};
 
 /// Every state a Run can be in, by the names the API reports.
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
@@ -124,13 +124,13 @@ impl RunState {
 
     /// The event recording that the Run reached this outcome (for a
     /// terminal or closed state); `None` while it is active.
-    pub fn terminal_event(self) -> Option<&'static str> {
+    pub fn terminal_event(self) -> Option<EventKind> {
         use RunState::*;
         match self {
-            Completed | ClosedCompleted => Some("run_completed"),
-            Failed | ClosedFailed => Some("run_failed"),
-            TimedOut | ClosedTimedOut => Some("run_timed_out"),
-            Cancelled | ClosedCancelled => Some("run_cancelled"),
+            Completed | ClosedCompleted => Some(EventKind::RunCompleted),
+            Failed | ClosedFailed => Some(EventKind::RunFailed),
+            TimedOut | ClosedTimedOut => Some(EventKind::RunTimedOut),
+            Cancelled | ClosedCancelled => Some(EventKind::RunCancelled),
             Pending | Executing | AwaitingTool | AwaitingHitl | AwaitingChildren => None,
         }
     }
@@ -152,14 +152,6 @@ impl fmt::Display for RunState {
         f.write_str(self.as_str())
     }
 }
-
-/// Every event kind that records a Run's end ([`RunState::terminal_event`]).
-pub const TERMINAL_EVENTS: [&str; 4] = [
-    "run_completed",
-    "run_failed",
-    "run_timed_out",
-    "run_cancelled",
-];
 
 /// What happened to a Run, with the data it brings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -348,7 +340,7 @@ impl Run {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::test_run;
+    use crate::run::{test_run, TERMINAL_EVENTS};
 
     fn err() -> RunError {
         RunError::new("X", "x")

@@ -20,12 +20,12 @@ use crate::ledger::ToolCallRecord;
 use crate::team::TeamDefinition;
 
 mod corrupt;
+mod events;
 mod machine;
 pub use corrupt::{RunHead, CORRUPT_RECORD};
+pub use events::{EventKind, ALL_EVENTS, TERMINAL_EVENTS};
 
-pub use machine::{
-    transition, IllegalTransition, RunAction, RunEvent, RunState, Transition, TERMINAL_EVENTS,
-};
+pub use machine::{transition, IllegalTransition, RunAction, RunEvent, RunState, Transition};
 
 /// A stable error code and a human message, as recorded on a failed Run.
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
@@ -326,7 +326,7 @@ impl Run {
 pub struct RunEventRecord {
     pub seq: u64,
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: EventKind,
     pub at_ms: i64,
     pub data: serde_json::Value,
 }
@@ -336,14 +336,14 @@ impl Run {
     /// together with the Run, fenced).
     pub fn push_event(
         &mut self,
-        kind: &str,
+        kind: EventKind,
         data: serde_json::Value,
         now_ms: i64,
     ) -> RunEventRecord {
         self.event_seq += 1;
         RunEventRecord {
             seq: self.event_seq,
-            kind: kind.to_string(),
+            kind,
             at_ms: now_ms,
             data,
         }

@@ -12,6 +12,7 @@ use crate::ledger::ToolCallEvent;
 use crate::ledger::ToolCallRecord;
 use crate::ledger::ToolCallState;
 use crate::machine::Machine;
+use crate::run::EventKind;
 use crate::run::Run;
 use crate::run::RunError;
 use crate::run::RunEventRecord;
@@ -128,7 +129,7 @@ pub(super) fn await_approvals(
             .map(|a| a.approval_id.clone())
             .unwrap_or_default();
         events.push(run.push_event(
-            "approval_requested",
+            EventKind::ApprovalRequested,
             json!({"approval_id": approval_id, "kind": r.kind, "call_id": r.call_id, "name": r.tool,
                    "args": r.args, "risk": r.risk, "reasons": r.reasons}),
             now,
@@ -172,9 +173,9 @@ pub(super) fn approvals_decided(
         }
         let d = a.decision.clone();
         let kind = if a.state == ApprovalState::Expired {
-            "approval_expired"
+            EventKind::ApprovalExpired
         } else {
-            "approval_decided"
+            EventKind::ApprovalDecided
         };
         events.push(run.push_event(
             kind,

@@ -237,7 +237,7 @@ fn claimed(run: &mut Run, agent: &AgentDefinition, now: i64) -> Result<Decision,
             let skill = call(run, call_id)?.skill.clone();
             apply_to(run, call_id, ToolCallEvent::Lost, now)?;
             events.push(run.push_event(
-                "tool_indeterminate",
+                EventKind::ToolIndeterminate,
                 json!({"call_id": call_id, "name": skill}),
                 now,
             ));
@@ -284,7 +284,7 @@ fn replied(
         .map(|c| json!({"id": c.id, "name": c.name, "args": args_of(c)}))
         .collect();
     let mut events = vec![run.push_event(
-        "model_reply",
+        EventKind::ModelReply,
         json!({"content": preview, "truncated": truncated, "tool_calls": listed}),
         now,
     )];
@@ -329,7 +329,7 @@ fn replied(
             })?;
             run.ledger.insert(c.id.clone(), rec.clone());
             events.push(run.push_event(
-                "tool_call",
+                EventKind::ToolCall,
                 json!({"call_id": c.id, "name": c.name, "args": TOO_DEEP_ARGS}),
                 now,
             ));
@@ -372,7 +372,7 @@ fn replied(
         }
         run.ledger.insert(c.id.clone(), rec);
         events.push(run.push_event(
-            "tool_call",
+            EventKind::ToolCall,
             json!({"call_id": c.id, "name": c.name, "args": c.args}),
             now,
         ));
@@ -527,7 +527,7 @@ fn push_result(
 ) {
     let state = run.ledger.get(&rec.call_id).map_or(rec.state, |r| r.state);
     events.push(run.push_event(
-        "tool_result",
+        EventKind::ToolResult,
         json!({"call_id": rec.call_id, "name": rec.skill, "state": state, "result": event_result(&result)}),
         now,
     ));
@@ -537,6 +537,7 @@ mod approvals;
 mod children;
 mod sandbox;
 
+use crate::run::EventKind;
 use sandbox::sandbox_answered;
 pub use sandbox::{invocation, record_dispatch};
 

@@ -9,6 +9,7 @@ use crate::ledger;
 use crate::ledger::Recovery;
 use crate::ledger::ToolCallEvent;
 use crate::ledger::ToolCallRecord;
+use crate::run::EventKind;
 use crate::run::Run;
 use crate::run::RunError;
 use crate::run::RunEventRecord;
@@ -84,7 +85,7 @@ pub(super) fn sandbox_answered(
                 )),
                 SECURITY_VIOLATION => {
                     events.push(run.push_event(
-                        "security_violation",
+                        EventKind::SecurityViolation,
                         json!({"call_id": call_id, "message": message}),
                         now,
                     ));
@@ -123,7 +124,7 @@ pub(super) fn sandbox_answered(
             {
                 // A human settles it: it happened, send it again, or fail.
                 events.push(run.push_event(
-                    "tool_indeterminate",
+                    EventKind::ToolIndeterminate,
                     json!({"call_id": call_id, "name": rec.skill, "reason": reason, "asking": true}),
                     now,
                 ));
@@ -135,7 +136,7 @@ pub(super) fn sandbox_answered(
             }
             apply_to(run, call_id, ToolCallEvent::Lost, now)?;
             events.push(run.push_event(
-                "tool_indeterminate",
+                EventKind::ToolIndeterminate,
                 json!({"call_id": call_id, "name": rec.skill, "reason": reason}),
                 now,
             ));
@@ -170,7 +171,7 @@ pub fn record_dispatch(
     )?;
     let (skill, attempt) = (rec.skill.clone(), rec.attempt);
     Ok(run.push_event(
-        "tool_dispatched",
+        EventKind::ToolDispatched,
         json!({"call_id": call_id, "name": skill, "attempt": attempt, "sandbox": sandbox, "generation": generation}),
         now,
     ))
@@ -221,7 +222,7 @@ pub(super) fn retried(
 ) -> Result<(), StepRefused> {
     apply_to(run, &rec.call_id, ToolCallEvent::Retried, now)?;
     events.push(run.push_event(
-        "tool_retried",
+        EventKind::ToolRetried,
         json!({"call_id": rec.call_id, "name": rec.skill, "reason": reason, "attempt": rec.attempt + 1}),
         now,
     ));

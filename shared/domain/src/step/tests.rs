@@ -128,7 +128,7 @@ fn calls_are_recorded_before_any_runs_and_go_where_their_skill_says() {
         ("shell_exec", 7, 1)
     );
     let ev = record_dispatch(&mut run, "c2", 7, "t#a", 7).unwrap();
-    assert_eq!(ev.kind, "tool_dispatched");
+    assert_eq!(ev.kind, EventKind::ToolDispatched);
     assert_eq!(run.ledger["c2"].generation, Some(7));
     assert_eq!(
         decide(&mut run, &a, StepInput::Claimed, 8).unwrap().next,
@@ -454,7 +454,7 @@ fn delegated(run: &mut Run, a: &AgentDefinition, r: &ModelReply, limits: ChildLi
 fn refused_codes(d: &Decision) -> Vec<(String, String)> {
     d.events
         .iter()
-        .filter(|e| e.kind == "tool_result")
+        .filter(|e| e.kind == EventKind::ToolResult)
         .map(|e| {
             (
                 e.data["call_id"].as_str().unwrap_or_default().to_string(),
