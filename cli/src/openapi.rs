@@ -153,4 +153,26 @@ mod tests {
             "documented but not in the README's table: {missing:?}; in the table but not documented: {extra:?}"
         );
     }
+
+    /// The README names every kind of event a Run records, and no other.
+    #[test]
+    fn the_readme_names_every_event_kind() {
+        let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+        let list = readme
+            .split("Event types:")
+            .nth(1)
+            .and_then(|s| s.split("\n\n").next())
+            .expect("the README's list of event types");
+        let named: BTreeSet<String> = list
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect();
+        let kinds: BTreeSet<String> = armada_domain::run::ALL_EVENTS
+            .iter()
+            .map(|k| k.as_str().to_string())
+            .collect();
+        assert_eq!(named, kinds);
+    }
 }
