@@ -14,10 +14,10 @@ use armada_domain::run::{EventKind, RunError, RunState, Usage};
 #[schema(example = json!({"agent": "assistant", "input": "What is Armada?"}))]
 pub struct CreateRunBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[a-z0-9_-]{1,64}$")]
+    #[schema(pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")]
     pub agent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[a-z0-9_-]{1,64}$")]
+    #[schema(pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")]
     pub team: Option<String>,
     /// A sequential relay: each agent is given the previous one's output.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,7 +11,7 @@ use armada_domain::session::OnBusy;
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"agent": "assistant"}))]
 pub struct CreateSessionBody {
-    #[schema(pattern = "^[a-z0-9_-]{1,64}$")]
+    #[schema(pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")]
     pub agent: String,
     /// What a message posted while the previous one is being answered
     /// does: waits its turn (`queue`, the default) or is refused.

@@ -15,6 +15,9 @@ pub mod ending;
 pub mod error;
 pub mod hands;
 pub mod mail;
+/// The in-memory doubles of every port, for unit tests (here, and in
+/// the crates that enable `test-support`); not compiled into a deployment.
+#[cfg(any(test, feature = "test-support"))]
 pub mod memory;
 pub mod models;
 pub mod payloads;
@@ -53,7 +56,7 @@ pub use crate::ports::{
 };
 
 /// Everything a handler needs, built once per process: the ports (AWS
-/// adapters in a deployment and on the local stack, [`memory`] in unit
+/// adapters in a deployment and on the local stack, `memory` in unit
 /// tests) and the pure services beside them.
 #[derive(Debug, Clone)]
 pub struct Services {

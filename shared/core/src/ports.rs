@@ -1,7 +1,7 @@
 //! The ports: what the handlers need from the outside world, one trait per
 //! table or concern, named by what the domain asks of it. The DynamoDB, SQS,
 //! S3 and ECS adapters implement them (`store::*`, `queues`, `payloads`,
-//! `hands`, `models`); [`crate::memory`] implements every one in memory for
+//! `hands`, `models`); `crate::memory` (feature `test-support`) implements every one in memory for
 //! unit tests. No SDK type crosses a port: writes that must land with a
 //! Run's commit are named by [`Also`], failed conditions are
 //! [`StoreError::Conflict`], and the adapters own the attribute mapping.

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::approval::ApprovalPolicy;
 use crate::fields::{FieldError, Fields};
+use crate::names::valid_name;
 use crate::sandbox::{
     check_mount, CapabilitySet, Limits, ProfileDef, ProfileError, Profiles, CAPS,
 };
@@ -263,18 +264,6 @@ impl SandboxSpec {
             .map_err(|e| FieldError::new("sandbox.profile", &e.to_string()))?;
         Ok(spec)
     }
-}
-
-pub fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
 }
 
 impl AgentDefinition {

@@ -52,7 +52,7 @@ pub fn parse_mention(input: &str) -> Option<(RunTarget, String)> {
         Some(team) => (RunTarget::Team(team.to_string()), team),
         None => (RunTarget::Agent(word.to_string()), word),
     };
-    (crate::agent::valid_name(name) && !text.trim().is_empty()).then_some((target, text))
+    (crate::names::valid_name(name) && !text.trim().is_empty()).then_some((target, text))
 }
 
 /// Inputs are bounded by the body limit; above the inline limit they are
@@ -75,7 +75,7 @@ fn check_input(input: &str) -> Result<(), FieldError> {
 fn parse_target(f: &Fields<'_>, input: &mut String) -> Result<RunTarget, FieldError> {
     let name = |key: &str| -> Result<Option<String>, FieldError> {
         match f.opt_str(key)? {
-            Some(n) if !crate::agent::valid_name(n) => Err(FieldError::new(
+            Some(n) if !crate::names::valid_name(n) => Err(FieldError::new(
                 key,
                 "must be 1-64 characters of a-z, 0-9, '-' or '_'",
             )),
@@ -103,7 +103,7 @@ fn parse_target(f: &Fields<'_>, input: &mut String) -> Result<RunTarget, FieldEr
             ));
         }
         for (i, a) in steps.iter().enumerate() {
-            if !crate::agent::valid_name(a) {
+            if !crate::names::valid_name(a) {
                 return Err(FieldError::new(
                     &format!("chain[{i}]"),
                     "is not a valid agent name",
@@ -331,13 +331,6 @@ pub fn tenant_callback_secret(deployment_secret: &str, tenant: &str, salt: &str)
         format!("armada-callback-secret\n{tenant}\n{salt}").as_bytes(),
     );
     format!("whsec_{mac}")
-}
-
-pub fn valid_tenant(t: &str) -> bool {
-    !t.is_empty()
-        && t.len() <= 64
-        && t.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ pub mod fields;
 pub mod ledger;
 pub mod machine;
 pub mod messages;
+pub mod names;
 pub mod run;
 pub mod sandbox;
 pub mod scripted;

@@ -97,7 +97,7 @@ impl SkillManifest {
     /// may make its placement stricter, never weaker.
     pub fn from_json(name: &str, body: &Value) -> Result<Self, FieldError> {
         use crate::fields::Fields;
-        if !crate::agent::valid_name(name) {
+        if !crate::names::valid_name(name) {
             return Err(FieldError::new(
                 "name",
                 "must be 1-64 characters of a-z, 0-9, '-' or '_'",

@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::agent::valid_name;
 use crate::fields::{FieldError, Fields};
+use crate::names::valid_name;
 
 /// The most members a team may have.
 pub const MAX_MEMBERS: usize = 64;

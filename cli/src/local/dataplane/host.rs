@@ -19,7 +19,7 @@ pub(super) fn data_base(sandbox_root: &Path) -> PathBuf {
 /// a tenant's tree is root's alone (0700): its sandboxes reach their
 /// user workspaces through the mounts of their calls, never by host path.
 pub(super) fn tenant_data(base: &Path, tenant: &str) -> Result<PathBuf> {
-    if !armada_domain::api::valid_tenant(tenant) {
+    if !armada_domain::names::valid_tenant(tenant) {
         bail!("{tenant:?} is not a tenant id");
     }
     let tenants = base.join("tenants");

@@ -162,7 +162,7 @@ fn identity(info: &TaskInfo) -> Result<(&str, &str)> {
             .with_context(|| format!("the task has no {k}"))
     };
     let (tenant, agent) = (get(task_env::TENANT)?, get(task_env::AGENT)?);
-    if !armada_domain::api::valid_tenant(tenant) {
+    if !armada_domain::names::valid_tenant(tenant) {
         bail!("the task's tenant {tenant:?} is not a tenant id");
     }
     Ok((tenant, agent))

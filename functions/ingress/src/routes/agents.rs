@@ -97,7 +97,7 @@ pub(crate) async fn list_agents(
 
 /// An agent's definition and version (what `PUT` takes back as it is).
 #[utoipa::path(get, path = "/v1/agents/{name}", tag = "registry",
-    params(("name" = String, Path, description = "The agent's name.", pattern = "^[a-z0-9_-]{1,64}$")),
+    params(("name" = String, Path, description = "The agent's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")),
     responses(
         (status = 200, description = "The agent.", body = AgentView),
         (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
@@ -119,7 +119,7 @@ pub(crate) async fn get_agent(
 /// only if it is still at that version.
 #[utoipa::path(put, path = "/v1/agents/{name}", tag = "registry", request_body = AgentBody,
     params(
-        ("name" = String, Path, description = "The agent's name.", pattern = "^[a-z0-9_-]{1,64}$"),
+        ("name" = String, Path, description = "The agent's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$"),
         ("If-Match" = Option<String>, Header, description = "The version the change was made to (`7` or `\"7\"`)."),
     ),
     responses(
@@ -199,7 +199,7 @@ fn if_match(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 /// Deletes an agent and, with it, every sandbox it has in any tenant: no
 /// task and no file of it is left (seed 000 §E).
 #[utoipa::path(delete, path = "/v1/agents/{name}", tag = "registry",
-    params(("name" = String, Path, description = "The agent's name.", pattern = "^[a-z0-9_-]{1,64}$")),
+    params(("name" = String, Path, description = "The agent's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")),
     responses(
         (status = 200, description = "Deleted, with its sandboxes.", body = AgentDeleted),
         (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),

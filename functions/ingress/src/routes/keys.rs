@@ -15,8 +15,9 @@ use armada_core::auth::{AdminKey, Principal};
 use armada_core::error::StoreError;
 use armada_core::ports::StoredKey;
 use armada_core::Services;
-use armada_domain::api::{valid_tenant, ApiKey, KeyRole};
+use armada_domain::api::{ApiKey, KeyRole};
 use armada_domain::fields::Fields;
+use armada_domain::names::valid_tenant;
 
 use crate::doc::KeyRefusals;
 

@@ -34,7 +34,7 @@ pub(crate) async fn list_profiles(
 /// Defines (or redefines) a global custom profile. Global definitions win
 /// over any agent's project profile of the same name.
 #[utoipa::path(put, path = "/v1/profiles/{name}", tag = "registry", request_body = ProfileBody,
-    params(("name" = String, Path, description = "The profile's name.", pattern = "^[a-z0-9_-]{1,64}$")),
+    params(("name" = String, Path, description = "The profile's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")),
     responses(
         (status = 200, description = "Written, and as it resolves.", body = ProfilePut),
         (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`.", body = ErrorBody),
@@ -48,7 +48,7 @@ pub(crate) async fn put_profile(
     Path(name): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<ProfilePut>, ApiError> {
-    if !armada_domain::agent::valid_name(&name) {
+    if !armada_domain::names::valid_name(&name) {
         return Err(ApiError::new(
             400,
             "INVALID_FIELD",

@@ -11,7 +11,7 @@ use armada_api::{ApiError, ErrorBody};
 use armada_core::auth::{AdminKey, Principal};
 use armada_core::sandboxing;
 use armada_core::Services;
-use armada_domain::api::valid_tenant;
+use armada_domain::names::valid_tenant;
 
 use crate::doc::KeyRefusals;
 
@@ -60,7 +60,7 @@ pub(crate) async fn list_sandboxes(
 
 /// One agent's sandbox in the tenant.
 #[utoipa::path(get, path = "/v1/sandboxes/{agent}", tag = "sandboxes",
-    params(("agent" = String, Path, description = "The agent whose sandbox.", pattern = "^[a-z0-9_-]{1,64}$"), SandboxQuery),
+    params(("agent" = String, Path, description = "The agent whose sandbox.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$"), SandboxQuery),
     responses(
         (status = 200, description = "The sandbox.", body = SandboxView),
         (status = 400, description = "`INVALID_FIELD`: the admin key names no tenant; `INVALID_QUERY`.", body = ErrorBody),
@@ -84,7 +84,7 @@ pub(crate) async fn get_sandbox(
 /// Destroys a tenant's sandbox of an agent: its task is stopped and its
 /// files removed; the next call starts a new one.
 #[utoipa::path(delete, path = "/v1/sandboxes/{agent}", tag = "sandboxes",
-    params(("agent" = String, Path, description = "The agent whose sandbox.", pattern = "^[a-z0-9_-]{1,64}$"), SandboxQuery),
+    params(("agent" = String, Path, description = "The agent whose sandbox.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$"), SandboxQuery),
     responses(
         (status = 200, description = "Destroyed.", body = SandboxView),
         (status = 400, description = "`INVALID_FIELD`: no tenant named; `INVALID_QUERY`.", body = ErrorBody),

@@ -49,7 +49,7 @@ pub(crate) async fn list_skills(
 
 /// A skill's manifest.
 #[utoipa::path(get, path = "/v1/skills/{name}", tag = "registry",
-    params(("name" = String, Path, description = "The skill's name.", pattern = "^[a-z0-9_-]{1,64}$")),
+    params(("name" = String, Path, description = "The skill's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")),
     responses(
         (status = 200, description = "The manifest.", body = SkillView),
         (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
@@ -72,7 +72,7 @@ pub(crate) async fn get_skill(
 /// Defines a skill manifest. Agents registered afterwards freeze it; those
 /// registered before keep the manifest they froze.
 #[utoipa::path(put, path = "/v1/skills/{name}", tag = "registry", request_body = SkillBody,
-    params(("name" = String, Path, description = "The skill's name.", pattern = "^[a-z0-9_-]{1,64}$")),
+    params(("name" = String, Path, description = "The skill's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")),
     responses(
         (status = 200, description = "Written.", body = SkillView),
         (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`.", body = ErrorBody),

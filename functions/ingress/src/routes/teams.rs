@@ -46,7 +46,7 @@ pub(crate) async fn list_teams(
 
 /// A team's definition.
 #[utoipa::path(get, path = "/v1/teams/{name}", tag = "registry",
-    params(("name" = String, Path, description = "The team's name.", pattern = "^[a-z0-9_-]{1,64}$")),
+    params(("name" = String, Path, description = "The team's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")),
     responses(
         (status = 200, description = "The team.", body = TeamView),
         (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
@@ -66,7 +66,7 @@ pub(crate) async fn get_team(
 
 /// Defines a team; every agent it names must be registered.
 #[utoipa::path(put, path = "/v1/teams/{name}", tag = "registry", request_body = TeamBody,
-    params(("name" = String, Path, description = "The team's name.", pattern = "^[a-z0-9_-]{1,64}$")),
+    params(("name" = String, Path, description = "The team's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")),
     responses(
         (status = 200, description = "Written.", body = TeamView),
         (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`.", body = ErrorBody),
@@ -91,7 +91,7 @@ pub(crate) async fn put_team(
 
 /// Deletes a team (its Runs are not touched).
 #[utoipa::path(delete, path = "/v1/teams/{name}", tag = "registry",
-    params(("name" = String, Path, description = "The team's name.", pattern = "^[a-z0-9_-]{1,64}$")),
+    params(("name" = String, Path, description = "The team's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")),
     responses(
         (status = 200, description = "Deleted.", body = TeamDeleted),
         (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
