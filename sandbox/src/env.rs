@@ -11,10 +11,10 @@ use armada_domain::sandbox::{
 };
 use armada_domain::skills::MountDecl;
 
+use crate::call::Call;
 use crate::cgroup::Cgroup;
 use crate::jail::relay::EgressRelay;
 use crate::jail::{Bind, FsRules, JailSpec, Step, TcpRules};
-use crate::runner::Call;
 
 /// System directories a strict profile may read.
 const SYSTEM_DIRS: [&str; 8] = [

@@ -20,6 +20,7 @@
 
 pub mod agent;
 pub mod bindguard;
+pub mod call;
 pub mod cgroup;
 pub mod effects;
 pub mod entry;
@@ -27,6 +28,7 @@ pub mod env;
 pub mod fargate;
 pub mod jail;
 pub mod pipe;
+pub mod program;
 pub mod runner;
 pub mod skills;
 pub mod sys;

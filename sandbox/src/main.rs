@@ -2,7 +2,8 @@
 //! image's entrypoint): `armada-sandbox agent` serves the task, `exec` is
 //! the jail. See [`armada_sandbox::entry`].
 
-use armada_sandbox::entry::{self, Program};
+use armada_sandbox::entry;
+use armada_sandbox::program::Program;
 
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();

@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
+use crate::call::Call;
 use crate::cgroup::Cgroup;
-use crate::entry::Program;
 use crate::env::SandboxEnv;
 use crate::jail::{Action, CallLimits, JailReport, SPEC_ENV};
+use crate::program::Program;
 
 /// Output kept per stream of a command; the rest is counted, not kept.
 pub const OUTPUT_CAP: usize = 16 * 1024;
@@ -60,39 +61,6 @@ impl CallRun {
     /// The jail refused to run the command (a required control failed).
     pub fn refused(&self) -> Option<&str> {
         self.report.refused.as_deref()
-    }
-}
-
-/// One call to run.
-#[derive(Debug, Clone)]
-pub struct Call {
-    pub action: Action,
-    pub run_id: String,
-    pub stdin: Option<Vec<u8>>,
-    pub timeout: Duration,
-    /// Ports the call may bind (a `serve` call's pooled port).
-    pub bind_ports: Vec<u16>,
-    pub env: Vec<(String, String)>,
-    /// The layers of an overlay over the workspace that take the call's
-    /// changes, to be judged ([`crate::effects`]).
-    pub effects: Option<crate::jail::OverlayLayers>,
-}
-
-impl Call {
-    /// The probe the agent confines at start to measure its controls: it
-    /// does nothing (`/bin/true`), so what the jail reports is the point.
-    pub fn probe() -> Call {
-        Call {
-            action: Action::Exec {
-                argv: vec!["/bin/true".into()],
-            },
-            run_id: "probe".into(),
-            stdin: None,
-            timeout: Duration::from_secs(30),
-            bind_ports: vec![],
-            env: vec![],
-            effects: None,
-        }
     }
 }
 

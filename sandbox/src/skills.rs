@@ -22,9 +22,10 @@ use armada_domain::skills::{FILE_READ, FILE_WRITE, PYTHON_EXEC, SERVE, SHELL_EXE
 
 use armada_domain::sandbox::controls::Enforcement;
 
+use crate::call::Call;
 use crate::effects;
 use crate::jail::{file_exit, Action, Step, REFUSED};
-use crate::runner::{Call, CallRun, Runner};
+use crate::runner::{CallRun, Runner};
 
 /// Largest file `file_read` returns whole.
 pub const FILE_READ_MAX: u64 = 256 * 1024;

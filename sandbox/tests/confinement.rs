@@ -150,7 +150,7 @@ async fn restrict_network_makes_connects_fail(mode: Mode, port: u16) {
     assert!(r["stdout"].as_str().unwrap().starts_with("refused"), "{r}");
     let probe = ro
         .runner
-        .run(armada_sandbox::runner::Call::probe())
+        .run(armada_sandbox::call::Call::probe())
         .await
         .unwrap();
     use armada_domain::sandbox::controls::Enforcement;
@@ -717,7 +717,7 @@ fn on_fargate_the_jail_reports_partial_where_per_call_became_per_task() {
         let f = fixture_of(Mode::Fargate, "workspace");
         let run = f
             .runner
-            .run(armada_sandbox::runner::Call::probe())
+            .run(armada_sandbox::call::Call::probe())
             .await
             .unwrap();
         let r = &run.report;

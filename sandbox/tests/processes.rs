@@ -11,8 +11,8 @@ use std::os::unix::process::CommandExt;
 use serde_json::json;
 
 use armada_domain::sandbox::controls::Enforcement;
+use armada_sandbox::call::Call;
 use armada_sandbox::jail::Step;
-use armada_sandbox::runner::Call;
 
 mod support;
 

@@ -123,10 +123,11 @@ pub(super) async fn sandboxes(stack: &LocalStack, client: &Client, n: usize) -> 
 /// (workspace profile: cgroup, namespaces, Landlock, uid, seccomp).
 pub(super) async fn confinement_overhead(stack: &LocalStack, n: usize) -> Result<()> {
     use armada_domain::sandbox::{Limits, Profiles};
+    use armada_sandbox::call::Call;
     use armada_sandbox::cgroup::Cgroup;
     use armada_sandbox::env::SandboxEnv;
     use armada_sandbox::jail::Action;
-    use armada_sandbox::runner::{Call, Runner};
+    use armada_sandbox::runner::Runner;
     let jail = crate::local::dataplane::sandbox_program()?;
     let root = PathBuf::from("/var/tmp/armada")
         .join(stack.template.stack())

@@ -47,8 +47,8 @@ use armada_domain::sandbox::{CapabilitySet, Limits};
 use armada_domain::skills::MountDecl;
 
 use crate::cgroup::Cgroup;
-use crate::entry::Program;
 use crate::env::SandboxEnv;
+use crate::program::Program;
 use crate::runner::Runner;
 use crate::skills::PortGrant;
 

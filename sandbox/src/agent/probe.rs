@@ -3,9 +3,9 @@
 
 use crate::agent::usable_cgroup;
 use crate::agent::Agent;
+use crate::call::Call;
 use crate::cgroup::Cgroup;
 use crate::jail::Step;
-use crate::runner::Call;
 use anyhow::Context;
 use anyhow::Result;
 use armada_domain::sandbox::check_mount;

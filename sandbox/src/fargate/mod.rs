@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::entry::Program;
+use crate::program::Program;
 
 mod relay;
 pub mod sys;

@@ -18,8 +18,8 @@ use serde_json::{json, Value};
 
 use armada_domain::sandbox::{Limits, Profiles};
 use armada_sandbox::cgroup::Cgroup;
-use armada_sandbox::entry::Program;
 use armada_sandbox::env::SandboxEnv;
+use armada_sandbox::program::Program;
 use armada_sandbox::runner::Runner;
 use armada_sandbox::skills;
 

@@ -36,9 +36,9 @@ use armada_domain::machine::Machine;
 use armada_domain::sandbox::lifecycle::{SandboxAction, SandboxEvent, SandboxRecord, SandboxState};
 use armada_domain::sandbox::{host_port, Limits, CONTAINER_PORTS};
 use armada_sandbox::cgroup::Cgroup;
-use armada_sandbox::entry::Program;
 use armada_sandbox::env::HOST_DENY_ENV;
 use armada_sandbox::fargate::TASK_SPEC_ENV;
+use armada_sandbox::program::Program;
 
 /// Processes a sandbox may have at once.
 const PIDS_MAX: u32 = 512;
