@@ -20,6 +20,7 @@
 // The bpf(2) calls are raw system calls, wrapped here once, as in `sys`.
 #![allow(unsafe_code)]
 
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
@@ -76,68 +77,163 @@ fn or(dst: u8, src: u8) -> Insn {
 fn and(dst: u8, imm: i32) -> Insn {
     insn(0x57, dst, 0, 0, imm)
 }
-// Jumps compare the low 32 bits (BPF_JMP32): a word's immediate such as
-// 0xffff0000 would be sign-extended in a 64-bit compare.
-fn jeq(dst: u8, imm: i32, off: i16) -> Insn {
-    insn(0x16, dst, 0, off, imm)
-}
-fn jne(dst: u8, imm: i32, off: i16) -> Insn {
-    insn(0x56, dst, 0, off, imm)
-}
 fn exit() -> Insn {
     insn(0x95, 0, 0, 0, 0)
 }
 
-/// Returns `verdict` (1 takes the bind, 0 refuses it).
-fn verdict(v: i32) -> [Insn; 2] {
-    [mov(0, v), exit()]
+/// A program as it is written: instructions, and jumps to named labels
+/// whose offsets are counted when it is finished.
+#[derive(Debug, Default)]
+struct Asm {
+    insns: Vec<Insn>,
+    labels: HashMap<&'static str, usize>,
+    /// Jumps to patch: their index and their label.
+    jumps: Vec<(usize, &'static str)>,
+}
+
+impl Asm {
+    fn op(&mut self, i: Insn) -> &mut Self {
+        self.insns.push(i);
+        self
+    }
+
+    /// The next instruction is `name`.
+    fn label(&mut self, name: &'static str) -> &mut Self {
+        self.labels.insert(name, self.insns.len());
+        self
+    }
+
+    // Jumps compare the low 32 bits (BPF_JMP32): a word's immediate such
+    // as 0xffff0000 would be sign-extended in a 64-bit compare.
+    fn jeq(&mut self, dst: u8, imm: i32, to: &'static str) -> &mut Self {
+        self.jumps.push((self.insns.len(), to));
+        self.op(insn(0x16, dst, 0, 0, imm))
+    }
+
+    fn jne(&mut self, dst: u8, imm: i32, to: &'static str) -> &mut Self {
+        self.jumps.push((self.insns.len(), to));
+        self.op(insn(0x56, dst, 0, 0, imm))
+    }
+
+    /// Returns `v` (1 takes the bind, 0 refuses it).
+    fn verdict(&mut self, v: i32) -> &mut Self {
+        self.op(mov(0, v)).op(exit())
+    }
+
+    /// The instructions, each jump's offset counted from the instruction
+    /// after it to its label.
+    fn finish(&mut self) -> Vec<Insn> {
+        let mut insns = std::mem::take(&mut self.insns);
+        for (at, label) in &self.jumps {
+            let to = self.labels[label] as i64;
+            insns[*at].off = i16::try_from(to - (*at as i64 + 1)).unwrap_or(i16::MAX);
+        }
+        insns
+    }
 }
 
 fn program_v4() -> Vec<Insn> {
-    let mut p = vec![
-        /* 0 */ load(2, 1, USER_IP4),
-        /* 1 */ jne(2, 0, 3), // not the wildcard: to 5
-        /* 2 */ mov(3, LOOPBACK4),
-        /* 3 */ store(1, USER_IP4, 3),
-        /* 4 */ jeq(2, 0, 2), // (always) take it: to 7
-        /* 5 */ and(2, 0xff), // the first octet
-        /* 6 */ jne(2, 127, 2), // to 9
-    ];
-    p.extend(verdict(1)); // 7, 8
-    p.extend(verdict(0)); // 9, 10
-    p
+    Asm::default()
+        .op(load(2, 1, USER_IP4))
+        .jne(2, 0, "not_wildcard")
+        .op(mov(3, LOOPBACK4))
+        .op(store(1, USER_IP4, 3))
+        .jeq(2, 0, "take") // always: r2 is the wildcard's 0
+        .label("not_wildcard")
+        .op(and(2, 0xff)) // the first octet
+        .jne(2, 127, "refuse")
+        .label("take")
+        .verdict(1)
+        .label("refuse")
+        .verdict(0)
+        .finish()
 }
 
 fn program_v6() -> Vec<Insn> {
     let w = |i: i16| USER_IP6 + 4 * i;
-    let mut p = vec![
-        /* 0 */ load(2, 1, w(0)),
-        /* 1 */ load(3, 1, w(1)),
-        /* 2 */ or(2, 3),
-        /* 3 */ load(3, 1, w(2)),
-        /* 4 */ load(4, 1, w(3)),
-        /* 5 */ jne(2, 0, 13), // not in ::/64: refuse (19)
-        /* 6 */ jne(3, 0, 7), // word 2 set: maybe mapped (14)
-        /* 7 */ jne(4, 0, 5), // not the wildcard: maybe ::1 (13)
+    Asm::default()
+        .op(load(2, 1, w(0)))
+        .op(load(3, 1, w(1)))
+        .op(or(2, 3))
+        .op(load(3, 1, w(2)))
+        .op(load(4, 1, w(3)))
+        .jne(2, 0, "refuse") // not in ::/64
+        .jne(3, 0, "maybe_mapped") // word 2 set
+        .jne(4, 0, "maybe_one") // not the wildcard
         // The wildcard becomes ::ffff:127.0.0.1.
-        /* 8 */ mov(5, MAPPED),
-        /* 9 */ store(1, w(2), 5),
-        /* 10 */ mov(5, LOOPBACK4),
-        /* 11 */ store(1, w(3), 5),
-        /* 12 */ jeq(4, 0, 4), // (always) take it (17)
-        /* 13 */ jeq(4, ONE6, 3), // ::1: take it (17); else r3 = 0 fails 14
-        /* 14 */ jne(3, MAPPED, 4), // refuse (19)
-        /* 15 */ and(4, 0xff), // the mapped address's first octet
-        /* 16 */ jne(4, 127, 2), // refuse (19)
-    ];
-    p.extend(verdict(1)); // 17, 18
-    p.extend(verdict(0)); // 19, 20
-    p
+        .op(mov(5, MAPPED))
+        .op(store(1, w(2), 5))
+        .op(mov(5, LOOPBACK4))
+        .op(store(1, w(3), 5))
+        .jeq(4, 0, "take") // always: r4 is the wildcard's 0
+        .label("maybe_one")
+        .jeq(4, ONE6, "take") // ::1 (else r3 = 0 fails the next test)
+        .label("maybe_mapped")
+        .jne(3, MAPPED, "refuse")
+        .op(and(4, 0xff)) // the mapped address's first octet
+        .jne(4, 127, "refuse")
+        .label("take")
+        .verdict(1)
+        .label("refuse")
+        .verdict(0)
+        .finish()
 }
 
-fn bpf(cmd: libc::c_long, attr: &mut [u8]) -> io::Result<i64> {
-    // SAFETY: `attr` is a zeroed, correctly sized `union bpf_attr` for `cmd`.
-    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len()) };
+/// `union bpf_attr` as `BPF_PROG_LOAD` reads it (linux/bpf.h), up to the
+/// fields used, padded to the size passed.
+#[derive(Debug, Default)]
+#[repr(C)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+    rest: [u64; 7],
+}
+
+/// `union bpf_attr` as `BPF_PROG_ATTACH` reads it.
+#[derive(Debug, Default)]
+#[repr(C)]
+struct ProgAttachAttr {
+    target_fd: u32,
+    attach_bpf_fd: u32,
+    attach_type: u32,
+    attach_flags: u32,
+    replace_bpf_fd: u32,
+    rest: [u32; 3],
+}
+
+// The kernel's layout (linux/bpf.h), checked where it is compiled.
+const _: () = {
+    assert!(std::mem::offset_of!(ProgLoadAttr, insns) == 8);
+    assert!(std::mem::offset_of!(ProgLoadAttr, log_buf) == 32);
+    assert!(std::mem::offset_of!(ProgLoadAttr, prog_name) == 48);
+    assert!(std::mem::offset_of!(ProgLoadAttr, expected_attach_type) == 68);
+    assert!(std::mem::size_of::<ProgLoadAttr>() == 128);
+    assert!(std::mem::offset_of!(ProgAttachAttr, attach_type) == 8);
+    assert!(std::mem::size_of::<ProgAttachAttr>() == 32);
+    assert!(std::mem::size_of::<Insn>() == 8);
+};
+
+fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<i64> {
+    // SAFETY: `attr` is a `#[repr(C)]` view of `union bpf_attr` for `cmd`,
+    // zeroed beyond the fields set, and its size is what is passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut T as *mut u8,
+            std::mem::size_of::<T>(),
+        )
+    };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -145,23 +241,23 @@ fn bpf(cmd: libc::c_long, attr: &mut [u8]) -> io::Result<i64> {
     }
 }
 
-fn put(attr: &mut [u8], at: usize, bytes: &[u8]) {
-    attr[at..at + bytes.len()].copy_from_slice(bytes);
-}
-
 fn load_program(insns: &[Insn], attach_type: u32) -> io::Result<OwnedFd> {
     let license = b"GPL\0";
     let mut log = vec![0u8; 16 * 1024];
-    let mut attr = [0u8; 128];
-    put(&mut attr, 0, &BPF_PROG_TYPE_CGROUP_SOCK_ADDR.to_ne_bytes());
-    put(&mut attr, 4, &(insns.len() as u32).to_ne_bytes());
-    put(&mut attr, 8, &(insns.as_ptr() as u64).to_ne_bytes());
-    put(&mut attr, 16, &(license.as_ptr() as u64).to_ne_bytes());
-    put(&mut attr, 24, &1u32.to_ne_bytes()); // log_level
-    put(&mut attr, 28, &(log.len() as u32).to_ne_bytes());
-    put(&mut attr, 32, &(log.as_mut_ptr() as u64).to_ne_bytes());
-    put(&mut attr, 48, b"armada_bind\0");
-    put(&mut attr, 68, &attach_type.to_ne_bytes()); // expected_attach_type
+    let mut name = [0u8; 16];
+    name[..11].copy_from_slice(b"armada_bind");
+    let mut attr = ProgLoadAttr {
+        prog_type: BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        log_level: 1,
+        log_size: log.len() as u32,
+        log_buf: log.as_mut_ptr() as u64,
+        prog_name: name,
+        expected_attach_type: attach_type,
+        ..ProgLoadAttr::default()
+    };
     match bpf(BPF_PROG_LOAD, &mut attr) {
         // SAFETY: the kernel returned a new file descriptor we now own.
         Ok(fd) => Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) }),
@@ -182,10 +278,12 @@ pub fn loopback_binds(dir: &Path) -> io::Result<()> {
         (program_v6(), BPF_CGROUP_INET6_BIND),
     ] {
         let prog = load_program(&insns, attach_type)?;
-        let mut attr = [0u8; 32];
-        put(&mut attr, 0, &(cgroup.as_raw_fd() as u32).to_ne_bytes());
-        put(&mut attr, 4, &(prog.as_raw_fd() as u32).to_ne_bytes());
-        put(&mut attr, 8, &attach_type.to_ne_bytes());
+        let mut attr = ProgAttachAttr {
+            target_fd: cgroup.as_raw_fd() as u32,
+            attach_bpf_fd: prog.as_raw_fd() as u32,
+            attach_type,
+            ..ProgAttachAttr::default()
+        };
         bpf(BPF_PROG_ATTACH, &mut attr)?;
         // The attachment keeps the program; our descriptor goes.
     }

@@ -30,6 +30,21 @@ fn every_jump_lands_inside_its_program() {
     assert_eq!(MAPPED.to_le_bytes(), [0, 0, 0xff, 0xff]);
 }
 
+/// The jumps' offsets counted from labels are the ones counted by hand
+/// when the programs were first written (and loaded, and tested).
+#[test]
+fn labels_give_the_offsets_once_counted_by_hand() {
+    let offsets = |p: &[Insn]| -> Vec<i16> {
+        p.iter()
+            .filter(|i| i.code == 0x16 || i.code == 0x56)
+            .map(|i| i.off)
+            .collect()
+    };
+    assert_eq!(offsets(&program_v4()), [3, 2, 2]);
+    assert_eq!(offsets(&program_v6()), [13, 7, 5, 4, 3, 4, 2]);
+    assert_eq!((program_v4().len(), program_v6().len()), (11, 21));
+}
+
 /// Python in a fresh v2 cgroup under the guard binds `addr` (family
 /// `fam`) and prints what it got, or the error.
 fn bind_in_guarded_cgroup(fam: &str, addr: &str) -> Option<String> {
