@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use axum::{Json, Router};
@@ -55,18 +55,12 @@ fn api() -> OpenApiRouter<Arc<Services>> {
 
 /// The approvals' router, ready to serve.
 pub fn app(svc: Arc<Services>) -> Router {
-    let (router, _) = api().split_for_parts();
-    router
-        .method_not_allowed_fallback(armada_api::server::wrong_method)
-        .fallback(armada_api::server::no_route)
-        .layer(DefaultBodyLimit::disable())
-        .layer(axum::middleware::from_fn(armada_core::calls::request_span))
-        .with_state(svc)
+    armada_core::http::serve(api(), svc)
 }
 
 /// This function's part of the OpenAPI document.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api().split_for_parts().1
+    armada_core::http::document(api())
 }
 
 /// The tenant's approvals, newest first, optionally in one state.

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use axum::extract::DefaultBodyLimit;
 use axum::Router;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -67,19 +66,12 @@ fn api() -> OpenApiRouter<Arc<Services>> {
 
 /// The API's router, ready to serve.
 pub fn app(svc: Arc<Services>) -> Router {
-    let (router, _) = api().split_for_parts();
-    router
-        .method_not_allowed_fallback(armada_api::server::wrong_method)
-        .fallback(armada_api::server::no_route)
-        // Bodies are read whole and measured by `JsonBody`/`RawBody`.
-        .layer(DefaultBodyLimit::disable())
-        .layer(axum::middleware::from_fn(armada_core::calls::request_span))
-        .with_state(svc)
+    armada_core::http::serve(api(), svc)
 }
 
 /// This function's part of the OpenAPI document.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api().split_for_parts().1
+    armada_core::http::document(api())
 }
 
 #[cfg(test)]

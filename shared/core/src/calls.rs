@@ -298,19 +298,6 @@ impl Intercept for CallCounter {
     }
 }
 
-/// An HTTP request in a span of its own (method, path), on no Run's
-/// behalf until one is named (`name_run`): the API routers' middleware.
-pub async fn request_span(
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use tracing::Instrument;
-    let method = req.method().to_string();
-    let path = req.uri().path().to_string();
-    let span = tracing::info_span!("http", %method, %path);
-    on_behalf(None, next.run(req).instrument(span)).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,7 @@ pub mod egress;
 pub mod ending;
 pub mod error;
 pub mod hands;
+pub mod http;
 pub mod mail;
 /// The in-memory doubles of every port, for unit tests (here, and in
 /// the crates that enable `test-support`); not compiled into a deployment.
