@@ -75,4 +75,6 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 }
 
 #[cfg(test)]
+mod limit_tests;
+#[cfg(test)]
 mod tests;
