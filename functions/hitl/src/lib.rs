@@ -24,6 +24,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use armada_api::approvals::{ApprovalList, ApprovalView, ApprovalsQuery, DecisionBody};
+use armada_api::error::KeyRefusals;
 use armada_api::server::{Path, Query, RawBody};
 use armada_api::{ApiError, ErrorBody};
 use armada_core::auth::{authenticate, Principal};
@@ -72,9 +73,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
                 ("Decide" = (operation_id = "decision", parameters(("approval_id" = "$response.body#/approvals/0/approval_id")))),
             )),
         (status = 400, description = "`INVALID_FIELD`, `INVALID_QUERY`.", body = ErrorBody),
-        (status = 401, description = "`UNAUTHORIZED`.", body = ErrorBody),
-        (status = 403, description = "`FORBIDDEN`: the admin key.", body = ErrorBody),
-        (status = 503, description = "`UNAVAILABLE`.", body = ErrorBody),
+        KeyRefusals,
     ),
     security(("member_key" = []), ("approver_key" = [])))]
 async fn list(
@@ -113,10 +112,8 @@ async fn list(
     params(("approval_id" = String, Path, description = "The approval's id (`apv_…`).")),
     responses(
         (status = 200, description = "The approval.", body = ApprovalView),
-        (status = 401, description = "`UNAUTHORIZED`.", body = ErrorBody),
-        (status = 403, description = "`FORBIDDEN`: the admin key.", body = ErrorBody),
         (status = 404, description = "`NOT_FOUND`: no such approval in the caller's tenant.", body = ErrorBody),
-        (status = 503, description = "`UNAVAILABLE`.", body = ErrorBody),
+        KeyRefusals,
     ),
     security(("member_key" = []), ("approver_key" = [])))]
 async fn get_approval(

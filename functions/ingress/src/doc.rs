@@ -3,7 +3,7 @@
 //! `#[utoipa::path]` on its handler.
 
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
-use utoipa::{IntoResponses, Modify, OpenApi};
+use utoipa::{Modify, OpenApi};
 
 use armada_api::ErrorBody;
 
@@ -59,19 +59,4 @@ impl Modify for Keys {
             components.add_security_scheme(name, SecurityScheme::Http(http));
         }
     }
-}
-
-/// The refusals of every operation that takes a key.
-#[derive(IntoResponses)]
-#[allow(dead_code)]
-pub(crate) enum KeyRefusals {
-    /// `UNAUTHORIZED`: no key, or not a valid one.
-    #[response(status = 401)]
-    Unauthorized(ErrorBody),
-    /// `FORBIDDEN`: this kind of key may not do this.
-    #[response(status = 403)]
-    Forbidden(ErrorBody),
-    /// `UNAVAILABLE`: the store is briefly unavailable; retry.
-    #[response(status = 503)]
-    Unavailable(ErrorBody),
 }

@@ -147,6 +147,21 @@ pub struct ErrorDetail {
     pub message: String,
 }
 
+/// The refusals of every operation that takes a key.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum KeyRefusals {
+    /// `UNAUTHORIZED`: no key, or not a valid one.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// `FORBIDDEN`: this kind of key may not do this.
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    /// `UNAVAILABLE`: the store is briefly unavailable; retry.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
 #[cfg(feature = "server")]
 impl axum::response::IntoResponse for ApiError {
     /// Logged here, once: a 5xx as an error (its detail stays in the log),

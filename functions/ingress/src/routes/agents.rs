@@ -18,7 +18,7 @@ use armada_core::Services;
 use armada_domain::agent::AgentDefinition;
 
 use super::runs::egress_checked;
-use crate::doc::KeyRefusals;
+use armada_api::error::KeyRefusals;
 
 pub(crate) async fn agent_named(svc: &Services, name: &str) -> Result<AgentDefinition, ApiError> {
     svc.registry

@@ -29,7 +29,7 @@ use armada_domain::team::Strategy;
 use super::agents::agent_named;
 use super::runs::{cancel_run_by, load_run, start_run, NewRun};
 use super::tenant;
-use crate::doc::KeyRefusals;
+use armada_api::error::KeyRefusals;
 
 /// A sequential relay chain: its first step's Run, carrying the chain's
 /// link (every step's agent, the chain's callback); the dispatcher starts

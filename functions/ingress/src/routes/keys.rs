@@ -19,7 +19,7 @@ use armada_domain::api::{ApiKey, KeyRole};
 use armada_domain::fields::Fields;
 use armada_domain::names::valid_tenant;
 
-use crate::doc::KeyRefusals;
+use armada_api::error::KeyRefusals;
 
 /// Mints a tenant's API key. The key is in this answer only.
 ///

@@ -12,7 +12,7 @@ use armada_core::auth::{AdminKey, Principal};
 use armada_core::Services;
 use armada_domain::sandbox::{ProfileDef, Profiles};
 
-use crate::doc::KeyRefusals;
+use armada_api::error::KeyRefusals;
 
 /// The global custom profiles, by name.
 #[utoipa::path(get, path = "/v1/profiles", tag = "registry",

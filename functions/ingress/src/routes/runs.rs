@@ -39,7 +39,7 @@ use super::agents::agent_named;
 use super::collab::{create_chain, create_team_run};
 use super::sessions::session_for;
 use super::{tenant, tenant_key};
-use crate::doc::KeyRefusals;
+use armada_api::error::KeyRefusals;
 use armada_domain::run::EventKind;
 
 /// The longest `wait` a caller may ask of the events endpoint.

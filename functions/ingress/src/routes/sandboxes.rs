@@ -13,7 +13,7 @@ use armada_core::sandboxing;
 use armada_core::Services;
 use armada_domain::names::valid_tenant;
 
-use crate::doc::KeyRefusals;
+use armada_api::error::KeyRefusals;
 
 /// Whose sandboxes: a tenant key sees its own; the admin names a tenant.
 fn sandbox_tenant(who: &Principal, q: SandboxQuery) -> Result<String, ApiError> {

@@ -21,7 +21,7 @@ use armada_domain::session::SessionHeader;
 use super::agents::agent_named;
 use super::runs::{idempotency, start_run, NewRun};
 use super::{tenant, tenant_key};
-use crate::doc::KeyRefusals;
+use armada_api::error::KeyRefusals;
 
 pub(crate) async fn session_for(
     svc: &Services,

@@ -13,7 +13,7 @@ use armada_core::auth::{AdminKey, Principal};
 use armada_core::Services;
 use armada_domain::skills::{builtin, SkillManifest, BUILTIN};
 
-use crate::doc::KeyRefusals;
+use armada_api::error::KeyRefusals;
 
 fn skill_view(m: &SkillManifest) -> SkillView {
     let mut manifest = match serde_json::to_value(m) {

@@ -15,7 +15,7 @@ use armada_core::Services;
 use armada_domain::team::TeamDefinition;
 
 use super::agents::agent_named;
-use crate::doc::KeyRefusals;
+use armada_api::error::KeyRefusals;
 
 fn team_view(def: &TeamDefinition) -> TeamView {
     let mut definition = match serde_json::to_value(def) {
