@@ -218,7 +218,7 @@ impl Client {
             let left = timeout.saturating_sub(start.elapsed()).as_secs().min(10);
             let page = self.events(run_id, after, left).await?;
             after = page.next;
-            if page.events.iter().any(|e| e.kind.is_terminal()) {
+            if page.events.iter().any(|e| e.kind().is_terminal()) {
                 return self.run(run_id).await;
             }
             if start.elapsed() >= timeout {

@@ -371,7 +371,7 @@ async fn run(cli: Cli) -> Result<()> {
                             println!("{}", serde_json::to_string(e)?);
                         }
                         after = page.next;
-                        let ended = page.events.iter().any(|e| e.kind == EventKind::RunClosed);
+                        let ended = page.events.iter().any(|e| e.kind() == EventKind::RunClosed);
                         if !follow || ended {
                             return Ok(());
                         }

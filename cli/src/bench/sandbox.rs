@@ -21,7 +21,7 @@ async fn call_interval_ms(stack: &LocalStack, run_id: &str) -> Result<f64> {
     let at = |kind: EventKind| {
         events
             .iter()
-            .find(|e| e.kind == kind)
+            .find(|e| e.kind() == kind)
             .map(|e| e.at_ms)
             .ok_or_else(|| anyhow!("run {run_id} has no {kind} event"))
     };

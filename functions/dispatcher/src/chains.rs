@@ -12,9 +12,9 @@ use armada_core::Also;
 use armada_domain::collab::chain::{self, step_run_id, AfterStep, ChainLink};
 use armada_domain::collab::descendants;
 use armada_domain::messages::DispatchMessage;
-use armada_domain::run::EventKind;
 use armada_domain::run::Run;
 use armada_domain::run::RunEventRecord;
+use armada_domain::run::{Created, LogEvent};
 use serde_json::json;
 
 impl Dispatcher {
@@ -38,11 +38,13 @@ impl Dispatcher {
             } => {
                 let next_id = self.start_next_step(run, &agent, descendants, now).await?;
                 tracing::info!(run_id = %run.run_id, next = %next_id, index, "chain step started");
-                events.push(run.push_event(
-                    EventKind::ChainStepStarted,
-                    json!({"chain_id": link.chain_id, "index": index, "agent": agent, "run_id": next_id}),
-                    now,
-                ));
+                let started = LogEvent::ChainStepStarted {
+                    chain_id: link.chain_id.clone(),
+                    index,
+                    agent: agent.clone(),
+                    run_id: next_id,
+                };
+                events.push(run.push_event(started, now));
                 Ok(Outcome::Done)
             }
             AfterStep::Ended {
@@ -52,11 +54,14 @@ impl Dispatcher {
             } => {
                 if !skipped.is_empty() {
                     tracing::warn!(run_id = %run.run_id, chain_id = %link.chain_id, ?skipped, cause, "chain broken");
-                    events.push(run.push_event(
-                        EventKind::ChainBroken,
-                        json!({"chain_id": link.chain_id, "at": link.index, "state": run.state.outcome(), "skipped": skipped, "code": cause}),
-                        now,
-                    ));
+                    let broken = LogEvent::ChainBroken {
+                        chain_id: link.chain_id.clone(),
+                        at: link.index,
+                        state: run.state.outcome(),
+                        skipped: skipped.clone(),
+                        code: cause.map(str::to_string),
+                    };
+                    events.push(run.push_event(broken, now));
                 }
                 if link.callback_url.is_none() {
                     return Ok(Outcome::Done);
@@ -105,11 +110,14 @@ impl Dispatcher {
         else {
             return Ok(next_id);
         };
-        let created = next.push_event(
-            EventKind::RunCreated,
-            json!({"agent": agent, "chain_id": link.as_ref().map(|l| &l.chain_id), "index": link.as_ref().map(|l| l.index), "previous_run_id": run.run_id}),
-            now,
-        );
+        let created = LogEvent::RunCreated(Created {
+            agent: agent.to_string(),
+            chain_id: link.as_ref().map(|l| l.chain_id.clone()),
+            index: link.as_ref().map(|l| l.index),
+            previous_run_id: Some(run.run_id.clone()),
+            ..Created::default()
+        });
+        let created = next.push_event(created, now);
         // The chain keeps its place among its tenant's active Runs: the
         // step before gives its marker back as it is settled.
         let marker = vec![Also::active_run(&next)];

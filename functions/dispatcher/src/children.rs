@@ -24,13 +24,12 @@ use armada_domain::collab::children;
 use armada_domain::collab::{codes as collab_codes, SlotState};
 use armada_domain::messages::DispatchMessage;
 use armada_domain::messages::HarnessMessage;
-use armada_domain::run::EventKind;
 use armada_domain::run::Run;
 use armada_domain::run::RunError;
 use armada_domain::run::RunEvent;
 use armada_domain::run::RunState;
+use armada_domain::run::{Created, EndNote, LogEvent};
 use armada_domain::team::Strategy;
-use serde_json::json;
 
 impl Dispatcher {
     /// `SpawnChildren`: the children of waiting point `round` that do not
@@ -99,24 +98,26 @@ impl Dispatcher {
             let def = agents.get(&slot.agent).cloned().flatten();
             let mut child = children::new_child(parent, slot, def.as_ref(), now);
             let lineage = child.lineage();
-            let created = child.push_event(
-                EventKind::RunCreated,
-                json!({"agent": child.agent, "parent_run_id": parent.run_id, "kind": lineage.kind, "depth": lineage.depth}),
-                now,
-            );
+            let created = LogEvent::RunCreated(Created {
+                agent: child.agent.clone(),
+                parent_run_id: Some(parent.run_id.clone()),
+                kind: Some(lineage.kind),
+                depth: Some(lineage.depth),
+                ..Created::default()
+            });
+            let created = child.push_event(created, now);
             let mut events = vec![created];
             if let Some(plan) = &slot.resume {
                 // What it took over, and the model it keeps (the source's,
                 // whatever was asked for instead).
-                events.push(child.push_event(
-                    EventKind::ResumedFrom,
-                    json!({
-                        "source_run_id": plan.source_run_id, "messages": plan.messages,
-                        "tokens": plan.tokens, "model": plan.identity.model.model_id,
-                        "model_ignored": plan.model_ignored,
-                    }),
-                    now,
-                ));
+                let resumed = LogEvent::ResumedFrom {
+                    source_run_id: plan.source_run_id.clone(),
+                    messages: plan.messages as u64,
+                    tokens: plan.tokens,
+                    model: plan.identity.model.model_id.clone(),
+                    model_ignored: plan.model_ignored.clone(),
+                };
+                events.push(child.push_event(resumed, now));
             }
             runs.push((child, events));
         }
@@ -162,7 +163,7 @@ impl Dispatcher {
                 let event = RunEvent::Failed {
                     error: RunError::new(code, e.to_string()),
                 };
-                return match self.end_from_outside(run, event, json!({})).await {
+                return match self.end_from_outside(run, event, EndNote::default()).await {
                     // Announcing its end is settling it, here and now.
                     Ok(Ok(_)) => self.settle(&next.run_id, &next.tenant).await,
                     Ok(Err(e)) => Ok(self.illegal(&next.run_id, &e)),
@@ -258,7 +259,12 @@ impl Dispatcher {
             if child.state.is_terminal() {
                 return Ok(Try::Done(Outcome::Done));
             }
-            let by = json!({"by": "parent", "parent_run_id": parent_id, "code": collab_codes::PARENT_ENDED});
+            let by = EndNote {
+                by: Some("parent".into()),
+                parent_run_id: Some(parent_id.to_string()),
+                code: Some(collab_codes::PARENT_ENDED.into()),
+                ..EndNote::default()
+            };
             match self
                 .end_from_outside(child, RunEvent::CancelRequested, by)
                 .await
@@ -283,7 +289,11 @@ impl Dispatcher {
     /// A child whose parent ended before it started: cancelled, then settled.
     pub(crate) async fn cancel_orphan(&self, run: Run) -> Handled {
         let (run_id, tenant) = (run.run_id.clone(), run.tenant.clone());
-        let by = json!({"by": "parent", "code": armada_domain::collab::codes::PARENT_ENDED});
+        let by = EndNote {
+            by: Some("parent".into()),
+            code: Some(armada_domain::collab::codes::PARENT_ENDED.into()),
+            ..EndNote::default()
+        };
         match self
             .end_from_outside(run, RunEvent::CancelRequested, by)
             .await

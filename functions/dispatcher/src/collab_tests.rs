@@ -422,10 +422,10 @@ async fn a_failed_step_breaks_the_chain_and_the_rest_is_skipped() {
     assert_eq!(steps, ["FAILED", "SKIPPED", "SKIPPED"]);
     let broken = s.mem.state().events[&first.run_id]
         .values()
-        .find(|e| e.kind == EventKind::ChainBroken)
+        .find(|e| e.kind() == EventKind::ChainBroken)
         .cloned()
         .expect("chain_broken");
-    assert_eq!(broken.data["skipped"], serde_json::json!(["b", "c"]));
+    assert_eq!(broken.fields()["skipped"], serde_json::json!(["b", "c"]));
 }
 
 #[tokio::test]

@@ -12,9 +12,9 @@ use armada_core::unreadable;
 use armada_core::unreadable::Ending;
 use armada_domain::messages::DispatchMessage;
 use armada_domain::messages::HarnessMessage;
+use armada_domain::run::EndNote;
 use armada_domain::run::RunError;
 use armada_domain::run::RunEvent;
-use serde_json::json;
 
 impl Dispatcher {
     /// A message that kept failing: fail its Run with the reason, then settle it.
@@ -134,8 +134,11 @@ impl Dispatcher {
                 ),
             );
             let event = RunEvent::Failed { error };
-            let extra = json!({"receives": receives});
-            match self.end_from_outside(run, event, extra).await {
+            let note = EndNote {
+                receives: Some(receives),
+                ..EndNote::default()
+            };
+            match self.end_from_outside(run, event, note).await {
                 // Announcing its end is settling it, next.
                 Ok(Ok(_)) => Ok(Try::Done(true)),
                 Ok(Err(e)) => {

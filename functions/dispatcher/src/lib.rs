@@ -33,7 +33,7 @@ use armada_core::error::StoreError;
 use armada_core::sqs::{process_batch, receive_count, source_queue, BatchPolicy, Outcome};
 use armada_core::Services;
 use armada_domain::messages::DispatchMessage;
-use armada_domain::run::{IllegalTransition, Run, RunEvent};
+use armada_domain::run::{EndNote, IllegalTransition, Run, RunEvent};
 use armada_domain::sandbox::credentials::Renewal;
 
 #[derive(Debug, Clone)]
@@ -184,9 +184,9 @@ impl Dispatcher {
         &self,
         run: Run,
         event: RunEvent,
-        extra: serde_json::Value,
+        note: EndNote,
     ) -> Result<Result<Ended, IllegalTransition>, StoreError> {
-        ending::end_from_outside(&self.svc, run, event, extra).await
+        ending::end_from_outside(&self.svc, run, event, note).await
     }
 
     /// A move the domain refused: logged with the Run and counted, and the

@@ -12,11 +12,11 @@ use armada_core::sandboxing;
 use armada_core::sqs::Outcome;
 use armada_domain::api::Delivery;
 use armada_domain::messages::DispatchMessage;
-use armada_domain::run::EventKind;
 use armada_domain::run::Run;
 use armada_domain::run::RunEvent;
 use armada_domain::run::RunEventRecord;
 use armada_domain::run::Stamp;
+use armada_domain::run::{CallbackReport, LogEvent};
 use serde_json::json;
 
 impl Dispatcher {
@@ -141,7 +141,7 @@ impl Dispatcher {
                 "metadata": run.metadata,
             }),
         };
-        let (kind, data) = self.callback(&run, &url, &delivery, body).await?;
+        let delivered = self.callback(&run, &url, &delivery, body).await?;
         // Recorded on the Run as it is now (read again on a conflict); the
         // delivery itself is never repeated for the record's sake.
         let recorded = until_written::<_, DispatchError, _>(|| async {
@@ -150,7 +150,7 @@ impl Dispatcher {
             };
             let prev = current.stamp();
             let mut next = current;
-            let ev = next.push_event(kind, data.clone(), self.svc.clock.now_ms());
+            let ev = next.push_event(delivered.clone(), self.svc.clock.now_ms());
             match self.svc.runs.save(prev, &next, &[ev], vec![]).await {
                 Ok(()) => Ok(Try::Done(())),
                 Err(StoreError::Conflict { .. }) => Ok(Try::Again),
@@ -179,7 +179,7 @@ impl Dispatcher {
         url: &str,
         delivery: &str,
         mut body: serde_json::Value,
-    ) -> Result<(EventKind, serde_json::Value), StoreError> {
+    ) -> Result<LogEvent, StoreError> {
         let secret = self
             .svc
             .callbacks
@@ -199,16 +199,18 @@ impl Dispatcher {
                 now / 1000,
             )
             .await;
-        let kind = if report.delivered {
-            EventKind::CallbackDelivered
-        } else {
-            EventKind::CallbackFailed
-        };
         tracing::info!(run_id = %run.run_id, delivery, delivered = report.delivered, attempts = report.attempts, "callback");
-        Ok((
-            kind,
-            json!({"delivery": delivery, "attempts": report.attempts, "status": report.status, "error": report.error}),
-        ))
+        let recorded = CallbackReport {
+            delivery: delivery.to_string(),
+            attempts: report.attempts,
+            status: report.status,
+            error: report.error,
+        };
+        Ok(if report.delivered {
+            LogEvent::CallbackDelivered(recorded)
+        } else {
+            LogEvent::CallbackFailed(recorded)
+        })
     }
 
     pub(crate) async fn close(&self, run: Run, mut events: Vec<RunEventRecord>) -> Handled {
@@ -222,11 +224,10 @@ impl Dispatcher {
         if let Err(e) = next.apply(RunEvent::Closed, now) {
             return Ok(self.illegal(&next.run_id, &e));
         }
-        events.push(next.push_event(
-            EventKind::RunClosed,
-            json!({"outcome": next.state.outcome()}),
-            now,
-        ));
+        let closed = LogEvent::RunClosed {
+            outcome: next.state.outcome(),
+        };
+        events.push(next.push_event(closed, now));
         match self.svc.runs.save(prev, &next, &events, vec![]).await {
             Ok(()) | Err(StoreError::Conflict { .. }) => Ok(Outcome::Done),
             Err(e) => Err(e.into()),

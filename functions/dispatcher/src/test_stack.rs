@@ -134,7 +134,7 @@ impl Stack {
     pub(crate) fn kinds(&self, id: &str) -> Vec<String> {
         self.mem.state().events[id]
             .values()
-            .map(|e| e.kind.as_str().to_string())
+            .map(|e| e.kind().as_str().to_string())
             .collect()
     }
 }

@@ -145,7 +145,7 @@ async fn a_dead_lettered_run_whose_record_cannot_be_read_is_still_ended() {
     );
     let kinds: Vec<String> = mem.state().events[&run.run_id]
         .values()
-        .map(|e| e.kind.as_str().to_string())
+        .map(|e| e.kind().as_str().to_string())
         .collect();
     assert!(kinds.contains(&"run_failed".to_string()), "{kinds:?}");
 }

@@ -16,6 +16,7 @@ use armada_domain::ledger::ToolCallState;
 use armada_domain::messages::DispatchMessage;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::messages::ResultBody;
+use armada_domain::run::EndNote;
 use armada_domain::run::Run;
 use armada_domain::run::RunError;
 use armada_domain::run::RunEvent;
@@ -25,7 +26,6 @@ use armada_domain::sandbox::hand::CallOutcome;
 use armada_domain::sandbox::hand::SANDBOX_LOST;
 use armada_domain::sandbox::lifecycle::SandboxState;
 use armada_domain::sandbox::seal::{answer_key, Answer};
-use serde_json::json;
 
 impl Dispatcher {
     /// The watchdog of a Run waiting at `step`: its deadline, its sandbox's
@@ -194,7 +194,7 @@ impl Dispatcher {
         );
         let (run_id, tenant) = (run.run_id.clone(), run.tenant.clone());
         let event = RunEvent::DeadlineExceeded { error };
-        match self.end_from_outside(run, event, json!({})).await {
+        match self.end_from_outside(run, event, EndNote::default()).await {
             Ok(Ok(_)) => self.settle(&run_id, &tenant).await,
             Ok(Err(e)) => Ok(self.illegal(&run_id, &e)),
             Err(StoreError::Conflict { .. }) => Ok(Outcome::Done),

@@ -133,7 +133,7 @@ impl Harness {
             Ok(log) => log,
             Err(e) => return Ok(Err(unreadable("its events", e)?)),
         };
-        if !log.iter().any(|e| e.kind == EventKind::RunCreated) {
+        if !log.iter().any(|e| e.kind() == EventKind::RunCreated) {
             return Ok(Err("its events have expired".into()));
         }
         let transcript = context::transcript(&input, &log);

@@ -10,6 +10,7 @@ use armada_domain::chat::ModelReply;
 use armada_domain::chat::Role;
 use armada_domain::messages::DispatchMessage;
 use armada_domain::run::clip;
+use armada_domain::run::EndNote;
 use armada_domain::run::Run;
 use armada_domain::run::RunAction;
 use armada_domain::run::RunError;
@@ -18,7 +19,6 @@ use armada_domain::run::RunEventRecord;
 use armada_domain::run::Stamp;
 use armada_domain::session;
 use armada_domain::step::EVENT_PREVIEW_BYTES;
-use serde_json::json;
 
 impl Harness {
     /// The Run's agent; a Run whose agent was deleted ends here.
@@ -86,8 +86,11 @@ impl Harness {
         let now = svc.clock.now_ms();
         let actions = run.apply(RunEvent::Answered { output }, now)?;
         let (preview, truncated) = clip(&reply.content, EVENT_PREVIEW_BYTES);
-        let data = json!({"output": preview, "truncated": truncated});
-        events.extend(run.push_end_event(data, now));
+        let note = EndNote {
+            output: Some((preview.to_string(), truncated)),
+            ..EndNote::default()
+        };
+        events.extend(run.push_end_event(note, now));
         let mut also = Vec::new();
         if let (Some(sid), Some(seq)) = (&run.session_id, run.session_seq) {
             let (user_turn, assistant_turn) = session::turn_numbers(seq);
@@ -126,8 +129,7 @@ impl Harness {
     ) -> Result<(), StepError> {
         let now = self.svc.clock.now_ms();
         let actions = run.apply(event, now)?;
-        let data = json!({"error": run.error});
-        events.extend(run.push_end_event(data, now));
+        events.extend(run.push_end_event(EndNote::default(), now));
         self.svc.runs.save(prev, run, &events, vec![]).await?;
         tracing::warn!(run_id = %run.run_id, state = %run.state, error = ?run.error, "run ended");
         self.carry_out(run, &actions).await

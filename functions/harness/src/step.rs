@@ -14,7 +14,7 @@ use armada_domain::collab::resume::RunIdentity;
 use armada_domain::collab::ChildLimits;
 use armada_domain::context;
 use armada_domain::ledger::ToolCallRecord;
-use armada_domain::run::EventKind;
+use armada_domain::run::LogEvent;
 use armada_domain::run::Payload;
 use armada_domain::run::Run;
 use armada_domain::run::RunError;
@@ -32,7 +32,6 @@ use armada_domain::step::Decision;
 use armada_domain::step::InlineAnswer;
 use armada_domain::step::Next;
 use armada_domain::step::StepInput;
-use serde_json::json;
 use std::time::Duration;
 
 impl Harness {
@@ -200,11 +199,11 @@ impl Harness {
         );
         let now = svc.clock.now_ms();
         if let Some(c) = assembled.compaction {
-            events.push(run.push_event(
-                EventKind::HistoryCompacted,
-                json!({"dropped_turns": c.dropped_turns, "kept_turns": c.kept_turns}),
-                now,
-            ));
+            let compacted = LogEvent::HistoryCompacted {
+                dropped_turns: c.dropped_turns as u64,
+                kept_turns: c.kept_turns as u64,
+            };
+            events.push(run.push_event(compacted, now));
         }
         let mut specs: Vec<_> = agent
             .skills
@@ -232,11 +231,8 @@ impl Harness {
         match answer {
             Ok((reply, attempts)) => {
                 if attempts > 1 {
-                    events.push(run.push_event(
-                        EventKind::ModelRetried,
-                        json!({"attempts": attempts}),
-                        now,
-                    ));
+                    let retried = LogEvent::ModelRetried { attempts };
+                    events.push(run.push_event(retried, now));
                 }
                 Ok(Ok((input, reply)))
             }
@@ -321,9 +317,9 @@ fn sandbox_wait(
     position: usize,
     now: i64,
 ) -> RunEventRecord {
-    run.push_event(
-        EventKind::SandboxWait,
-        json!({"position": position, "holder_run_id": holding.record.holder_run_id}),
-        now,
-    )
+    let wait = LogEvent::SandboxWait {
+        position: position as u64,
+        holder_run_id: holding.record.holder_run_id.clone(),
+    };
+    run.push_event(wait, now)
 }

@@ -63,7 +63,7 @@ async fn kinds(svc: &Services, run_id: &str) -> Vec<String> {
     let events = svc.run_events.all_events(run_id).await.unwrap_or_default();
     events
         .into_iter()
-        .map(|e| e.kind.as_str().to_string())
+        .map(|e| e.kind().as_str().to_string())
         .collect()
 }
 

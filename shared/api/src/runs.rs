@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use armada_domain::collab::RunKind;
-use armada_domain::run::{EventKind, RunError, RunState, Usage};
+use armada_domain::run::{EventKind, LogEvent, RunError, RunState, Usage};
 
 /// `POST /v1/runs`: exactly one of `agent`, `team` and `chain`, or none
 /// when `input` begins with a mention (`@agent …`, `@team:name …`).
@@ -127,11 +127,16 @@ pub struct EventsPage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EventView {
     pub seq: u64,
-    #[serde(rename = "type")]
-    pub kind: EventKind,
     pub at: String,
+    /// Its `type` and the fields of that type.
     #[serde(flatten)]
-    pub data: Map<String, Value>,
+    pub event: LogEvent,
+}
+
+impl EventView {
+    pub fn kind(&self) -> EventKind {
+        self.event.kind()
+    }
 }
 
 /// `200` to a cancel.

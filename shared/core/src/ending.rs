@@ -4,10 +4,8 @@
 //! the next epoch, so a worker still in a step cannot commit after it; its
 //! end event is written with the change, conditional on the stamp read.
 
-use serde_json::{json, Value};
-
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
-use armada_domain::run::{IllegalTransition, Run, RunAction, RunEvent};
+use armada_domain::run::{EndNote, IllegalTransition, Run, RunAction, RunEvent};
 
 use crate::error::StoreError;
 use crate::Services;
@@ -22,13 +20,13 @@ pub struct Ended {
 }
 
 /// Ends `run` with `event`, its end event carrying the Run's error and
-/// `extra`'s fields. `Ok(Err(_))` when the Run cannot take `event`
+/// what `note` says. `Ok(Err(_))` when the Run cannot take `event`
 /// (nothing is written); a `Conflict` means it changed since it was read.
 pub async fn end_from_outside(
     svc: &Services,
     run: Run,
     event: RunEvent,
-    extra: Value,
+    note: EndNote,
 ) -> Result<Result<Ended, IllegalTransition>, StoreError> {
     let now = svc.clock.now_ms();
     let prev = run.stamp();
@@ -37,11 +35,7 @@ pub async fn end_from_outside(
         Ok(actions) => actions,
         Err(e) => return Ok(Err(e)),
     };
-    let mut data = json!({"error": next.error});
-    if let (Some(d), Value::Object(x)) = (data.as_object_mut(), extra) {
-        d.extend(x);
-    }
-    let ended: Vec<_> = next.push_end_event(data, now).into_iter().collect();
+    let ended: Vec<_> = next.push_end_event(note, now).into_iter().collect();
     svc.runs.save(prev, &next, &ended, vec![]).await?;
     Ok(Ok(Ended { run: next, actions }))
 }

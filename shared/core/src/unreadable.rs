@@ -2,9 +2,7 @@
 //! item says beside the document ([`armada_domain::run::RunHead`]), so no
 //! Run is left non-terminal, its session blocked or its sandbox held.
 
-use serde_json::json;
-
-use armada_domain::run::{Run, RunEvent, RunHead};
+use armada_domain::run::{EndNote, Run, RunEvent, RunHead};
 
 use crate::ending::{end_from_outside, Ended};
 use crate::error::StoreError;
@@ -61,9 +59,15 @@ pub async fn end(
                         )
                     }),
                 },
-                json!({}),
+                EndNote::default(),
             ),
-            Ending::Cancel { by } => (RunEvent::CancelRequested, json!({"by": by})),
+            Ending::Cancel { by } => (
+                RunEvent::CancelRequested,
+                EndNote {
+                    by: Some(by.to_string()),
+                    ..EndNote::default()
+                },
+            ),
         };
         end_from_outside(svc, run, event, extra)
             .await?

@@ -14,6 +14,8 @@ pub enum Role {
     Tool,
 }
 
+/// A tool the model asked for: the call's id, the tool, its arguments.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
     pub id: String,

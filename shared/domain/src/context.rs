@@ -4,11 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::chat::{estimate_tokens, ChatMessage, Role, ToolCall};
 use crate::collab::children::round_message_at;
-use crate::run::RunEventRecord;
+use crate::run::{LogEvent, RunEventRecord};
 
 /// One turn of an AgentSession's history.
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
@@ -96,52 +96,36 @@ pub fn assemble(
 pub fn transcript(input: &str, log: &[RunEventRecord]) -> Vec<ChatMessage> {
     let mut msgs = vec![ChatMessage::text(Role::User, input)];
     for ev in log {
-        match ev.kind.as_str() {
-            "round_started" => {
+        match &ev.event {
+            LogEvent::RoundStarted { .. } => {
                 if let Some(text) = round_message_at(log, ev) {
                     msgs.push(ChatMessage::text(Role::User, &text));
                 }
             }
-            "model_reply" => {
-                let calls: Vec<ToolCall> = ev
-                    .data
-                    .get("tool_calls")
-                    .cloned()
-                    .and_then(|v| serde_json::from_value(v).ok())
-                    .unwrap_or_default();
-                if calls.is_empty() {
-                    continue;
-                }
+            LogEvent::ModelReply {
+                content,
+                tool_calls,
+                ..
+            } if !tool_calls.is_empty() => {
                 msgs.push(ChatMessage {
                     role: Role::Assistant,
-                    content: ev
-                        .data
-                        .get("content")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                    tool_calls: calls,
+                    content: content.clone(),
+                    tool_calls: tool_calls.clone(),
                     tool_call_id: None,
                     name: None,
                 });
             }
-            "tool_result" => {
+            LogEvent::ToolResult {
+                call_id,
+                name,
+                result,
+                ..
+            } => {
                 let call = ToolCall {
-                    id: ev
-                        .data
-                        .get("call_id")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                    name: ev
-                        .data
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
+                    id: call_id.clone(),
+                    name: name.clone(),
                     args: json!({}),
                 };
-                let result = ev.data.get("result").cloned().unwrap_or(Value::Null);
                 msgs.push(ChatMessage::tool_result(&call, result.to_string()));
             }
             _ => {}

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use crate::approval::{ApprovalKind, ApprovalState};
 use crate::skills::Risk;
 
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ToolCallState {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use armada_api::runs::{
     CreateRunBody, EventView, EventsPage, EventsQuery, RunAccepted, RunCancelled, RunView,
@@ -40,7 +40,7 @@ use super::collab::{create_chain, create_team_run};
 use super::sessions::session_for;
 use super::{tenant, tenant_key};
 use armada_api::error::KeyRefusals;
-use armada_domain::run::EventKind;
+use armada_domain::run::{Created, EndNote, LogEvent};
 
 /// The longest `wait` a caller may ask of the events endpoint.
 const MAX_EVENTS_WAIT_S: u64 = 20;
@@ -292,12 +292,14 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<RunAcce
                 ..Lineage::root(&run.run_id, &run.agent)
             });
         }
-        let team = run.team.as_ref().map(|t| &t.name);
-        let created = run.push_event(
-            EventKind::RunCreated,
-            json!({"agent": run.agent, "session_id": run.session_id, "session_seq": run.session_seq, "team": team}),
-            now,
-        );
+        let created = LogEvent::RunCreated(Created {
+            agent: run.agent.clone(),
+            team: run.team.as_ref().map(|t| t.name.clone()),
+            session_id: run.session_id.clone(),
+            session_seq: run.session_seq,
+            ..Created::default()
+        });
+        let created = run.push_event(created, now);
         // In a conflict, `which` is 1 + the index of the `Also` that failed.
         let mut also = Vec::new();
         let idem_index = new.idempotency.as_ref().map(|(key, fp)| {
@@ -612,21 +614,10 @@ fn events_page(events: Vec<RunEventRecord>, after: u64) -> EventsPage {
     let next = events.last().map(|e| e.seq).unwrap_or(after);
     let events = events
         .into_iter()
-        .map(|e| {
-            let mut data = match e.data {
-                Value::Object(m) => m,
-                _ => Default::default(),
-            };
-            // The event's own fields are not overridden by its data.
-            for k in ["seq", "type", "at"] {
-                data.remove(k);
-            }
-            EventView {
-                seq: e.seq,
-                kind: e.kind,
-                at: rfc3339(e.at_ms),
-                data,
-            }
+        .map(|e| EventView {
+            seq: e.seq,
+            at: rfc3339(e.at_ms),
+            event: e.event,
         })
         .collect();
     EventsPage { events, next }
@@ -670,6 +661,10 @@ pub(crate) async fn cancel_run_by(
     run_id: &str,
     by: &str,
 ) -> Result<RunCancelled, ApiError> {
+    let note = EndNote {
+        by: Some(by.to_string()),
+        ..EndNote::default()
+    };
     let ended = until_written(|| async {
         let run = match load_any(svc, tenant, run_id).await? {
             Loaded::Run(run) => *run,
@@ -696,8 +691,7 @@ pub(crate) async fn cancel_run_by(
                 format!("the run is already {}", run.state),
             ));
         }
-        match ending::end_from_outside(svc, run, RunEvent::CancelRequested, json!({"by": by})).await
-        {
+        match ending::end_from_outside(svc, run, RunEvent::CancelRequested, note.clone()).await {
             Ok(Ok(ended)) => Ok(Try::Done(ended)),
             Ok(Err(e)) => Err(ApiError::conflict("RUN_TERMINAL", e.to_string())),
             Err(StoreError::Conflict { .. }) => Ok(Try::Again),

@@ -8,7 +8,7 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use serde_json::json;
 
 use armada_domain::agent::AgentDefinition;
-use armada_domain::run::{EventKind, NewRun, Payload, Run};
+use armada_domain::run::{Created, LogEvent, NewRun, Payload, Run};
 use armada_domain::session::{OnBusy, SessionHeader};
 
 use crate::ports::Also;
@@ -105,7 +105,11 @@ async fn accept(
         },
         now,
     );
-    let created = run.push_event(EventKind::RunCreated, json!({"agent": agent.name}), now);
+    let created = LogEvent::RunCreated(Created {
+        agent: agent.name.clone(),
+        ..Created::default()
+    });
+    let created = run.push_event(created, now);
     let also = session
         .map(|header| Also::SessionMessage {
             header,

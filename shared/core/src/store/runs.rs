@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 
-use armada_domain::run::{Run, RunEventRecord, RunHead, RunState};
+use armada_domain::run::{LogEvent, Run, RunEventRecord, RunHead, RunState};
 
 use super::approvals::ApprovalStore;
 use super::item::{get_json, get_n, get_s, json, n, opt_s, s, ttl_after, Item};
@@ -205,9 +205,9 @@ impl RunStore {
         let mut item = Item::new();
         item.insert("run_id".into(), s(run_id));
         item.insert("seq".into(), n(ev.seq));
-        item.insert("type".into(), s(ev.kind.as_str()));
+        item.insert("type".into(), s(ev.kind().as_str()));
         item.insert("at".into(), n(ev.at_ms));
-        item.insert("data".into(), json(&ev.data));
+        item.insert("data".into(), json(&ev.fields()));
         item.insert("expires_at".into(), ttl_after(ev.at_ms, EVENT_TTL_DAYS));
         item
     }
@@ -485,11 +485,12 @@ impl ports::RunEvents for RunStore {
         out.items()
             .iter()
             .map(|item| {
+                let kind = get_s(item, "type")?;
                 Ok(RunEventRecord {
                     seq: get_n(item, "seq")?,
-                    kind: get_s(item, "type")?.parse().map_err(StoreError::Corrupt)?,
                     at_ms: get_n(item, "at")?,
-                    data: get_json(item, "data")?,
+                    event: LogEvent::from_parts(&kind, get_json(item, "data")?)
+                        .map_err(StoreError::Corrupt)?,
                 })
             })
             .collect()

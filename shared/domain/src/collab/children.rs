@@ -15,14 +15,14 @@ use crate::agent::AgentDefinition;
 use crate::ledger::ToolCallEvent;
 use crate::machine::Machine;
 use crate::run::{
-    clip, IllegalTransition, NewRun, Run, RunAction, RunError, RunEvent, RunEventRecord, RunState,
+    clip, ChildFinished, EndNote, IllegalTransition, LogEvent, NewRun, Run, RunAction, RunError,
+    RunEvent, RunEventRecord, RunState,
 };
 use crate::skills;
 use crate::step::event_result;
 use crate::team::{FailurePolicy, Strategy};
 
 pub use super::round::{judge, round_message, round_message_at};
-use crate::run::EventKind;
 
 /// A child's output as its `child_finished` event (and so a tool result
 /// or a round-2 message) keeps it.
@@ -226,11 +226,12 @@ pub fn start_queued(run: &mut Run, now: i64) -> (Vec<String>, Vec<RunEventRecord
     let events = started
         .iter()
         .map(|(id, agent, kind)| {
-            run.push_event(
-                EventKind::ChildStarted,
-                json!({"run_id": id, "agent": agent, "kind": kind}),
-                now,
-            )
+            let event = LogEvent::ChildStarted {
+                run_id: id.clone(),
+                agent: agent.clone(),
+                kind: *kind,
+            };
+            run.push_event(event, now)
         })
         .collect();
     (started.into_iter().map(|(id, ..)| id).collect(), events)
@@ -301,11 +302,13 @@ pub fn expand_team(
     }
     run.apply_from_outside(RunEvent::Expanded, now)?;
     open_round(run, slots, team.max_parallel);
-    let ev = run.push_event(
-        EventKind::RoundStarted,
-        json!({"round": 1, "team": team.name, "members": team.members}),
-        now,
-    );
+    let round = LogEvent::RoundStarted {
+        round: 1,
+        after_round: None,
+        team: Some(team.name.clone()),
+        members: team.members.clone(),
+    };
+    let ev = run.push_event(round, now);
     Ok(vec![ev])
 }
 
@@ -382,19 +385,21 @@ impl ChildEnd {
 
     /// Read back from a parent's `child_finished` event.
     pub fn from_event(ev: &RunEventRecord) -> Option<ChildEnd> {
-        if ev.kind != EventKind::ChildFinished {
-            return None;
+        match &ev.event {
+            LogEvent::ChildFinished(f) => Some(ChildEnd::of(f)),
+            _ => None,
         }
-        let d = &ev.data;
-        Some(ChildEnd {
-            run_id: d.get("run_id")?.as_str()?.to_string(),
-            agent: d.get("agent")?.as_str()?.to_string(),
-            state: serde_json::from_value(d.get("state")?.clone()).ok()?,
-            output: d.get("output").and_then(Value::as_str).map(str::to_string),
-            error: d
-                .get("error")
-                .and_then(|e| serde_json::from_value(e.clone()).ok()),
-        })
+    }
+
+    /// The end a `child_finished` event records.
+    pub fn of(f: &ChildFinished) -> ChildEnd {
+        ChildEnd {
+            run_id: f.run_id.clone(),
+            agent: f.agent.clone(),
+            state: f.state,
+            output: f.output.clone(),
+            error: f.error.clone(),
+        }
     }
 
     pub(crate) fn failure_text(&self) -> String {
@@ -497,15 +502,17 @@ pub fn child_ended(
         }
         c.outstanding = c.outstanding.saturating_sub(1);
     }
-    let mut events = vec![run.push_event(
-        EventKind::ChildFinished,
-        json!({
-            "run_id": end.run_id, "agent": end.agent, "kind": slot.kind,
-            "round": slot.round, "call_id": slot.call_id, "state": end.state,
-            "output": end.output, "error": end.error,
-        }),
-        now,
-    )];
+    let finished = LogEvent::ChildFinished(ChildFinished {
+        run_id: end.run_id.clone(),
+        agent: end.agent.clone(),
+        kind: slot.kind,
+        round: slot.round,
+        call_id: slot.call_id.clone(),
+        state: end.state,
+        output: end.output.clone(),
+        error: end.error.clone(),
+    });
+    let mut events = vec![run.push_event(finished, now)];
     // Every end of this parent known so far, this one included.
     let mut known: Vec<ChildEnd> = earlier
         .iter()
@@ -529,18 +536,20 @@ pub fn child_ended(
         match judge(policy, &members) {
             Err(error) => failed_by_policy = Some(error),
             Ok(()) => {
-                let order: Vec<&str> = members.iter().map(|e| e.run_id.as_str()).collect();
-                events.push(run.push_event(
-                    EventKind::RoundStarted,
-                    json!({"round": slot.round + 1, "after_round": slot.round, "members": order}),
-                    now,
-                ))
+                let members = members.iter().map(|e| e.run_id.clone()).collect();
+                let round = LogEvent::RoundStarted {
+                    round: slot.round + 1,
+                    after_round: Some(slot.round),
+                    team: None,
+                    members,
+                };
+                events.push(run.push_event(round, now))
             }
         }
     }
     let actions = if let Some(error) = failed_by_policy {
         let actions = run.apply_from_outside(RunEvent::Failed { error }, now)?;
-        events.extend(run.push_end_event(json!({"error": run.error}), now));
+        events.extend(run.push_end_event(EndNote::default(), now));
         actions
     } else if settled {
         run.apply_from_outside(RunEvent::ChildrenSettled, now)?
@@ -617,11 +626,13 @@ fn answer_call_if_complete(
         r.apply(event, now).ok()?;
         Some(r.state)
     })?;
-    events.push(run.push_event(
-        EventKind::ToolResult,
-        json!({"call_id": call_id, "name": rec.skill, "state": state, "result": event_result(&result)}),
-        now,
-    ));
+    let answered = LogEvent::ToolResult {
+        call_id: call_id.to_string(),
+        name: rec.skill.clone(),
+        state,
+        result: event_result(&result),
+    };
+    events.push(run.push_event(answered, now));
     policy_error
 }
 

@@ -4,7 +4,7 @@ use super::*;
 use crate::collab::DEFAULT_MAX_DESCENDANTS;
 use crate::ledger::{ToolCallRecord, ToolCallState};
 use crate::machine::Machine;
-use crate::run::{test_run, Payload, RunEvent};
+use crate::run::{test_run, EventKind, Payload, RunEvent};
 use crate::team::TeamDefinition;
 
 fn waiting_parent(slots: Vec<ChildSlot>, max_parallel: u32) -> Run {
@@ -79,7 +79,7 @@ fn recorded(n: Noted) -> (Vec<RunEventRecord>, Vec<String>, Vec<RunAction>) {
 }
 
 fn kinds(events: &[RunEventRecord]) -> Vec<&str> {
-    events.iter().map(|e| e.kind.as_str()).collect()
+    events.iter().map(|e| e.kind().as_str()).collect()
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn a_delegation_is_answered_with_its_childs_outcome_and_the_parent_goes_on_once(
     assert_eq!(kinds(&events), ["child_finished", "tool_result"]);
     assert!(actions.is_empty(), "one child is still out");
     assert_eq!(run.ledger["k1"].state, ToolCallState::Failed);
-    let err = &events[1].data["result"]["error"];
+    let err = &events[1].fields()["result"]["error"];
     assert_eq!(err["code"], codes::CHILD_FAILED);
     assert_eq!(err["cause"]["code"], "MODEL_ERROR");
     assert_eq!(err["run_id"], "c1");
@@ -132,8 +132,8 @@ fn a_delegation_is_answered_with_its_childs_outcome_and_the_parent_goes_on_once(
     assert_eq!(run, before);
     let (events, _, actions) =
         recorded(child_ended(&mut run, done("c0", "b", "fine"), &[], 6).unwrap());
-    assert_eq!(events[1].data["result"]["output"], "fine");
-    assert_eq!(events[1].data["result"]["state"], "COMPLETED");
+    assert_eq!(events[1].fields()["result"]["output"], "fine");
+    assert_eq!(events[1].fields()["result"]["state"], "COMPLETED");
     assert_eq!(actions, vec![RunAction::EnqueueNextStep]);
     assert_eq!(
         (run.state, run.step, run.epoch, run.outstanding_children()),
@@ -243,7 +243,7 @@ fn a_fan_out_expands_one_member_each_and_round_two_follows_the_last() {
     assert_eq!(run.state, RunState::Executing);
     let round2 = all
         .iter()
-        .find(|e| e.kind == EventKind::RoundStarted)
+        .find(|e| e.kind() == EventKind::RoundStarted)
         .unwrap();
     let message = round_message_at(&all, round2).unwrap();
     let (a, b, c) = (
@@ -344,7 +344,7 @@ fn a_plan_is_answered_with_every_task_in_order() {
     let (events, _, actions) =
         recorded(child_ended(&mut run, failed("e0", "m1"), &[done("e1", "m2", "two")], 4).unwrap());
     assert_eq!(actions, vec![RunAction::EnqueueNextStep]);
-    let tasks = &events[1].data["result"]["tasks"];
+    let tasks = &events[1].fields()["result"]["tasks"];
     assert_eq!(tasks[0]["agent"], "m1");
     assert_eq!(tasks[0]["state"], "FAILED");
     assert_eq!(tasks[0]["error"]["code"], "MODEL_ERROR");

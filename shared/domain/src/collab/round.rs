@@ -2,11 +2,9 @@
 //! `best_effort`, `quorum`) and the one message its Run answers over in
 //! round 2 (every member's name, state and output, in the team's order).
 
-use serde_json::Value;
-
 use super::children::ChildEnd;
 use super::{codes, RunKind};
-use crate::run::{RunError, RunEventRecord};
+use crate::run::{LogEvent, RunError, RunEventRecord};
 use crate::team::FailurePolicy;
 
 /// A team's failure policy over its members' ends: `all` needs every one
@@ -58,20 +56,26 @@ pub fn round_message(ends: &[ChildEnd]) -> String {
 /// The round-2 message a `round_started` event stands for in a Run's log:
 /// built from the `child_finished` events of the round before it.
 pub fn round_message_at(log: &[RunEventRecord], event: &RunEventRecord) -> Option<String> {
-    let after = event.data.get("after_round")?.as_u64()?;
+    let LogEvent::RoundStarted {
+        after_round: Some(after),
+        members: order,
+        ..
+    } = &event.event
+    else {
+        return None;
+    };
     let mut ends: Vec<ChildEnd> = log
         .iter()
-        .filter(|e| {
-            e.data.get("round").and_then(Value::as_u64) == Some(after)
-                && e.data.get("kind").and_then(Value::as_str) == Some(RunKind::Member.as_str())
+        .filter_map(|e| match &e.event {
+            LogEvent::ChildFinished(f) if f.round == *after && f.kind == RunKind::Member => {
+                Some(ChildEnd::of(f))
+            }
+            _ => None,
         })
-        .filter_map(ChildEnd::from_event)
         .collect();
     // In the team's order (the event lists the members' Runs), not in the
     // order they happened to end.
-    if let Some(order) = event.data.get("members").and_then(Value::as_array) {
-        let at = |id: &str| order.iter().position(|o| o.as_str() == Some(id));
-        ends.sort_by_key(|e| at(&e.run_id));
-    }
+    let at = |id: &str| order.iter().position(|o| o == id);
+    ends.sort_by_key(|e| at(&e.run_id));
     Some(round_message(&ends))
 }

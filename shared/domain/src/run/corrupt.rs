@@ -114,9 +114,11 @@ mod tests {
         let error = run.error.clone().unwrap();
         run.apply_from_outside(RunEvent::Failed { error }, 10)
             .unwrap();
-        let ended = run.push_end_event(serde_json::json!({}), 10).unwrap();
+        let ended = run
+            .push_end_event(crate::run::EndNote::default(), 10)
+            .unwrap();
         assert_eq!((run.state, run.epoch), (RunState::Failed, 5));
-        assert_eq!((ended.kind.as_str(), ended.seq), ("run_failed", 10));
+        assert_eq!((ended.kind().as_str(), ended.seq), ("run_failed", 10));
         assert_eq!(run.error.as_ref().unwrap().code, CORRUPT_RECORD);
         // What settlement needs: its sandbox, session and parent.
         assert_eq!(run.sandbox_key.as_deref(), Some("acme#coder"));

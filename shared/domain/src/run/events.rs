@@ -1,8 +1,321 @@
-//! What a Run's event log records: every kind of event, by the name the
-//! API reports it under (`type`). A kind not listed here cannot be
-//! recorded: `Run::push_event` takes one of these.
+//! What a Run's event log records: [`LogEvent`], one variant per kind of
+//! event with the fields that kind carries, named as the API reports it
+//! (`type`). [`EventKind`] is the variant's name alone (for filters and
+//! the store's `type` attribute); [`LogEvent::kind`] derives it, so a kind
+//! cannot be recorded without its fields.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::approval::ApprovalKind;
+use crate::chat::ToolCall;
+use crate::collab::RunKind;
+use crate::ledger::ToolCallState;
+use crate::run::{RunError, RunState};
+use crate::skills::Risk;
+
+/// One event of a Run's log, with its fields. Written to the store and
+/// the API as `{"type": "<kind>", ...fields}`; a field with nothing to say
+/// is left out.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LogEvent {
+    /// Accepted: by the API, as a team's or a delegation's child, or as a
+    /// relay chain's next step.
+    RunCreated(Created),
+    /// The model answered: its text (clipped) and the tools it asked for.
+    ModelReply {
+        content: String,
+        truncated: bool,
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The model's answer took more than one attempt.
+    ModelRetried { attempts: u32 },
+    /// The model asked for a tool.
+    ToolCall {
+        call_id: String,
+        name: String,
+        args: Value,
+    },
+    /// Sent to `generation` of the agent's sandbox.
+    ToolDispatched {
+        call_id: String,
+        name: String,
+        attempt: u32,
+        sandbox: String,
+        generation: u64,
+    },
+    /// A tool answered (or was refused): the call's state and its result.
+    ToolResult {
+        call_id: String,
+        name: String,
+        state: ToolCallState,
+        result: Value,
+    },
+    /// A call's effect is unknown: its answer was lost. `asking`: a person
+    /// is asked whether it happened.
+    ToolIndeterminate {
+        call_id: String,
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        asking: bool,
+    },
+    /// A lost call that is safe to repeat is sent again.
+    ToolRetried {
+        call_id: String,
+        name: String,
+        reason: String,
+        attempt: u32,
+    },
+    /// Another Run of the agent holds its sandbox; this one waits at
+    /// `position`.
+    SandboxWait {
+        position: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        holder_run_id: Option<String>,
+    },
+    /// The sandbox refused a call as a violation of its confinement.
+    SecurityViolation { call_id: String, message: String },
+    /// Older turns were dropped to fit the context window.
+    HistoryCompacted { dropped_turns: u64, kept_turns: u64 },
+    /// A call waits for a person.
+    ApprovalRequested {
+        approval_id: String,
+        kind: ApprovalKind,
+        call_id: String,
+        name: String,
+        args: Value,
+        risk: Risk,
+        reasons: Vec<String>,
+    },
+    /// A person decided.
+    ApprovalDecided(ApprovalSettled),
+    /// Nobody decided in time: it counts as a rejection.
+    ApprovalExpired(ApprovalSettled),
+    /// A child Run was started.
+    ChildStarted {
+        run_id: String,
+        agent: String,
+        kind: RunKind,
+    },
+    /// A child Run ended and the parent took note.
+    ChildFinished(ChildFinished),
+    /// A team's next waiting point began (`after_round`: the round whose
+    /// answers it aggregates; `members`: the team's agents, or in round 2
+    /// the members' Runs in the team's order).
+    RoundStarted {
+        round: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after_round: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        team: Option<String>,
+        members: Vec<String>,
+    },
+    /// The Run took over a finished Run's conversation (and keeps its
+    /// model: `model_ignored` names a model asked for instead).
+    ResumedFrom {
+        source_run_id: String,
+        messages: u64,
+        tokens: u64,
+        model: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_ignored: Option<String>,
+    },
+    /// A relay chain's next step began.
+    ChainStepStarted {
+        chain_id: String,
+        index: u32,
+        agent: String,
+        run_id: String,
+    },
+    /// A relay chain stopped at step `at`, which ended in `state`; the
+    /// `skipped` steps never run.
+    ChainBroken {
+        chain_id: String,
+        at: u32,
+        state: RunState,
+        skipped: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+    },
+    /// Ended: completed, with its answer (clipped).
+    RunCompleted { output: String, truncated: bool },
+    /// Ended: failed. `receives`: how often its message was delivered, when
+    /// it failed because none of them could be handled.
+    RunFailed {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<RunError>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        receives: Option<u32>,
+    },
+    /// Ended: cancelled, by whom (a key, or its `parent`).
+    RunCancelled {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<RunError>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_run_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+    },
+    /// Ended: out of wall-clock time.
+    RunTimedOut {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<RunError>,
+    },
+    /// The callback was delivered.
+    CallbackDelivered(CallbackReport),
+    /// The callback could not be delivered.
+    CallbackFailed(CallbackReport),
+    /// Its post-terminal duties are done.
+    RunClosed { outcome: RunState },
+}
+
+/// How a Run came to be (`run_created`): only what applies is present.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Created {
+    pub agent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_seq: Option<u64>,
+    /// A child's parent, its kind and how deep it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<RunKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<u32>,
+    /// A relay chain's step: the chain, the step's place, the step before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_run_id: Option<String>,
+}
+
+/// An approval's end (`approval_decided`, `approval_expired`): who decided,
+/// how, from where and when (absent when it expired), and the comment.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalSettled {
+    pub approval_id: String,
+    pub call_id: String,
+    pub name: String,
+    pub state: crate::approval::ApprovalState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub how: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+/// A child's end as its parent recorded it (`child_finished`): what the
+/// parent's round 2 and its transcript are rebuilt from.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChildFinished {
+    pub run_id: String,
+    pub agent: String,
+    pub kind: RunKind,
+    pub round: u32,
+    /// The parent's tool call the child answers (a delegation's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    pub state: RunState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+}
+
+/// How a callback's delivery went.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallbackReport {
+    /// The delivery's id (the receiver deduplicates on it).
+    pub delivery: String,
+    pub attempts: u32,
+    /// The receiver's last HTTP status, if it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl LogEvent {
+    /// The event's kind (its `type`).
+    pub fn kind(&self) -> EventKind {
+        use LogEvent as E;
+        match self {
+            E::RunCreated(_) => EventKind::RunCreated,
+            E::ModelReply { .. } => EventKind::ModelReply,
+            E::ModelRetried { .. } => EventKind::ModelRetried,
+            E::ToolCall { .. } => EventKind::ToolCall,
+            E::ToolDispatched { .. } => EventKind::ToolDispatched,
+            E::ToolResult { .. } => EventKind::ToolResult,
+            E::ToolIndeterminate { .. } => EventKind::ToolIndeterminate,
+            E::ToolRetried { .. } => EventKind::ToolRetried,
+            E::SandboxWait { .. } => EventKind::SandboxWait,
+            E::SecurityViolation { .. } => EventKind::SecurityViolation,
+            E::HistoryCompacted { .. } => EventKind::HistoryCompacted,
+            E::ApprovalRequested { .. } => EventKind::ApprovalRequested,
+            E::ApprovalDecided(_) => EventKind::ApprovalDecided,
+            E::ApprovalExpired(_) => EventKind::ApprovalExpired,
+            E::ChildStarted { .. } => EventKind::ChildStarted,
+            E::ChildFinished(_) => EventKind::ChildFinished,
+            E::RoundStarted { .. } => EventKind::RoundStarted,
+            E::ResumedFrom { .. } => EventKind::ResumedFrom,
+            E::ChainStepStarted { .. } => EventKind::ChainStepStarted,
+            E::ChainBroken { .. } => EventKind::ChainBroken,
+            E::RunCompleted { .. } => EventKind::RunCompleted,
+            E::RunFailed { .. } => EventKind::RunFailed,
+            E::RunCancelled { .. } => EventKind::RunCancelled,
+            E::RunTimedOut { .. } => EventKind::RunTimedOut,
+            E::CallbackDelivered(_) => EventKind::CallbackDelivered,
+            E::CallbackFailed(_) => EventKind::CallbackFailed,
+            E::RunClosed { .. } => EventKind::RunClosed,
+        }
+    }
+
+    /// The event's fields without its `type` (what the store keeps beside
+    /// the kind).
+    pub fn fields(&self) -> Value {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(mut m)) => {
+                m.remove("type");
+                Value::Object(m)
+            }
+            // Every variant is a map of fields.
+            _ => Value::Object(Default::default()),
+        }
+    }
+
+    /// An event read back from its kind and its fields; `Err` names what
+    /// does not fit.
+    pub fn from_parts(kind: &str, fields: Value) -> Result<LogEvent, String> {
+        let mut m = match fields {
+            Value::Object(m) => m,
+            Value::Null => Default::default(),
+            other => return Err(format!("the fields of a {kind} event are {other}")),
+        };
+        m.insert("type".into(), Value::String(kind.to_string()));
+        serde_json::from_value(Value::Object(m)).map_err(|e| format!("a {kind} event: {e}"))
+    }
+}
 
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -163,6 +476,201 @@ impl std::str::FromStr for EventKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// One event of every kind, each with every field it can carry.
+    fn one_of_each() -> Vec<LogEvent> {
+        let error = Some(RunError::new("E", "why"));
+        let settled = ApprovalSettled {
+            approval_id: "ap".into(),
+            call_id: "c".into(),
+            name: "deploy".into(),
+            state: crate::approval::ApprovalState::Approved,
+            by: Some("key_boss".into()),
+            how: Some("key".into()),
+            from: Some("10.0.0.1".into()),
+            at_ms: Some(7),
+            comment: Some("ok".into()),
+        };
+        let report = CallbackReport {
+            delivery: "d".into(),
+            attempts: 3,
+            status: Some(500),
+            error: Some("refused".into()),
+        };
+        let (call_id, name) = (String::from("c"), String::from("t"));
+        vec![
+            LogEvent::RunCreated(Created {
+                agent: "a".into(),
+                team: Some("t".into()),
+                session_id: Some("s".into()),
+                session_seq: Some(2),
+                parent_run_id: Some("p".into()),
+                kind: Some(RunKind::Member),
+                depth: Some(1),
+                chain_id: Some("ch".into()),
+                index: Some(1),
+                previous_run_id: Some("r0".into()),
+            }),
+            LogEvent::ModelReply {
+                content: "hi".into(),
+                truncated: false,
+                tool_calls: vec![ToolCall {
+                    id: "c".into(),
+                    name: "t".into(),
+                    args: json!({"x": 1}),
+                }],
+            },
+            LogEvent::ModelRetried { attempts: 2 },
+            LogEvent::ToolCall {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                args: json!({"x": [1, 2]}),
+            },
+            LogEvent::ToolDispatched {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                attempt: 1,
+                sandbox: "sb".into(),
+                generation: 4,
+            },
+            LogEvent::ToolResult {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                state: ToolCallState::Done,
+                result: json!("text"),
+            },
+            LogEvent::ToolIndeterminate {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                reason: Some("lost".into()),
+                asking: true,
+            },
+            LogEvent::ToolRetried {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                reason: "lost".into(),
+                attempt: 2,
+            },
+            LogEvent::SandboxWait {
+                position: 1,
+                holder_run_id: Some("r9".into()),
+            },
+            LogEvent::SecurityViolation {
+                call_id: call_id.clone(),
+                message: "no".into(),
+            },
+            LogEvent::HistoryCompacted {
+                dropped_turns: 4,
+                kept_turns: 6,
+            },
+            LogEvent::ApprovalRequested {
+                approval_id: "ap".into(),
+                kind: ApprovalKind::Gate,
+                call_id: call_id.clone(),
+                name: name.clone(),
+                args: json!({}),
+                risk: Risk::High,
+                reasons: vec!["risky".into()],
+            },
+            LogEvent::ApprovalDecided(settled.clone()),
+            LogEvent::ApprovalExpired(settled),
+            LogEvent::ChildStarted {
+                run_id: "r1".into(),
+                agent: "a".into(),
+                kind: RunKind::Delegation,
+            },
+            LogEvent::ChildFinished(ChildFinished {
+                run_id: "r1".into(),
+                agent: "a".into(),
+                kind: RunKind::Delegation,
+                round: 1,
+                call_id: Some(call_id.clone()),
+                state: RunState::Failed,
+                output: Some("o".into()),
+                error: error.clone(),
+            }),
+            LogEvent::RoundStarted {
+                round: 2,
+                after_round: Some(1),
+                team: Some("t".into()),
+                members: vec!["r1".into()],
+            },
+            LogEvent::ResumedFrom {
+                source_run_id: "r0".into(),
+                messages: 3,
+                tokens: 100,
+                model: "m".into(),
+                model_ignored: Some("other".into()),
+            },
+            LogEvent::ChainStepStarted {
+                chain_id: "ch".into(),
+                index: 1,
+                agent: "b".into(),
+                run_id: "r2".into(),
+            },
+            LogEvent::ChainBroken {
+                chain_id: "ch".into(),
+                at: 0,
+                state: RunState::Failed,
+                skipped: vec!["b".into()],
+                code: Some("CHAIN_BROKEN".into()),
+            },
+            LogEvent::RunCompleted {
+                output: "done".into(),
+                truncated: true,
+            },
+            LogEvent::RunFailed {
+                error: error.clone(),
+                receives: Some(5),
+            },
+            LogEvent::RunCancelled {
+                error: error.clone(),
+                by: Some("parent".into()),
+                parent_run_id: Some("p".into()),
+                code: Some("PARENT_ENDED".into()),
+            },
+            LogEvent::RunTimedOut { error },
+            LogEvent::CallbackDelivered(report.clone()),
+            LogEvent::CallbackFailed(report),
+            LogEvent::RunClosed {
+                outcome: RunState::Completed,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_kind_has_its_fields_and_reads_back_as_written() {
+        let events = one_of_each();
+        let kinds: Vec<EventKind> = events.iter().map(LogEvent::kind).collect();
+        assert_eq!(
+            kinds, ALL_EVENTS,
+            "one variant per kind, in ALL_EVENTS' order"
+        );
+        for event in events {
+            let kind = event.kind();
+            let written = serde_json::to_value(&event).unwrap();
+            assert_eq!(written["type"], kind.as_str());
+            let fields = event.fields();
+            assert!(fields.get("type").is_none(), "{fields}");
+            assert_eq!(LogEvent::from_parts(kind.as_str(), fields), Ok(event));
+        }
+    }
+
+    #[test]
+    fn fields_that_say_nothing_are_left_out_and_missing_ones_are_refused() {
+        let quiet = LogEvent::RunCancelled {
+            error: None,
+            by: None,
+            parent_run_id: None,
+            code: None,
+        };
+        assert_eq!(quiet.fields(), json!({}));
+        let read = LogEvent::from_parts("tool_call", json!({"call_id": "c"}));
+        assert!(read.unwrap_err().contains("tool_call"));
+        assert!(LogEvent::from_parts("no_such_kind", json!({})).is_err());
+        assert!(LogEvent::from_parts("run_closed", json!([1])).is_err());
+    }
 
     #[test]
     fn a_kind_is_named_as_it_is_written() {

@@ -23,7 +23,10 @@ mod corrupt;
 mod events;
 mod machine;
 pub use corrupt::{RunHead, CORRUPT_RECORD};
-pub use events::{EventKind, ALL_EVENTS, TERMINAL_EVENTS};
+pub use events::{
+    ApprovalSettled, CallbackReport, ChildFinished, Created, EventKind, LogEvent, ALL_EVENTS,
+    TERMINAL_EVENTS,
+};
 
 pub use machine::{transition, IllegalTransition, RunAction, RunEvent, RunState, Transition};
 
@@ -322,43 +325,75 @@ impl Run {
 }
 
 /// One entry of a Run's append-only event log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunEventRecord {
     pub seq: u64,
-    #[serde(rename = "type")]
-    pub kind: EventKind,
     pub at_ms: i64,
-    pub data: serde_json::Value,
+    pub event: LogEvent,
+}
+
+impl RunEventRecord {
+    pub fn kind(&self) -> EventKind {
+        self.event.kind()
+    }
+
+    /// The event's fields as JSON (as the API shows them, without `type`).
+    pub fn fields(&self) -> serde_json::Value {
+        self.event.fields()
+    }
+}
+
+/// What a Run's end is recorded with beyond its state and its error
+/// ([`Run::push_end_event`]); what does not apply to the end is ignored.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EndNote {
+    /// A completed Run's answer, clipped, and whether it was clipped.
+    pub output: Option<(String, bool)>,
+    /// Who cancelled it (a key, or `parent`), the parent, and why.
+    pub by: Option<String>,
+    pub parent_run_id: Option<String>,
+    pub code: Option<String>,
+    /// How often the message whose failures ended it was delivered.
+    pub receives: Option<u32>,
 }
 
 impl Run {
     /// Appends an event to the Run's log (in memory; the caller commits it
     /// together with the Run, fenced).
-    pub fn push_event(
-        &mut self,
-        kind: EventKind,
-        data: serde_json::Value,
-        now_ms: i64,
-    ) -> RunEventRecord {
+    pub fn push_event(&mut self, event: LogEvent, now_ms: i64) -> RunEventRecord {
         self.event_seq += 1;
         RunEventRecord {
             seq: self.event_seq,
-            kind,
             at_ms: now_ms,
-            data,
+            event,
         }
     }
 
     /// Records the end the Run has reached: the event its outcome names
-    /// ([`RunState::terminal_event`]), with `data`. `None` while it is
-    /// still active (no end to record).
-    pub fn push_end_event(
-        &mut self,
-        data: serde_json::Value,
-        now_ms: i64,
-    ) -> Option<RunEventRecord> {
-        let kind = self.state.terminal_event()?;
-        Some(self.push_event(kind, data, now_ms))
+    /// ([`RunState::terminal_event`]), with its error and `note`. `None`
+    /// while it is still active (no end to record).
+    pub fn push_end_event(&mut self, note: EndNote, now_ms: i64) -> Option<RunEventRecord> {
+        use RunState::*;
+        let error = self.error.clone();
+        let event = match self.state {
+            Completed | ClosedCompleted => {
+                let (output, truncated) = note.output.unwrap_or_default();
+                LogEvent::RunCompleted { output, truncated }
+            }
+            Failed | ClosedFailed => LogEvent::RunFailed {
+                error,
+                receives: note.receives,
+            },
+            TimedOut | ClosedTimedOut => LogEvent::RunTimedOut { error },
+            Cancelled | ClosedCancelled => LogEvent::RunCancelled {
+                error,
+                by: note.by,
+                parent_run_id: note.parent_run_id,
+                code: note.code,
+            },
+            Pending | Executing | AwaitingTool | AwaitingHitl | AwaitingChildren => return None,
+        };
+        Some(self.push_event(event, now_ms))
     }
 }
 

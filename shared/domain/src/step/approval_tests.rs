@@ -46,7 +46,7 @@ fn reply(calls: &[(&str, &str, Value)]) -> ModelReply {
 }
 
 fn kinds(d: &Decision) -> Vec<&str> {
-    d.events.iter().map(|e| e.kind.as_str()).collect()
+    d.events.iter().map(|e| e.kind().as_str()).collect()
 }
 
 /// The approval the harness creates for `call_id`, decided.
@@ -150,8 +150,8 @@ fn a_gated_call_waits_undispatched_and_runs_once_approved() {
     )
     .unwrap();
     assert_eq!(kinds(&d), ["approval_decided"]);
-    assert_eq!(d.events[0].data["by"], "key_boss");
-    assert_eq!(d.events[0].data["how"], "key");
+    assert_eq!(d.events[0].fields()["by"], "key_boss");
+    assert_eq!(d.events[0].fields()["how"], "key");
     assert!(d.checkpoint, "dispatched before it runs");
     let Next::RunInline(inline) = &d.next else {
         panic!("{:?}", d.next)

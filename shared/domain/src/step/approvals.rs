@@ -12,10 +12,10 @@ use crate::ledger::ToolCallEvent;
 use crate::ledger::ToolCallRecord;
 use crate::ledger::ToolCallState;
 use crate::machine::Machine;
-use crate::run::EventKind;
 use crate::run::Run;
 use crate::run::RunError;
 use crate::run::RunEventRecord;
+use crate::run::{ApprovalSettled, LogEvent};
 use crate::sandbox::hand::error_json;
 use crate::skills;
 use crate::step::after_tools;
@@ -26,7 +26,6 @@ use crate::step::push_result;
 use crate::step::Decision;
 use crate::step::Next;
 use crate::step::StepRefused;
-use serde_json::json;
 use serde_json::Value;
 
 /// The approval a call the model asked for needs, if any.
@@ -128,12 +127,16 @@ pub(super) fn await_approvals(
             .and_then(|c| c.approval.as_ref())
             .map(|a| a.approval_id.clone())
             .unwrap_or_default();
-        events.push(run.push_event(
-            EventKind::ApprovalRequested,
-            json!({"approval_id": approval_id, "kind": r.kind, "call_id": r.call_id, "name": r.tool,
-                   "args": r.args, "risk": r.risk, "reasons": r.reasons}),
-            now,
-        ));
+        let requested = LogEvent::ApprovalRequested {
+            approval_id,
+            kind: r.kind,
+            call_id: r.call_id.clone(),
+            name: r.tool.clone(),
+            args: r.args.clone(),
+            risk: r.risk,
+            reasons: r.reasons.clone(),
+        };
+        events.push(run.push_event(requested, now));
     }
     Some(Next::AwaitApproval(new))
 }
@@ -172,23 +175,23 @@ pub(super) fn approvals_decided(
             c.state = a.state;
         }
         let d = a.decision.clone();
-        let kind = if a.state == ApprovalState::Expired {
-            EventKind::ApprovalExpired
-        } else {
-            EventKind::ApprovalDecided
+        let settled = ApprovalSettled {
+            approval_id: a.approval_id.clone(),
+            call_id: a.call_id.clone(),
+            name: a.tool.clone(),
+            state: a.state,
+            by: d.as_ref().map(|d| d.by.clone()),
+            how: d.as_ref().map(|d| d.how.clone()),
+            from: d.as_ref().and_then(|d| d.from.clone()),
+            at_ms: d.as_ref().map(|d| d.at_ms),
+            comment: d.and_then(|d| d.comment),
         };
-        events.push(run.push_event(
-            kind,
-            json!({
-                "approval_id": a.approval_id, "call_id": a.call_id, "name": a.tool,
-                "state": a.state.as_str(),
-                "by": d.as_ref().map(|d| &d.by), "how": d.as_ref().map(|d| &d.how),
-                "from": d.as_ref().and_then(|d| d.from.as_ref()),
-                "at_ms": d.as_ref().map(|d| d.at_ms),
-                "comment": d.as_ref().and_then(|d| d.comment.as_ref()),
-            }),
-            now,
-        ));
+        let event = if a.state == ApprovalState::Expired {
+            LogEvent::ApprovalExpired(settled)
+        } else {
+            LogEvent::ApprovalDecided(settled)
+        };
+        events.push(run.push_event(event, now));
         if a.kind == ApprovalKind::Indeterminate {
             match (&a.verdict, a.refusal()) {
                 (_, Some((code, message))) => {

@@ -23,7 +23,7 @@ use crate::fields;
 use crate::ledger::ToolCallState;
 use crate::ledger::{self, IllegalToolTransition, Recovery, ToolCallEvent, ToolCallRecord};
 use crate::machine::Machine;
-use crate::run::{clip, Run, RunError, RunEvent, RunEventRecord};
+use crate::run::{clip, LogEvent, Run, RunError, RunEvent, RunEventRecord};
 use crate::sandbox::hand::CallOutcome;
 use crate::sandbox::lifecycle::sandbox_key;
 use crate::skills;
@@ -236,11 +236,13 @@ fn claimed(run: &mut Run, agent: &AgentDefinition, now: i64) -> Result<Decision,
         for call_id in &lost {
             let skill = call(run, call_id)?.skill.clone();
             apply_to(run, call_id, ToolCallEvent::Lost, now)?;
-            events.push(run.push_event(
-                EventKind::ToolIndeterminate,
-                json!({"call_id": call_id, "name": skill}),
-                now,
-            ));
+            let lost = LogEvent::ToolIndeterminate {
+                call_id: call_id.clone(),
+                name: skill.clone(),
+                reason: None,
+                asking: false,
+            };
+            events.push(run.push_event(lost, now));
         }
         let error = RunError::new(
             "TOOL_INDETERMINATE",
@@ -278,16 +280,20 @@ fn replied(
         Some(_) => json!(TOO_DEEP_ARGS),
         None => c.args.clone(),
     };
-    let listed: Vec<Value> = reply
+    let tool_calls = reply
         .tool_calls
         .iter()
-        .map(|c| json!({"id": c.id, "name": c.name, "args": args_of(c)}))
+        .map(|c| ToolCall {
+            args: args_of(c),
+            ..c.clone()
+        })
         .collect();
-    let mut events = vec![run.push_event(
-        EventKind::ModelReply,
-        json!({"content": preview, "truncated": truncated, "tool_calls": listed}),
-        now,
-    )];
+    let replied = LogEvent::ModelReply {
+        content: preview.to_string(),
+        truncated,
+        tool_calls,
+    };
+    let mut events = vec![run.push_event(replied, now)];
     if reply.tool_calls.is_empty() {
         return Ok(Decision::new(events, Next::Answer));
     }
@@ -328,11 +334,12 @@ fn replied(
                 source,
             })?;
             run.ledger.insert(c.id.clone(), rec.clone());
-            events.push(run.push_event(
-                EventKind::ToolCall,
-                json!({"call_id": c.id, "name": c.name, "args": TOO_DEEP_ARGS}),
-                now,
-            ));
+            let asked = LogEvent::ToolCall {
+                call_id: c.id.clone(),
+                name: c.name.clone(),
+                args: json!(TOO_DEEP_ARGS),
+            };
+            events.push(run.push_event(asked, now));
             push_result(run, &rec, result, &mut events, now);
             continue;
         }
@@ -371,11 +378,12 @@ fn replied(
             inline.push(rec.clone());
         }
         run.ledger.insert(c.id.clone(), rec);
-        events.push(run.push_event(
-            EventKind::ToolCall,
-            json!({"call_id": c.id, "name": c.name, "args": c.args}),
-            now,
-        ));
+        let asked = LogEvent::ToolCall {
+            call_id: c.id.clone(),
+            name: c.name.clone(),
+            args: c.args.clone(),
+        };
+        events.push(run.push_event(asked, now));
     }
     run.usage.tool_calls += reply.tool_calls.len() as u32;
     let mut d = if inline.is_empty() {
@@ -526,18 +534,19 @@ fn push_result(
     now: i64,
 ) {
     let state = run.ledger.get(&rec.call_id).map_or(rec.state, |r| r.state);
-    events.push(run.push_event(
-        EventKind::ToolResult,
-        json!({"call_id": rec.call_id, "name": rec.skill, "state": state, "result": event_result(&result)}),
-        now,
-    ));
+    let answered = LogEvent::ToolResult {
+        call_id: rec.call_id.clone(),
+        name: rec.skill.clone(),
+        state,
+        result: event_result(&result),
+    };
+    events.push(run.push_event(answered, now));
 }
 
 mod approvals;
 mod children;
 mod sandbox;
 
-use crate::run::EventKind;
 use sandbox::sandbox_answered;
 pub use sandbox::{invocation, record_dispatch};
 

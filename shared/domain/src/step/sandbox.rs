@@ -9,7 +9,7 @@ use crate::ledger;
 use crate::ledger::Recovery;
 use crate::ledger::ToolCallEvent;
 use crate::ledger::ToolCallRecord;
-use crate::run::EventKind;
+use crate::run::LogEvent;
 use crate::run::Run;
 use crate::run::RunError;
 use crate::run::RunEventRecord;
@@ -28,7 +28,6 @@ use crate::step::push_result;
 use crate::step::Decision;
 use crate::step::StepRefused;
 use crate::step::MAX_SANDBOX_ATTEMPTS;
-use serde_json::json;
 
 /// Longest account of a call's changes an approval carries from its sandbox.
 const MAX_REPORTED_CHARS: usize = 2_000;
@@ -84,11 +83,11 @@ pub(super) fn sandbox_answered(
                     format!("tool call {call_id} could not run: {message}"),
                 )),
                 SECURITY_VIOLATION => {
-                    events.push(run.push_event(
-                        EventKind::SecurityViolation,
-                        json!({"call_id": call_id, "message": message}),
-                        now,
-                    ));
+                    let violation = LogEvent::SecurityViolation {
+                        call_id: call_id.to_string(),
+                        message: message.clone(),
+                    };
+                    events.push(run.push_event(violation, now));
                     Some(RunError::new(SECURITY_VIOLATION, message.clone()))
                 }
                 _ => None,
@@ -123,11 +122,13 @@ pub(super) fn sandbox_answered(
                     .is_none_or(|a| a.kind == ApprovalKind::Gate)
             {
                 // A human settles it: it happened, send it again, or fail.
-                events.push(run.push_event(
-                    EventKind::ToolIndeterminate,
-                    json!({"call_id": call_id, "name": rec.skill, "reason": reason, "asking": true}),
-                    now,
-                ));
+                let lost = LogEvent::ToolIndeterminate {
+                    call_id: call_id.to_string(),
+                    name: rec.skill.clone(),
+                    reason: Some(reason.to_string()),
+                    asking: true,
+                };
+                events.push(run.push_event(lost, now));
                 let why = format!(
                     "its sandbox was lost after it was sent ({reason}): did it take effect?"
                 );
@@ -135,11 +136,13 @@ pub(super) fn sandbox_answered(
                 return Ok(after_tools(run, events, now));
             }
             apply_to(run, call_id, ToolCallEvent::Lost, now)?;
-            events.push(run.push_event(
-                EventKind::ToolIndeterminate,
-                json!({"call_id": call_id, "name": rec.skill, "reason": reason}),
-                now,
-            ));
+            let lost = LogEvent::ToolIndeterminate {
+                call_id: call_id.to_string(),
+                name: rec.skill.clone(),
+                reason: Some(reason.to_string()),
+                asking: false,
+            };
+            events.push(run.push_event(lost, now));
             let error = RunError::new(
                 "TOOL_INDETERMINATE",
                 format!(
@@ -170,11 +173,14 @@ pub fn record_dispatch(
         now,
     )?;
     let (skill, attempt) = (rec.skill.clone(), rec.attempt);
-    Ok(run.push_event(
-        EventKind::ToolDispatched,
-        json!({"call_id": call_id, "name": skill, "attempt": attempt, "sandbox": sandbox, "generation": generation}),
-        now,
-    ))
+    let dispatched = LogEvent::ToolDispatched {
+        call_id: call_id.to_string(),
+        name: skill,
+        attempt,
+        sandbox: sandbox.to_string(),
+        generation,
+    };
+    Ok(run.push_event(dispatched, now))
 }
 
 /// The message a dispatched sandbox call travels as.
@@ -221,10 +227,12 @@ pub(super) fn retried(
     now: i64,
 ) -> Result<(), StepRefused> {
     apply_to(run, &rec.call_id, ToolCallEvent::Retried, now)?;
-    events.push(run.push_event(
-        EventKind::ToolRetried,
-        json!({"call_id": rec.call_id, "name": rec.skill, "reason": reason, "attempt": rec.attempt + 1}),
-        now,
-    ));
+    let retried = LogEvent::ToolRetried {
+        call_id: rec.call_id.clone(),
+        name: rec.skill.clone(),
+        reason: reason.to_string(),
+        attempt: rec.attempt + 1,
+    };
+    events.push(run.push_event(retried, now));
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::chat::{TokenUsage, ToolCall};
-use crate::run::{test_run, RunEvent};
+use crate::run::{test_run, EventKind, RunEvent};
 use crate::sandbox::hand::{codes, SANDBOX_LOST};
 
 fn agent() -> AgentDefinition {
@@ -44,7 +44,7 @@ fn failure(d: &Decision) -> &str {
 }
 
 fn kinds(d: &Decision) -> Vec<&str> {
-    d.events.iter().map(|e| e.kind.as_str()).collect()
+    d.events.iter().map(|e| e.kind().as_str()).collect()
 }
 
 #[test]
@@ -128,7 +128,7 @@ fn calls_are_recorded_before_any_runs_and_go_where_their_skill_says() {
         ("shell_exec", 7, 1)
     );
     let ev = record_dispatch(&mut run, "c2", 7, "t#a", 7).unwrap();
-    assert_eq!(ev.kind, EventKind::ToolDispatched);
+    assert_eq!(ev.kind(), EventKind::ToolDispatched);
     assert_eq!(run.ledger["c2"].generation, Some(7));
     assert_eq!(
         decide(&mut run, &a, StepInput::Claimed, 8).unwrap().next,
@@ -353,10 +353,15 @@ fn a_refused_delegation_is_the_calls_error_and_the_run_carries_on() {
     let d = decide(&mut run, &a, input, 2).unwrap();
     assert_eq!(d.next, Next::Continue);
     assert_eq!(kinds(&d), ["tool_result", "tool_result"]);
-    let codes: Vec<&str> = d
+    let codes: Vec<String> = d
         .events
         .iter()
-        .map(|e| e.data["result"]["error"]["code"].as_str().unwrap())
+        .map(|e| {
+            e.fields()["result"]["error"]["code"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     assert_eq!(codes, ["AGENT_NOT_FOUND", "DELEGATION_CYCLE"]);
     assert!(run.children.is_none());
@@ -431,7 +436,7 @@ fn json_nested_too_deeply_never_enters_the_record() {
     let back: Run = serde_json::from_str(&text).unwrap();
     assert!(crate::fields::json_depth(&serde_json::to_value(&back).unwrap()) <= 40);
     for e in &d.events {
-        assert!(crate::fields::json_depth(&e.data) <= crate::fields::MAX_JSON_DEPTH + 4);
+        assert!(crate::fields::json_depth(&e.fields()) <= crate::fields::MAX_JSON_DEPTH + 4);
     }
 }
 
@@ -454,11 +459,14 @@ fn delegated(run: &mut Run, a: &AgentDefinition, r: &ModelReply, limits: ChildLi
 fn refused_codes(d: &Decision) -> Vec<(String, String)> {
     d.events
         .iter()
-        .filter(|e| e.kind == EventKind::ToolResult)
+        .filter(|e| e.kind() == EventKind::ToolResult)
         .map(|e| {
             (
-                e.data["call_id"].as_str().unwrap_or_default().to_string(),
-                e.data["result"]["error"]["code"]
+                e.fields()["call_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                e.fields()["result"]["error"]["code"]
                     .as_str()
                     .unwrap_or_default()
                     .to_string(),
