@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::json;
 
-use armada_tests::TestStack;
+use armada_tests::{RunState, TestStack};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scenario_a_single_answer_and_an_inline_tool() {
@@ -38,7 +38,7 @@ async fn scenario_a_single_answer_and_an_inline_tool() {
     assert_eq!(run.input.as_deref().unwrap_or_default(), "What is Armada?");
     assert_eq!(run.usage.unwrap_or_default().model_turns, 1);
     let closed = t.wait_closed(&run_id).await;
-    assert_eq!(closed["state"], "CLOSED_COMPLETED");
+    assert_eq!(closed.state, RunState::ClosedCompleted);
     assert_eq!(
         t.event_types(&run_id).await,
         ["run_created", "model_reply", "run_completed", "run_closed"]
@@ -368,7 +368,7 @@ async fn cancel_ends_a_run_and_fences_its_worker() {
         .unwrap();
     assert_eq!(v["state"], "CANCELLED");
     let closed = t.wait_closed(&run_id).await;
-    assert_eq!(closed["state"], "CLOSED_CANCELLED");
+    assert_eq!(closed.state, RunState::ClosedCancelled);
     let (s, v) = t
         .raw(
             Method::POST,

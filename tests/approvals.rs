@@ -114,10 +114,7 @@ async fn the_link_from_the_email_shows_the_action_and_approving_runs_it_once() {
         tool_result(&run, "launch")["now"].is_string(),
         "the real result: {run:?}"
     );
-    assert!(
-        Some(run.epoch) > paused["epoch"].as_u64(),
-        "resumed by a later claim"
-    );
+    assert!(run.epoch > paused.epoch, "resumed by a later claim");
 
     // The link is used: replayed, it decides nothing and says so.
     let (status, html) = submit(&t.stack.api_url, approval_id, &token, "reject").await;

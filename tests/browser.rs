@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use armada_tests::approvals::{approvals_of, eml_link, put_agent, put_launch, wait_state};
 use armada_tests::sandbox::{fast, tool_result};
+use armada_tests::wait::eventually;
 use armada_tests::{free_port, outcome, root, TestStack};
 
 /// The W3C name of an element reference in WebDriver answers.
@@ -40,12 +41,10 @@ impl Browser {
             .expect("chromedriver starts (scripts/test installs Debian's chromium-driver)");
         let base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::new();
-        for _ in 0..100 {
-            if http.get(format!("{base}/status")).send().await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually("chromedriver to answer", || async {
+            http.get(format!("{base}/status")).send().await.is_ok()
+        })
+        .await;
         let profile = std::env::temp_dir().join(format!("armada-chromium-{port}"));
         // Flags for a closed network: no background connections at all.
         let args = [

@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 
 use armada_domain::collab::RunKind;
 use armada_domain::messages::DispatchMessage;
-use armada_tests::{outcome, params, RunView, TestStack};
+use armada_tests::wait::eventually;
+use armada_tests::{outcome, params, RunState, RunView, TestStack};
 
 /// Registers a scripted agent with these skills and limits.
 async fn put_agent(t: &TestStack, name: &str, skills: &[&str], timeout_s: u32) {
@@ -346,31 +347,28 @@ async fn cancelling_a_parent_cancels_its_five_running_children() {
         .await
         .unwrap();
     let run_id = text(&v["run_id"]);
-    // Wait until every member has been started.
-    let mut started = 0;
-    for _ in 0..100 {
+    eventually("every member to be started", || async {
         let c = t
             .client
             .get(&format!("/v1/runs/{run_id}/children"))
             .await
             .unwrap();
-        started = c["children"]
-            .as_array()
-            .unwrap()
+        let children = c["children"].as_array().unwrap();
+        children
             .iter()
             .filter(|k| k["state"] == "EXECUTING")
-            .count();
-        if started == 5 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(started, 5);
+            .count()
+            == 5
+    })
+    .await;
     t.client
         .post(&format!("/v1/runs/{run_id}/cancel"), &json!({}))
         .await
         .unwrap();
-    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_CANCELLED");
+    assert_eq!(
+        t.wait_closed(&run_id).await.state,
+        RunState::ClosedCancelled
+    );
     let c = t
         .client
         .get(&format!("/v1/runs/{run_id}/children"))
@@ -379,8 +377,8 @@ async fn cancelling_a_parent_cancels_its_five_running_children() {
     for k in c["children"].as_array().unwrap() {
         let id = text(&k["run_id"]);
         let child = t.wait_closed(&id).await;
-        assert_eq!(child["state"], "CLOSED_CANCELLED", "{child}");
-        assert!(child["output"].is_null(), "{child}");
+        assert_eq!(child.state, RunState::ClosedCancelled, "{child:?}");
+        assert!(child.output.is_none(), "{child:?}");
     }
     t.stack.stop().await;
 }

@@ -9,7 +9,8 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use armada_tests::{
-    callback_receiver, emulator_endpoint, outcome, params, put_fetcher, RunView, TestStack,
+    callback_receiver, emulator_endpoint, outcome, params, put_fetcher, EventKind, LogEvent,
+    RunView, TestStack,
 };
 
 fn fetch(url: &str) -> String {
@@ -124,8 +125,15 @@ async fn without_an_operator_listing_loopback_is_refused_and_failures_are_coarse
         .unwrap();
     let run_id = v["run_id"].as_str().unwrap().to_string();
     t.wait_closed(&run_id).await;
-    let failed = t.event_eventually(&run_id, "callback_failed").await;
-    assert_eq!(failed["error"], "EGRESS_REFUSED", "{failed}");
+    let failed = t.event_eventually(&run_id, EventKind::CallbackFailed).await;
+    let LogEvent::CallbackFailed(report) = failed else {
+        unreachable!("an event of the kind asked for")
+    };
+    assert_eq!(
+        report.error.as_deref(),
+        Some("EGRESS_REFUSED"),
+        "{report:?}"
+    );
     assert!(rx.try_recv().is_err(), "nothing reached the receiver");
 
     // http_request to an allow-listed name that is loopback: refused too.

@@ -15,8 +15,8 @@ use armada_core::Services;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
 use armada_domain::run::Run;
 use armada_harness::{Aborted, StepHooks};
-use armada_tests::wait::drained;
-use armada_tests::{outcome, params, TestStack};
+use armada_tests::wait::{drained, eventually};
+use armada_tests::{outcome, params, RunState, TestStack};
 
 /// Short leases and visibility timeouts so redelivery happens in seconds.
 fn fast_redelivery(max_receives: &str) -> HashMap<String, String> {
@@ -202,12 +202,10 @@ async fn a_run_whose_host_was_killed_resumes_within_two_minutes() {
         .create_run("assistant", "hang-once please")
         .await
         .unwrap();
-    for _ in 0..300 {
-        if stall.reached.load(Ordering::SeqCst) > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("the step to reach the model", || async {
+        stall.reached.load(Ordering::SeqCst) > 0
+    })
+    .await;
     assert_eq!(
         stall.reached.load(Ordering::SeqCst),
         1,
@@ -257,7 +255,7 @@ async fn a_message_that_keeps_failing_is_dead_lettered_and_its_run_fails() {
             .contains("harness-dlq"),
         "{run:?}"
     );
-    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_FAILED");
+    assert_eq!(t.wait_closed(&run_id).await.state, RunState::ClosedFailed);
     t.stack.stop().await;
 }
 
@@ -330,7 +328,7 @@ async fn a_run_whose_record_cannot_be_read_is_still_read_and_ended() {
         "CORRUPT_RECORD",
         "{run:?}"
     );
-    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_FAILED");
+    assert_eq!(t.wait_closed(&run_id).await.state, RunState::ClosedFailed);
     assert!(t
         .event_types(&run_id)
         .await
@@ -362,16 +360,13 @@ impl StepHooks for Stall {
 
 impl Stall {
     async fn until_terminal(&self, run: &Run) {
-        for _ in 0..300 {
-            if let Some(svc) = self.svc.get() {
-                if let Ok(Some(now)) = svc.runs.get(&run.run_id).await {
-                    if now.state.is_terminal() {
-                        return;
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually("the run to end behind the stalled worker", || async {
+            let Some(svc) = self.svc.get() else {
+                return false;
+            };
+            matches!(svc.runs.get(&run.run_id).await, Ok(Some(now)) if now.state.is_terminal())
+        })
+        .await
     }
 }
 
@@ -392,16 +387,10 @@ async fn a_stale_workers_commit_is_rejected() {
     );
     assert_eq!(run.epoch, 2);
     // The stalled worker wakes, tries to commit epoch 1, and is refused.
-    for _ in 0..100 {
-        if t.stack.svc.counters.fenced_commits.load(Ordering::Relaxed) > fenced_before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        t.stack.svc.counters.fenced_commits.load(Ordering::Relaxed) > fenced_before,
-        "the stale commit was not rejected"
-    );
+    eventually("the stale commit to be rejected", || async {
+        t.stack.svc.counters.fenced_commits.load(Ordering::Relaxed) > fenced_before
+    })
+    .await;
     t.wait_closed(&run_id).await;
     let types = t.event_types(&run_id).await;
     assert_eq!(

@@ -19,7 +19,7 @@ use armada_domain::sandbox::credentials::Renewal;
 use armada_domain::sandbox::hand::CallOutcome;
 use armada_domain::sandbox::seal::{answer_key, Answer};
 use armada_tests::sandbox::*;
-use armada_tests::{outcome, RunView};
+use armada_tests::{outcome, wait, EventKind, LogEvent, RunState, RunView};
 
 /// The salt of the stack tenant's sandbox record of `agent` (in its
 /// generations' keys), as the control plane reads it.
@@ -90,20 +90,23 @@ async fn post_answer(
 
 /// The dispatched call of a Run that waits on its sandbox.
 async fn dispatched(t: &armada_tests::TestStack, run_id: &str) -> (u32, String, u32, u64) {
-    for _ in 0..300 {
-        let run = t.client.get(&format!("/v1/runs/{run_id}")).await.unwrap();
-        let sent = t.event(run_id, "tool_dispatched").await;
-        if let (Some(e), "AWAITING_TOOL") = (sent, run["state"].as_str().unwrap_or_default()) {
-            return (
-                run["step"].as_u64().unwrap() as u32,
-                e["call_id"].as_str().unwrap().to_string(),
-                e["attempt"].as_u64().unwrap() as u32,
-                e["generation"].as_u64().unwrap(),
-            );
+    let what = format!("run {run_id} to wait on a dispatched call");
+    wait::until(&what, wait::PATIENCE, || async {
+        let run = t.client.run(run_id).await.unwrap();
+        if run.state != RunState::AwaitingTool {
+            return None;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("run {run_id} never waited on a dispatched call");
+        match t.event(run_id, EventKind::ToolDispatched).await? {
+            LogEvent::ToolDispatched {
+                call_id,
+                attempt,
+                generation,
+                ..
+            } => Some((run.step, call_id, attempt, generation)),
+            _ => None,
+        }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -405,9 +408,10 @@ async fn a_task_writing_its_own_record_reaches_no_other_identity() {
     let (_, call_id, _, _) = dispatched(&t, &run_id).await;
     eventually("the attacker's call runs", || async {
         sandbox_of(&t.client, "coder").await["state"] == "READY"
-            && t.event(&run_id, "tool_dispatched")
-                .await
-                .is_some_and(|e| e["call_id"] == call_id.as_str())
+            && matches!(
+                t.event(&run_id, EventKind::ToolDispatched).await,
+                Some(LogEvent::ToolDispatched { call_id: sent, .. }) if sent == call_id
+            )
     })
     .await;
     let table = t.stack.svc.cfg.sandboxes_table.clone();

@@ -7,7 +7,9 @@
 use reqwest::Method;
 use serde_json::json;
 
-use armada_tests::{callback_receiver, outcome, TestStack};
+use armada_tests::{
+    callback_receiver, outcome, CallbackReport, EventKind, LogEvent, RunState, TestStack,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn teams_are_stored_listed_and_deleted_in_the_registry_table() {
@@ -165,7 +167,7 @@ async fn model_errors_are_retried_then_fail_the_run() {
             .load(std::sync::atomic::Ordering::Relaxed),
         3
     );
-    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_FAILED");
+    assert_eq!(t.wait_closed(&run_id).await.state, RunState::ClosedFailed);
     t.stack.stop().await;
 }
 
@@ -184,7 +186,7 @@ async fn wall_clock_budget_times_the_run_out() {
         .unwrap();
     let (run_id, run) = t.ask("quick", "/sleep 1500 /tool current_time {}").await;
     assert_eq!(outcome(&run), "TIMED_OUT", "{run:?}");
-    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_TIMED_OUT");
+    assert_eq!(t.wait_closed(&run_id).await.state, RunState::ClosedTimedOut);
     t.stack.stop().await;
 }
 
@@ -228,8 +230,13 @@ async fn results_are_posted_signed_to_the_callback_url() {
     );
     // Delivered from the delivery queue once the Run closed, then noted
     // on the Run.
-    let delivered = t.event_eventually(&run_id, "callback_delivered").await;
-    assert_eq!(delivered["attempts"], 2);
+    let delivered = t
+        .event_eventually(&run_id, EventKind::CallbackDelivered)
+        .await;
+    let LogEvent::CallbackDelivered(CallbackReport { attempts, .. }) = delivered else {
+        unreachable!("an event of the kind asked for")
+    };
+    assert_eq!(attempts, 2);
 
     // A receiver that always fails: bounded attempts, recorded, the Run still closes.
     let (url, _rx) = callback_receiver(vec![500]).await;
@@ -242,8 +249,11 @@ async fn results_are_posted_signed_to_the_callback_url() {
         .await
         .unwrap();
     let run_id = v["run_id"].as_str().unwrap().to_string();
-    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_COMPLETED");
-    t.event_eventually(&run_id, "callback_failed").await;
+    assert_eq!(
+        t.wait_closed(&run_id).await.state,
+        RunState::ClosedCompleted
+    );
+    t.event_eventually(&run_id, EventKind::CallbackFailed).await;
     t.stack.stop().await;
 }
 
@@ -271,7 +281,10 @@ async fn a_silent_callback_endpoint_does_not_hold_a_runs_settling() {
         .await
         .unwrap();
     let run_id = v["run_id"].as_str().unwrap().to_string();
-    assert_eq!(t.wait_closed(&run_id).await["state"], "CLOSED_COMPLETED");
+    assert_eq!(
+        t.wait_closed(&run_id).await.state,
+        RunState::ClosedCompleted
+    );
     // Each of its attempts waits 5 s for an answer that never comes: the
     // Run was closed without waiting for them.
     let types = t.event_types(&run_id).await;
@@ -280,8 +293,15 @@ async fn a_silent_callback_endpoint_does_not_hold_a_runs_settling() {
             && !types.iter().any(|k| k.starts_with("callback_")),
         "{types:?}"
     );
-    let failed = t.event_eventually(&run_id, "callback_failed").await;
-    assert_eq!(failed["error"], "CONNECT_FAILED", "{failed}");
+    let failed = t.event_eventually(&run_id, EventKind::CallbackFailed).await;
+    let LogEvent::CallbackFailed(report) = failed else {
+        unreachable!("an event of the kind asked for")
+    };
+    assert_eq!(
+        report.error.as_deref(),
+        Some("CONNECT_FAILED"),
+        "{report:?}"
+    );
     assert!(!held.lock().unwrap().is_empty(), "the endpoint was reached");
     t.stack.stop().await;
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use armada_cli::client::Client;
 use armada_cli::local::{process, LocalOptions, LocalStack};
-use armada_tests::{free_port, root, TestStack};
+use armada_tests::{free_port, root, wait, TestStack};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_stack_reconnects_after_the_emulator_restarts() {
@@ -33,18 +33,12 @@ async fn the_stack_reconnects_after_the_emulator_restarts() {
     assert!(process::terminate(first));
     // The emulator comes back empty; the stack restarts it, re-creates its
     // resources and its key, and answers again.
-    let mut answered = None;
-    for _ in 0..60 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let Ok(run_id) = client.create_run("assistant", "after").await else {
-            continue;
-        };
-        if let Ok(run) = client.wait_run(&run_id, Duration::from_secs(15)).await {
-            answered = Some(run);
-            break;
-        }
-    }
-    let run = answered.expect("the stack answers after the emulator restarted");
+    let what = "the stack to answer after the emulator restarted";
+    let run = wait::until(what, Duration::from_secs(120), || async {
+        let run_id = client.create_run("assistant", "after").await.ok()?;
+        client.wait_run(&run_id, Duration::from_secs(15)).await.ok()
+    })
+    .await;
     assert_eq!(run.output.as_deref().unwrap_or_default(), "echo: after");
     let second = stack.emulator_pid().unwrap();
     assert_ne!(first, second);

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use armada_cli::client::Client;
 
-use crate::TestStack;
+use crate::{wait, EventView, LogEvent, RunView, TestStack};
 
 /// `launch`: a high-risk skill (it tells the time, so its result is real).
 pub async fn put_launch(t: &TestStack) {
@@ -61,55 +61,60 @@ pub async fn key(t: &TestStack, tenant: &str, role: &str) -> (Client, String) {
     (Client::new(&t.stack.api_url, &k, None), k)
 }
 
-pub async fn wait_state(c: &Client, run_id: &str, state: &str) -> Value {
-    for _ in 0..600 {
-        let v = c.get(&format!("/v1/runs/{run_id}")).await.unwrap();
-        if v["state"] == state {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("run {run_id} never reached {state}");
+/// Waits until the Run is in `state` (up to a minute).
+pub async fn wait_state(c: &Client, run_id: &str, state: &str) -> RunView {
+    let what = format!("run {run_id} to be {state}");
+    wait::until(&what, Duration::from_secs(60), || async {
+        let run = c.run(run_id).await.unwrap();
+        (run.state.as_str() == state).then_some(run)
+    })
+    .await
 }
 
-pub async fn events(c: &Client, run_id: &str) -> Vec<Value> {
-    let v = c
-        .get(&format!("/v1/runs/{run_id}/events?after=0"))
-        .await
-        .unwrap();
-    v["events"].as_array().unwrap().clone()
+/// A Run's events, oldest first (its first page).
+pub async fn events(c: &Client, run_id: &str) -> Vec<EventView> {
+    c.events(run_id, 0, 0).await.unwrap().events
 }
 
-pub fn kinds(events: &[Value]) -> Vec<&str> {
-    events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+/// The events' types, in order.
+pub fn kinds(events: &[EventView]) -> Vec<&'static str> {
+    events.iter().map(|e| e.kind().as_str()).collect()
 }
 
 /// The approvals a Run asked for, in the order it asked.
 pub async fn approvals_of(c: &Client, run_id: &str) -> Vec<String> {
     events(c, run_id)
         .await
-        .iter()
-        .filter(|e| e["type"] == "approval_requested")
-        .map(|e| e["approval_id"].as_str().unwrap().to_string())
+        .into_iter()
+        .filter_map(|e| match e.event {
+            LogEvent::ApprovalRequested { approval_id, .. } => Some(approval_id),
+            _ => None,
+        })
         .collect()
 }
 
-/// The review link of `approval_id` in the outbox's `.eml` files.
+/// The review link of `approval_id` in the outbox's `.eml` files, once
+/// its email is there.
 pub async fn eml_link(outbox: &Path, approval_id: &str) -> String {
-    for _ in 0..300 {
-        for entry in std::fs::read_dir(outbox).into_iter().flatten().flatten() {
-            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-            let link = text
-                .lines()
-                .find(|l| l.contains(&format!("/v1/approvals/{approval_id}/review?token=")));
-            if let Some(l) = link {
+    let what = format!("an email for {approval_id} in {}", outbox.display());
+    let marker = format!("/v1/approvals/{approval_id}/review?token=");
+    wait::until(&what, wait::PATIENCE, || async {
+        std::fs::read_dir(outbox)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find_map(|entry| {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                let link = text
+                    .lines()
+                    .find(|l| l.contains(&marker))?
+                    .trim()
+                    .to_string();
                 assert!(text.contains("\r\nSubject: "), "{text}");
-                return l.trim().to_string();
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no email for {approval_id} in {}", outbox.display());
+                Some(link)
+            })
+    })
+    .await
 }
 
 pub async fn get_page(url: &str) -> (u16, String) {

@@ -7,10 +7,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-pub use armada_api::runs::RunView;
+pub use armada_api::runs::{EventView, RunView};
 use armada_cli::client::Client;
 use armada_cli::local::dataplane::DataPlaneMode;
 use armada_cli::local::{emulator, LocalOptions, LocalStack};
+pub use armada_domain::run::{CallbackReport, EventKind, LogEvent, RunState};
 use armada_harness::StepHooks;
 
 pub mod approvals;
@@ -261,32 +262,25 @@ impl TestStack {
         )
     }
 
-    /// A Run's events, oldest first.
-    pub async fn events(&self, run_id: &str) -> Vec<serde_json::Value> {
-        let v = self
-            .client
-            .get(&format!("/v1/runs/{run_id}/events?after=0"))
-            .await
-            .expect("events");
-        v["events"].as_array().expect("events array").clone()
+    /// A Run's events, oldest first (its first page).
+    pub async fn events(&self, run_id: &str) -> Vec<EventView> {
+        let page = self.client.events(run_id, 0, 0).await.expect("events");
+        page.events
     }
 
     /// The first event of a Run of type `kind`, if any.
-    pub async fn event(&self, run_id: &str, kind: &str) -> Option<serde_json::Value> {
+    pub async fn event(&self, run_id: &str, kind: EventKind) -> Option<LogEvent> {
         self.events(run_id)
             .await
             .into_iter()
-            .find(|e| e["type"] == kind)
+            .find(|e| e.kind() == kind)
+            .map(|e| e.event)
     }
 
-    /// The first event of `kind` on a Run, once there is one (up to 30 s).
-    pub async fn event_eventually(&self, run_id: &str, kind: &str) -> serde_json::Value {
+    /// The first event of `kind` on a Run, once there is one.
+    pub async fn event_eventually(&self, run_id: &str, kind: EventKind) -> LogEvent {
         let what = format!("a {kind} event on {run_id}");
-        crate::wait::eventually(&what, || async { self.event(run_id, kind).await.is_some() }).await;
-        // Events are only ever appended: the one seen is still there.
-        self.event(run_id, kind)
-            .await
-            .expect("an event seen a moment ago")
+        wait::until(&what, wait::PATIENCE, || self.event(run_id, kind)).await
     }
 
     /// The events of a Run, by type.
@@ -294,27 +288,18 @@ impl TestStack {
         self.events(run_id)
             .await
             .iter()
-            .map(|e| e["type"].as_str().unwrap_or_default().to_string())
+            .map(|e| e.kind().to_string())
             .collect()
     }
 
     /// Waits until the Run is closed (post-terminal duties done).
-    pub async fn wait_closed(&self, run_id: &str) -> serde_json::Value {
-        for _ in 0..300 {
-            let v = self
-                .client
-                .get(&format!("/v1/runs/{run_id}"))
-                .await
-                .expect("run");
-            if v["state"]
-                .as_str()
-                .is_some_and(|s| s.starts_with("CLOSED_"))
-            {
-                return v;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("run {run_id} did not close");
+    pub async fn wait_closed(&self, run_id: &str) -> RunView {
+        let what = format!("run {run_id} to close");
+        wait::until(&what, wait::PATIENCE, || async {
+            let run = self.client.run(run_id).await.expect("run");
+            run.state.is_closed().then_some(run)
+        })
+        .await
     }
 }
 
@@ -325,7 +310,6 @@ pub fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         .collect()
 }
 
-/// A Run's outcome, whether or not it is closed yet.
 /// Registers an agent whose only skill is `http_request`, allowed `hosts`.
 pub async fn put_fetcher(t: &TestStack, name: &str, hosts: &[String]) {
     let def = serde_json::json!({
@@ -346,6 +330,7 @@ pub async fn put_fetcher(t: &TestStack, name: &str, hosts: &[String]) {
         .expect("the fetcher agent is registered");
 }
 
+/// A Run's outcome, whether or not it is closed yet.
 pub fn outcome(run: &impl StateOf) -> String {
     let s = run.state_name();
     s.strip_prefix("CLOSED_").unwrap_or(&s).to_string()

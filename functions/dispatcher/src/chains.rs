@@ -56,7 +56,7 @@ impl Dispatcher {
                     tracing::warn!(run_id = %run.run_id, chain_id = %link.chain_id, ?skipped, cause, "chain broken");
                     let broken = LogEvent::ChainBroken {
                         chain_id: link.chain_id.clone(),
-                        at: link.index,
+                        index: link.index,
                         state: run.state.outcome(),
                         skipped: skipped.clone(),
                         code: cause.map(str::to_string),

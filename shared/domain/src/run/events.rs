@@ -131,11 +131,14 @@ pub enum LogEvent {
         agent: String,
         run_id: String,
     },
-    /// A relay chain stopped at step `at`, which ended in `state`; the
+    /// A relay chain stopped at step `index`, which ended in `state`; the
     /// `skipped` steps never run.
     ChainBroken {
         chain_id: String,
-        at: u32,
+        // Written as `at` before the log was typed; the API showed the
+        // event's time under that name instead.
+        #[serde(alias = "at")]
+        index: u32,
         state: RunState,
         skipped: Vec<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -611,7 +614,7 @@ mod tests {
             },
             LogEvent::ChainBroken {
                 chain_id: "ch".into(),
-                at: 0,
+                index: 0,
                 state: RunState::Failed,
                 skipped: vec!["b".into()],
                 code: Some("CHAIN_BROKEN".into()),
@@ -652,7 +655,10 @@ mod tests {
             let written = serde_json::to_value(&event).unwrap();
             assert_eq!(written["type"], kind.as_str());
             let fields = event.fields();
-            assert!(fields.get("type").is_none(), "{fields}");
+            // The API shows them beside the event's own number and time.
+            for own in ["type", "seq", "at"] {
+                assert!(fields.get(own).is_none(), "{own} in {fields}");
+            }
             assert_eq!(LogEvent::from_parts(kind.as_str(), fields), Ok(event));
         }
     }
@@ -670,6 +676,13 @@ mod tests {
         assert!(read.unwrap_err().contains("tool_call"));
         assert!(LogEvent::from_parts("no_such_kind", json!({})).is_err());
         assert!(LogEvent::from_parts("run_closed", json!([1])).is_err());
+        // A chain_broken event stored before the log was typed.
+        let stored = json!({"chain_id": "c", "at": 2, "state": "FAILED", "skipped": []});
+        let read = LogEvent::from_parts("chain_broken", stored).unwrap();
+        assert!(
+            matches!(read, LogEvent::ChainBroken { index: 2, .. }),
+            "{read:?}"
+        );
     }
 
     #[test]
