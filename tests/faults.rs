@@ -364,7 +364,7 @@ impl Stall {
             let Some(svc) = self.svc.get() else {
                 return false;
             };
-            matches!(svc.runs.get(&run.run_id).await, Ok(Some(now)) if now.state.is_terminal())
+            matches!(svc.runs.get(&run.run_id).await, Ok(Some(now)) if now.state().is_terminal())
         })
         .await
     }

@@ -94,7 +94,7 @@ async fn links_are_sent_again_with_a_fresh_token_and_a_decision_applies_once() {
         .filter(|m| matches!(m, DispatchMessage::NotifyApproval { .. }))
         .collect();
     assert_eq!(notices.len(), 1);
-    assert_eq!(s.run(&run.run_id).state, RunState::AwaitingHitl);
+    assert_eq!(s.run(&run.run_id).state(), RunState::AwaitingHitl);
     assert_eq!(s.to_dispatcher(&notices[0]).await, 1, "retried");
     let first = approvals(&s)[0].tokens.clone();
     assert_eq!(first.len(), 1, "the failed send's token is stored, hashed");
@@ -119,7 +119,7 @@ async fn links_are_sent_again_with_a_fresh_token_and_a_decision_applies_once() {
     s.to_harness(&msg).await;
     s.pump().await;
     let done = s.run(&run.run_id);
-    assert!(done.state.is_terminal(), "{:?}", done.state);
+    assert!(done.state().is_terminal(), "{:?}", done.state());
     let out = s.output(&run.run_id);
     assert!(out.contains("now"), "{out}");
     let results = s
@@ -160,7 +160,7 @@ async fn a_decision_waits_for_a_step_in_flight() {
         .lease_until_ms = 0;
     s.to_harness(&msg).await;
     s.pump().await;
-    assert!(s.run(&run.run_id).state.is_terminal());
+    assert!(s.run(&run.run_id).state().is_terminal());
 }
 
 #[tokio::test]
@@ -186,7 +186,7 @@ async fn the_watchdog_expires_what_no_one_decided_and_sends_unsent_links() {
     // Due: it expires, and the Run hears of it.
     s.svc.clock.advance(61_000);
     assert_eq!(s.to_dispatcher(&check(&parked)).await, 0);
-    assert_eq!(approvals(&s)[0].state, ApprovalState::Expired);
+    assert_eq!(approvals(&s)[0].state(), ApprovalState::Expired);
     s.pump().await;
     assert!(s.output(&run.run_id).contains("APPROVAL_EXPIRED"));
     assert!(s
@@ -212,7 +212,7 @@ async fn a_cancelled_runs_pending_approvals_are_cancelled() {
         tenant: TENANT.into(),
     })
     .await;
-    assert_eq!(approvals(&s)[0].state, ApprovalState::Cancelled);
+    assert_eq!(approvals(&s)[0].state(), ApprovalState::Cancelled);
     assert_eq!(
         approvals(&s)[0].decision.as_ref().map(|d| d.how.as_str()),
         Some("cancel")
@@ -320,7 +320,7 @@ async fn only_the_control_planes_notices_mint_links() {
         .into_iter()
         .filter(|m| matches!(m, DispatchMessage::NotifyApproval { .. }))
         .collect();
-    assert_eq!(s.run(&run.run_id).state, RunState::AwaitingHitl);
+    assert_eq!(s.run(&run.run_id).state(), RunState::AwaitingHitl);
     let a = approvals(&s).remove(0);
     let forged_seal = armada_domain::messages::notice_seal(
         &s.svc.cfg.callback_signing_secret,

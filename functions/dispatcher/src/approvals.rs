@@ -132,7 +132,7 @@ impl Dispatcher {
         let waiting: Vec<String> = run
             .ledger
             .values()
-            .filter(|r| r.step == step && !r.state.is_settled() && r.awaits_approval())
+            .filter(|r| r.step == step && !r.state().is_settled() && r.awaits_approval())
             .filter_map(|r| r.approval.as_ref().map(|a| a.approval_id.clone()))
             .collect();
         let mut next_due = i64::MAX;
@@ -140,7 +140,7 @@ impl Dispatcher {
             let Some(mut a) = svc.approvals.get(id).await? else {
                 continue;
             };
-            if a.state == ApprovalState::Pending && a.is_overdue(now) {
+            if a.state() == ApprovalState::Pending && a.is_overdue(now) {
                 let read = a.version;
                 if a.apply(ApprovalEvent::Expire, now).is_ok() {
                     match svc.approvals.update(read, &a).await {
@@ -153,7 +153,7 @@ impl Dispatcher {
                     }
                 }
             }
-            if a.state != ApprovalState::Pending {
+            if a.state() != ApprovalState::Pending {
                 svc.queues
                     .send_harness(&HarnessMessage::ApprovalDecided {
                         run_id: run.run_id.clone(),
@@ -209,7 +209,7 @@ impl Dispatcher {
         }
         let svc = &self.svc;
         for mut a in svc.approvals.of_run(&run.run_id).await? {
-            if a.state != ApprovalState::Pending || a.tenant != run.tenant {
+            if a.state() != ApprovalState::Pending || a.tenant != run.tenant {
                 continue;
             }
             let read = a.version;

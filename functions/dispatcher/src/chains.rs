@@ -30,7 +30,7 @@ impl Dispatcher {
         };
         let now = self.svc.clock.now_ms();
         let room = descendants::next_step(run, self.svc.cfg.max_descendants_per_root);
-        match chain::after_step(&link, run.state.outcome(), room) {
+        match chain::after_step(&link, run.state().outcome(), room) {
             AfterStep::Next {
                 index,
                 agent,
@@ -57,7 +57,7 @@ impl Dispatcher {
                     let broken = LogEvent::ChainBroken {
                         chain_id: link.chain_id.clone(),
                         index: link.index,
-                        state: run.state.outcome(),
+                        state: run.state().outcome(),
                         skipped: skipped.clone(),
                         code: cause.map(str::to_string),
                     };

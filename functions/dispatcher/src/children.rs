@@ -40,8 +40,8 @@ impl Dispatcher {
                 return Ok(Try::Done(Outcome::Done));
             };
             let current = parent.children.as_ref().map_or(0, |c| c.round);
-            if parent.state != RunState::AwaitingChildren || current != round {
-                tracing::info!(run_id, state = %parent.state, round, current, "children's start for a parent that moved on dropped");
+            if parent.state() != RunState::AwaitingChildren || current != round {
+                tracing::info!(run_id, state = %parent.state(), round, current, "children's start for a parent that moved on dropped");
                 return Ok(Try::Done(Outcome::Done));
             }
             let created = self.create_children(&parent).await?;
@@ -86,7 +86,7 @@ impl Dispatcher {
         let mut agents: HashMap<String, Option<AgentDefinition>> = HashMap::new();
         let mut runs = Vec::new();
         for slot in c.slots.iter().filter(|s| s.round == c.round) {
-            if slot.state != SlotState::Queued {
+            if slot.state() != SlotState::Queued {
                 continue;
             }
             if !agents.contains_key(&slot.agent) {
@@ -207,7 +207,7 @@ impl Dispatcher {
             return Ok(true);
         };
         let parent = self.svc.runs.get(pid).await?;
-        Ok(parent.is_some_and(|p| p.state.is_active() && p.tenant == child.tenant))
+        Ok(parent.is_some_and(|p| p.state().is_active() && p.tenant == child.tenant))
     }
 
     /// A child ended: its end goes to its parent's FIFO group of the
@@ -236,7 +236,7 @@ impl Dispatcher {
         let open: Vec<String> = c
             .slots
             .iter()
-            .filter(|s| s.state != SlotState::Ended)
+            .filter(|s| s.state() != SlotState::Ended)
             .map(|s| s.run_id.clone())
             .collect();
         for child_id in open {
@@ -256,7 +256,7 @@ impl Dispatcher {
             let Some(child) = self.load(child_id, tenant).await? else {
                 return Ok(Try::Done(Outcome::Done));
             };
-            if child.state.is_terminal() {
+            if child.state().is_terminal() {
                 return Ok(Try::Done(Outcome::Done));
             }
             let by = EndNote {

@@ -45,14 +45,14 @@ async fn a_delegation_answers_the_parents_call_and_the_parent_carries_on() {
         .await;
     s.pump().await;
     let done = s.run(&parent.run_id);
-    assert_eq!(done.state, RunState::ClosedCompleted, "{:?}", done.error);
+    assert_eq!(done.state(), RunState::ClosedCompleted, "{:?}", done.error);
     let out = s.output(&parent.run_id);
     assert!(out.starts_with("tool delegate returned: "), "{out}");
     assert!(out.contains(r#""output":"echo: say hi""#), "{out}");
     let kids = s.children(&parent.run_id);
     assert_eq!(kids.len(), 1);
     let child = &kids[0];
-    assert_eq!(child.state, RunState::ClosedCompleted);
+    assert_eq!(child.state(), RunState::ClosedCompleted);
     assert_eq!(child.parent_run_id.as_deref(), Some(parent.run_id.as_str()));
     let l = child.lineage();
     assert_eq!(
@@ -79,7 +79,7 @@ async fn delegations_in_one_turn_run_together_and_refusals_do_not_stop_the_run()
     let parent = s.start("boss", input, None).await;
     // One pass of each: the parent waits, both children are started at once.
     s.harness_pass().await;
-    assert_eq!(s.run(&parent.run_id).state, RunState::AwaitingChildren);
+    assert_eq!(s.run(&parent.run_id).state(), RunState::AwaitingChildren);
     assert_eq!(s.run(&parent.run_id).outstanding_children(), 2);
     s.pump().await;
     let out = s.output(&parent.run_id);
@@ -103,13 +103,13 @@ async fn a_fan_out_runs_every_member_then_round_two_over_all_of_them() {
     );
     let parent = s.start("a", "assess alert 7", t).await;
     let waiting = s.run(&parent.run_id);
-    assert_eq!(waiting.state, RunState::AwaitingChildren);
+    assert_eq!(waiting.state(), RunState::AwaitingChildren);
     assert_eq!(waiting.outstanding_children(), 3);
     let started: Vec<_> = s.children(&parent.run_id);
     assert_eq!(started.len(), 3, "all created");
     s.pump().await;
     let done = s.run(&parent.run_id);
-    assert_eq!(done.state, RunState::ClosedCompleted, "{:?}", done.error);
+    assert_eq!(done.state(), RunState::ClosedCompleted, "{:?}", done.error);
     let out = s.output(&parent.run_id);
     assert_holds(
         &out,
@@ -153,7 +153,7 @@ async fn a_failing_member_fails_the_team_under_all_and_is_listed_under_best_effo
         }
         s.pump().await;
         let done = s.run(&parent.run_id);
-        assert_eq!(done.state, ends, "{policy}: {:?}", done.error);
+        assert_eq!(done.state(), ends, "{policy}: {:?}", done.error);
         if policy == "all" {
             let e = done.error.expect("an error");
             assert_eq!(e.code, "MEMBERS_FAILED");
@@ -226,11 +226,11 @@ async fn cancelling_a_parent_cancels_its_children_and_theirs() {
     })
     .await;
     s.pump().await;
-    assert_eq!(s.run(&parent.run_id).state, RunState::ClosedCancelled);
+    assert_eq!(s.run(&parent.run_id).state(), RunState::ClosedCancelled);
     let kids = s.children(&parent.run_id);
     assert_eq!(kids.len(), 3);
     for k in kids {
-        assert_eq!(k.state, RunState::ClosedCancelled, "{}", k.run_id);
+        assert_eq!(k.state(), RunState::ClosedCancelled, "{}", k.run_id);
         assert_eq!(
             k.usage.model_turns, 0,
             "no child ran after its parent ended"
@@ -261,7 +261,9 @@ async fn duplicated_and_simultaneous_ends_settle_the_round_exactly_once() {
             s.to_dispatcher(&m).await;
         }
     }
-    assert!(ids.iter().all(|id| s.run(id).state == RunState::Completed));
+    assert!(ids
+        .iter()
+        .all(|id| s.run(id).state() == RunState::Completed));
     let terminal = |id: &String| DispatchMessage::RunTerminal {
         run_id: id.clone(),
         tenant: TENANT.into(),
@@ -287,7 +289,7 @@ async fn duplicated_and_simultaneous_ends_settle_the_round_exactly_once() {
     s.harness.handle_event(event).await.expect("handled");
     let p = s.run(&parent.run_id);
     assert_eq!(
-        (p.state, p.outstanding_children(), p.step),
+        (p.state(), p.outstanding_children(), p.step),
         (RunState::Executing, 0, 1)
     );
     let steps = s.mem.take_harness();
@@ -406,7 +408,7 @@ async fn a_relay_chain_counts_as_one_active_run_from_step_to_step() {
         s.to_dispatcher(&m).await;
     }
     let link = first.chain.clone().expect("link");
-    assert_eq!(s.run(&first.run_id).state, RunState::ClosedCompleted);
+    assert_eq!(s.run(&first.run_id).state(), RunState::ClosedCompleted);
     assert_eq!(held(), [chain::step_run_id(&link.chain_id, 1)]);
     s.pump().await;
     assert!(held().is_empty(), "{:?}", held());
@@ -434,7 +436,7 @@ async fn a_child_resumes_a_finished_peer_or_is_refused_closed() {
     let source = s.start("a", "remember: blue", None).await;
     let big = s.start("a", &"word ".repeat(6_000), None).await;
     s.pump().await;
-    assert_eq!(s.run(&source.run_id).state, RunState::ClosedCompleted);
+    assert_eq!(s.run(&source.run_id).state(), RunState::ClosedCompleted);
     let resume = |agent: &str, from: &str| serde_json::json!({"name": "delegate", "args": {"agent": agent, "task": "/recall", "resume_from": from}});
     let calls = serde_json::json!([
         resume("a", &source.run_id),
@@ -516,7 +518,7 @@ async fn a_start_retried_after_the_expansion_committed_still_starts_the_members(
     .await;
     assert_eq!(s.children(&run.run_id).len(), 2, "created");
     s.pump().await;
-    assert_eq!(s.run(&run.run_id).state, RunState::ClosedCompleted);
+    assert_eq!(s.run(&run.run_id).state(), RunState::ClosedCompleted);
 }
 
 /// The Runs below one root are bounded as a whole: with a bound of 3 a
@@ -543,7 +545,7 @@ async fn a_root_tree_holds_no_more_runs_than_the_bound() {
     let root = s.start("boss", &format!("/tools {outer}"), None).await;
     s.pump().await;
     let done = s.run(&root.run_id);
-    assert_eq!(done.state, RunState::ClosedCompleted, "{:?}", done.error);
+    assert_eq!(done.state(), RunState::ClosedCompleted, "{:?}", done.error);
     assert_holds(
         &s.output(&root.run_id),
         &["TOO_MANY_DESCENDANTS", "echo: z"],
@@ -563,7 +565,7 @@ async fn a_root_tree_holds_no_more_runs_than_the_bound() {
         .await;
     s.pump().await;
     let failed = s.run(&team_run.run_id);
-    assert_eq!(failed.state, RunState::ClosedFailed);
+    assert_eq!(failed.state(), RunState::ClosedFailed);
     let error = failed.error.expect("an error");
     assert_eq!(error.code, "TOO_MANY_DESCENDANTS", "{}", error.message);
     assert!(s.children(&team_run.run_id).is_empty());

@@ -124,7 +124,7 @@ impl Dispatcher {
                 }
                 Err(e) => return Err(e.into()),
             };
-            if run.state.is_terminal() {
+            if run.state().is_terminal() {
                 return Ok(Try::Done(true));
             }
             let error = RunError::new(

@@ -25,11 +25,11 @@ impl Dispatcher {
         let Some(run) = self.load(run_id, tenant).await? else {
             return Ok(Outcome::Done);
         };
-        if run.state.is_active() {
-            tracing::warn!(run_id, state = %run.state, "terminal notice for an active run dropped");
+        if run.state().is_active() {
+            tracing::warn!(run_id, state = %run.state(), "terminal notice for an active run dropped");
             return Ok(Outcome::Done);
         }
-        if run.state.is_closed() {
+        if run.state().is_closed() {
             tracing::info!(run_id, "already closed; duplicate dropped");
             return Ok(Outcome::Done);
         }
@@ -119,7 +119,7 @@ impl Dispatcher {
         let Some(url) = url else {
             return Ok(Outcome::Done);
         };
-        if !run.state.is_closed() {
+        if !run.state().is_closed() {
             // Its settling queued this before closing it: a few tries, then
             // it is delivered as the Run stands.
             if receives < 5 {
@@ -131,7 +131,7 @@ impl Dispatcher {
             _ => json!({
                 "run_id": run.run_id,
                 "agent": run.agent,
-                "state": run.state.outcome(),
+                "state": run.state().outcome(),
                 "output": match &run.output {
                     Some(p) => Some(self.svc.payloads.read(p).await?),
                     None => None,
@@ -225,7 +225,7 @@ impl Dispatcher {
             return Ok(self.illegal(&next.run_id, &e));
         }
         let closed = LogEvent::RunClosed {
-            outcome: next.state.outcome(),
+            outcome: next.state().outcome(),
         };
         events.push(next.push_event(closed, now));
         match self.svc.runs.save(prev, &next, &events, vec![]).await {

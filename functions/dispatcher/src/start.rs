@@ -15,13 +15,13 @@ impl Dispatcher {
         let Some(run) = self.load(run_id, tenant).await? else {
             return Ok(Outcome::Done);
         };
-        if run.state == RunState::AwaitingChildren && Self::fans_out(&run) {
+        if run.state() == RunState::AwaitingChildren && Self::fans_out(&run) {
             // A start retried after its expansion committed: the spawn
             // that may not have happened is safe to do again.
             return self.spawn_children(run_id, tenant, 1).await;
         }
-        if run.state != RunState::Pending {
-            tracing::info!(run_id, state = %run.state, "already started; duplicate dropped");
+        if run.state() != RunState::Pending {
+            tracing::info!(run_id, state = %run.state(), "already started; duplicate dropped");
             return Ok(Outcome::Done);
         }
         if !self.parent_still_waits(&run).await? {
@@ -98,7 +98,7 @@ impl Dispatcher {
                 };
                 run
             };
-            if run.state.is_terminal() {
+            if run.state().is_terminal() {
                 match self.svc.sessions.mark_done(session_id, next).await {
                     // We moved the session on: no need to read it again.
                     Ok(()) => {
@@ -117,7 +117,7 @@ impl Dispatcher {
                 }
                 continue;
             }
-            if run.state == RunState::Pending {
+            if run.state() == RunState::Pending {
                 return self.send_first_step(&run).await;
             }
             // The head is running: it will advance the session when it ends.

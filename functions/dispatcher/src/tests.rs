@@ -63,7 +63,7 @@ fn step_to(mem: &Memory, run_id: &str, event: Option<RunEvent>) {
 }
 
 fn state_of(mem: &Memory, run_id: &str) -> RunState {
-    mem.state().runs[run_id].state
+    mem.state().runs[run_id].state()
 }
 
 #[tokio::test]
@@ -118,7 +118,7 @@ async fn a_dead_lettered_step_fails_its_run_fenced_and_closes_it() {
     let dlq = svc.cfg.harness_dlq.clone();
     assert_eq!(deliver(&d, &dlq, &first_step(&run)).await, 0);
     let after = mem.state().runs[&run.run_id].clone();
-    assert_eq!(after.state, RunState::ClosedFailed);
+    assert_eq!(after.state(), RunState::ClosedFailed);
     assert_eq!(after.epoch, 2, "a worker still on the step is fenced out");
     assert_eq!(after.error.map(|e| e.code), Some("DEAD_LETTERED".into()));
 }
@@ -137,7 +137,7 @@ async fn a_dead_lettered_run_whose_record_cannot_be_read_is_still_ended() {
     let dlq = svc.cfg.harness_dlq.clone();
     assert_eq!(deliver(&d, &dlq, &first_step(&run)).await, 0);
     let after = svc.runs.get(&run.run_id).await.unwrap().unwrap();
-    assert_eq!(after.state, RunState::ClosedFailed);
+    assert_eq!(after.state(), RunState::ClosedFailed);
     assert_eq!(after.epoch, 2, "a worker still on the step is fenced out");
     assert_eq!(
         after.error.map(|e| e.code),
@@ -205,7 +205,7 @@ async fn the_watchdog_times_out_a_waiting_run_past_its_deadline() {
         .advance(i64::from(def.limits.timeout_s) * 1000 + 1);
     deliver(&d, &svc.cfg.dispatch_queue, &check).await;
     let after = mem.state().runs[&run.run_id].clone();
-    assert_eq!(after.state, RunState::ClosedTimedOut);
+    assert_eq!(after.state(), RunState::ClosedTimedOut);
     assert_eq!(after.error.map(|e| e.code), Some("TIMED_OUT".into()));
 }
 

@@ -42,7 +42,7 @@ impl Dispatcher {
             return Ok(Outcome::Done);
         };
         let waiting = matches!(
-            run.state,
+            run.state(),
             RunState::AwaitingTool | RunState::AwaitingHitl | RunState::AwaitingChildren
         );
         if run.epoch != epoch || run.step != step || !waiting {
@@ -53,21 +53,21 @@ impl Dispatcher {
         if run.past_deadline(now) {
             return self.time_out(run).await;
         }
-        if run.state == RunState::AwaitingHitl {
+        if run.state() == RunState::AwaitingHitl {
             // Humans have their own deadlines: the approvals'.
             return self.check_approvals(&run, step, epoch).await;
         }
         if let Some(c) = run
             .children
             .as_ref()
-            .filter(|_| run.state == RunState::AwaitingChildren)
+            .filter(|_| run.state() == RunState::AwaitingChildren)
         {
             // A safety net for children whose start was lost: starting them
             // again is idempotent, and nothing happens when none is queued.
             let queued = c
                 .slots
                 .iter()
-                .any(|s| s.round == c.round && s.state == SlotState::Queued);
+                .any(|s| s.round == c.round && s.state() == SlotState::Queued);
             if queued && c.running() < c.max_parallel as usize {
                 let spawned = self.spawn_children(run_id, tenant, c.round).await?;
                 if spawned != Outcome::Done {
@@ -75,7 +75,7 @@ impl Dispatcher {
                 }
             }
         }
-        if run.state == RunState::AwaitingTool && run.sandbox_key.is_some() {
+        if run.state() == RunState::AwaitingTool && run.sandbox_key.is_some() {
             let agent = self.svc.registry.agent(&run.agent).await?;
             let mut rec = self.svc.sandboxes.get(&run.tenant, &run.agent).await?;
             if let Some(r) = &rec {
@@ -92,7 +92,7 @@ impl Dispatcher {
             let dispatched: Vec<_> = run
                 .ledger
                 .values()
-                .filter(|c| c.step == step && c.sandbox && c.state == ToolCallState::Dispatched)
+                .filter(|c| c.step == step && c.sandbox && c.state() == ToolCallState::Dispatched)
                 .cloned()
                 .collect();
             for c in dispatched {
@@ -113,7 +113,7 @@ impl Dispatcher {
                         // replaced; a failed one stays failed.
                         let failed = rec
                             .as_ref()
-                            .is_some_and(|r| r.state == SandboxState::Failed);
+                            .is_some_and(|r| r.state() == SandboxState::Failed);
                         let code = if failed {
                             codes::SANDBOX_UNAVAILABLE
                         } else {
@@ -130,7 +130,7 @@ impl Dispatcher {
                         "the sandbox stopped answering during a call",
                     ),
                 };
-                if rec.as_ref().is_some_and(|r| !r.state.is_gone()) {
+                if rec.as_ref().is_some_and(|r| !r.state().is_gone()) {
                     // The Run's own identity: nothing the sandbox wrote decides whose
                     // sandbox goes.
                     sandboxing::destroy(&self.svc, &run.tenant, &run.agent, why_destroy).await?;

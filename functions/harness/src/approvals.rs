@@ -91,21 +91,21 @@ impl Harness {
         let waiting: Vec<String> = current
             .ledger
             .values()
-            .filter(|r| r.step == current.step && !r.state.is_settled() && r.awaits_approval())
+            .filter(|r| r.step == current.step && !r.state().is_settled() && r.awaits_approval())
             .filter_map(|r| r.approval.as_ref().map(|a| a.approval_id.clone()))
             .collect();
-        if current.state.is_terminal() || !waiting.iter().any(|id| id == approval_id) {
+        if current.state().is_terminal() || !waiting.iter().any(|id| id == approval_id) {
             self.svc
                 .counters
                 .stale_drops
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::info!(run_id, approval_id, state = %current.state, "decision already applied, or for a run that ended; dropped");
+            tracing::info!(run_id, approval_id, state = %current.state(), "decision already applied, or for a run that ended; dropped");
             return Ok(());
         }
         let mut decided = Vec::new();
         for id in &waiting {
             match self.svc.approvals.get(id).await? {
-                Some(a) if a.state != ApprovalState::Pending && a.tenant == tenant => {
+                Some(a) if a.state() != ApprovalState::Pending && a.tenant == tenant => {
                     decided.push(a)
                 }
                 _ => {}

@@ -42,7 +42,7 @@ impl Harness {
                 tracing::error!(run_id, tenant, owner = %parent.tenant, "security: a child's end names another tenant's run; dropped");
                 return Ok(Try::Done(()));
             }
-            if parent.state.is_terminal() {
+            if parent.state().is_terminal() {
                 // It ended without these children; its settling cancels the rest.
                 return Ok(Try::Done(()));
             }
@@ -52,15 +52,15 @@ impl Harness {
                     .children
                     .as_ref()
                     .and_then(|c| c.slot(&e.run_id))
-                    .is_some_and(|s| s.state == SlotState::Ended)
+                    .is_some_and(|s| s.state() == SlotState::Ended)
             });
             if noted_before {
                 return self.resend_parent_followup(&parent, now).await.map(Try::Done);
             }
-            if parent.state != RunState::AwaitingChildren {
+            if parent.state() != RunState::AwaitingChildren {
                 let left_ms = (parent.lease_until_ms - now).max(1_000);
                 return Err(StepError::Busy {
-                    reason: format!("the parent is {}, not waiting", parent.state),
+                    reason: format!("the parent is {}, not waiting", parent.state()),
                     until_s: ((left_ms + 999) / 1000) as u32,
                 });
             }
@@ -124,7 +124,7 @@ impl Harness {
                 Err(StoreError::Conflict { .. }) => return Ok(Try::Again),
                 Err(e) => return Err(e.into()),
             }
-            tracing::info!(run_id, noted = ends.len(), outstanding = next.outstanding_children(), state = %next.state, "children's ends noted");
+            tracing::info!(run_id, noted = ends.len(), outstanding = next.outstanding_children(), state = %next.state(), "children's ends noted");
             self.carry_out(&next, &actions).await.map(Try::Done)
         })
         .await?;
@@ -138,18 +138,18 @@ impl Harness {
             let Some(child) = self.svc.runs.get(id).await? else {
                 continue;
             };
-            if child.tenant != tenant || child.state.is_active() {
-                tracing::warn!(child = %id, state = %child.state, "a child's end for a run that is not an ended child of this tenant; dropped");
+            if child.tenant != tenant || child.state().is_active() {
+                tracing::warn!(child = %id, state = %child.state(), "a child's end for a run that is not an ended child of this tenant; dropped");
                 continue;
             }
-            let output = match (&child.output, child.state.outcome()) {
+            let output = match (&child.output, child.state().outcome()) {
                 (Some(p), RunState::Completed) => Some(self.svc.payloads.read(p).await?),
                 _ => None,
             };
             ends.push(ChildEnd {
                 run_id: child.run_id.clone(),
                 agent: child.agent.clone(),
-                state: child.state.outcome(),
+                state: child.state().outcome(),
                 output,
                 error: child.error.clone(),
             });
@@ -161,7 +161,7 @@ impl Harness {
     /// follow-up was lost: the parent's next step is sent again (the
     /// queue's deduplication and the claim make a second copy harmless).
     async fn resend_parent_followup(&self, parent: &Run, now: i64) -> Result<(), StepError> {
-        let resting = parent.state == RunState::Executing
+        let resting = parent.state() == RunState::Executing
             && parent.lease_until_ms <= now
             && parent.outstanding_children() == 0;
         if resting {

@@ -45,7 +45,7 @@ impl Harness {
                     .counters
                     .stale_drops
                     .fetch_add(1, Ordering::Relaxed);
-                tracing::info!(run_id, step, current = run.step, state = %run.state, reason = reason.as_str(), "stale message dropped");
+                tracing::info!(run_id, step, current = run.step, state = %run.state(), reason = reason.as_str(), "stale message dropped");
                 self.resend_followup(&run, now).await?;
                 return Ok(None);
             }

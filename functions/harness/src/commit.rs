@@ -131,7 +131,7 @@ impl Harness {
         let actions = run.apply(event, now)?;
         events.extend(run.push_end_event(EndNote::default(), now));
         self.svc.runs.save(prev, run, &events, vec![]).await?;
-        tracing::warn!(run_id = %run.run_id, state = %run.state, error = ?run.error, "run ended");
+        tracing::warn!(run_id = %run.run_id, state = %run.state(), error = ?run.error, "run ended");
         self.carry_out(run, &actions).await
     }
 
@@ -151,9 +151,9 @@ impl Harness {
     /// but whose follow-up message was lost: send the follow-up again (the
     /// FIFO deduplication id and the claim make a second copy harmless).
     pub(crate) async fn resend_followup(&self, run: &Run, now: i64) -> Result<(), StepError> {
-        if run.state.is_active() && run.lease_until_ms <= now {
+        if run.state().is_active() && run.lease_until_ms <= now {
             self.carry_out(run, &[RunAction::EnqueueNextStep]).await
-        } else if run.state.is_terminal() && !run.state.is_closed() {
+        } else if run.state().is_terminal() && !run.state().is_closed() {
             self.carry_out(run, &[RunAction::AnnounceTerminal]).await
         } else {
             Ok(())

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use armada_core::memory::fixtures::{accepted_run, agent, sqs_event};
 use armada_core::memory::{test_config, Memory};
-use armada_domain::ledger::{ToolCallRecord, ToolCallState};
-use armada_domain::run::{RunState, Stamp};
+use armada_domain::ledger::{ToolCallEvent, ToolCallRecord, ToolCallState};
+use armada_domain::machine::Machine;
+use armada_domain::run::{RunEvent, RunState, Stamp};
 
 use super::*;
 use armada_domain::messages::DispatchMessage;
@@ -76,7 +77,7 @@ async fn a_step_claims_answers_and_announces_the_end_once() {
         .is_empty());
     let done = run_of(&svc, &run.run_id).await;
     assert_eq!(
-        (done.state, done.epoch, done.lease_until_ms),
+        (done.state(), done.epoch, done.lease_until_ms),
         (RunState::Completed, 1, 0)
     );
     assert_eq!(
@@ -125,7 +126,7 @@ async fn a_step_held_under_a_live_lease_is_retried_later_and_left_alone() {
     let failed = deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
     assert_eq!(failed, ["m0"], "redelivered after the lease");
     let after = run_of(&svc, &run.run_id).await;
-    assert_eq!((after.state, after.epoch), (RunState::Pending, 0));
+    assert_eq!((after.state(), after.epoch), (RunState::Pending, 0));
 }
 
 /// Takes the Run away from the worker after its model call, as a second
@@ -152,7 +153,7 @@ async fn a_superseded_worker_cannot_commit() {
     assert!(failed.is_empty(), "fenced work is dropped, not retried");
     assert_eq!(svc.counters.fenced_commits.load(Ordering::Relaxed), 1);
     let after = run_of(&svc, &run.run_id).await;
-    assert_eq!((after.state, after.epoch), (RunState::Executing, 2));
+    assert_eq!((after.state(), after.epoch), (RunState::Executing, 2));
     assert_eq!(kinds(&svc, &run.run_id).await, ["run_created"]);
     assert!(mem.take_dispatch().is_empty(), "nothing announced");
 }
@@ -163,11 +164,11 @@ async fn an_inline_tool_call_is_recorded_run_and_followed_by_the_next_step() {
     let run = new_run(&svc, "/tool current_time {}").await;
     deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
     let after = run_of(&svc, &run.run_id).await;
-    assert_eq!((after.state, after.step), (RunState::Executing, 1));
+    assert_eq!((after.state(), after.step), (RunState::Executing, 1));
     let calls: Vec<&ToolCallRecord> = after.ledger.values().collect();
     assert_eq!(calls.len(), 1);
     assert_eq!(
-        (calls[0].skill.as_str(), calls[0].state),
+        (calls[0].skill.as_str(), calls[0].state()),
         ("current_time", ToolCallState::Done)
     );
     let next = mem.take_harness();
@@ -181,7 +182,7 @@ async fn an_inline_tool_call_is_recorded_run_and_followed_by_the_next_step() {
     );
     deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 1)]).await;
     let done = run_of(&svc, &run.run_id).await;
-    assert_eq!(done.state, RunState::Completed);
+    assert_eq!(done.state(), RunState::Completed);
     let text = match done.output {
         Some(Payload::Inline { text }) => text,
         other => panic!("{other:?}"),
@@ -199,17 +200,18 @@ async fn a_lost_call_with_effects_fails_the_run_instead_of_running_twice() {
         event_seq: run.event_seq,
     };
     let mut rec = ToolCallRecord::planned("c1", "http_request", json!({}), 0, false, false);
-    rec.state = ToolCallState::Dispatched;
+    let sent = ToolCallEvent::Dispatched { generation: None };
+    rec.apply(sent, 0).expect("a planned call is dispatched");
     run.ledger.insert("c1".into(), rec);
     svc.runs.save(prev, &run, &[], vec![]).await.expect("saved");
     deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
     let after = run_of(&svc, &run.run_id).await;
-    assert_eq!(after.state, RunState::Failed);
+    assert_eq!(after.state(), RunState::Failed);
     assert_eq!(
         after.error.map(|e| e.code),
         Some("TOOL_INDETERMINATE".into())
     );
-    assert_eq!(after.ledger["c1"].state, ToolCallState::Indeterminate);
+    assert_eq!(after.ledger["c1"].state(), ToolCallState::Indeterminate);
 }
 
 #[tokio::test]
@@ -219,7 +221,7 @@ async fn a_message_naming_another_tenant_changes_nothing() {
     let failed = deliver(&h, &svc, &[step_message(&run.run_id, "mallory", 0)]).await;
     assert!(failed.is_empty());
     let after = run_of(&svc, &run.run_id).await;
-    assert_eq!((after.state, after.epoch), (RunState::Pending, 0));
+    assert_eq!((after.state(), after.epoch), (RunState::Pending, 0));
 }
 
 #[tokio::test]
@@ -232,7 +234,7 @@ async fn a_run_whose_agent_was_deleted_fails_with_a_reason() {
         .expect("deleted");
     deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
     let after = run_of(&svc, &run.run_id).await;
-    assert_eq!(after.state, RunState::Failed);
+    assert_eq!(after.state(), RunState::Failed);
     assert_eq!(after.error.map(|e| e.code), Some("AGENT_NOT_FOUND".into()));
 }
 
@@ -252,11 +254,21 @@ async fn a_stored_outcome_over_the_bound_fails_its_call_unread() {
     };
     // The call went to the agent's sandbox, generation 1, and waits.
     let mut rec = ToolCallRecord::planned("c1", "shell_exec", json!({}), 0, false, true);
-    rec.state = ToolCallState::Dispatched;
-    rec.generation = Some(1);
+    let sent = ToolCallEvent::Dispatched {
+        generation: Some(1),
+    };
+    rec.apply(sent, 0).expect("a planned call is dispatched");
     let attempt = rec.attempt;
     run.ledger.insert("c1".into(), rec);
-    run.state = RunState::AwaitingTool;
+    let now = svc.clock.now_ms();
+    run.apply(
+        RunEvent::Claimed {
+            lease_until_ms: now,
+        },
+        now,
+    )
+    .expect("claimed");
+    run.apply(RunEvent::AwaitTool, now).expect("waits");
     svc.runs.save(prev, &run, &[], vec![]).await.expect("saved");
     // The sandbox stored an outcome one byte over the bound, under its
     // own prefix, and sealed its answer as it does.
@@ -292,13 +304,13 @@ async fn a_stored_outcome_over_the_bound_fails_its_call_unread() {
     assert!(failed.is_empty(), "refused, not retried");
     let after = run_of(&svc, &run.run_id).await;
     let c1 = &after.ledger["c1"];
-    assert!(c1.state.is_settled(), "{:?}", c1.state);
+    assert!(c1.state().is_settled(), "{:?}", c1.state());
     let result = c1.result.clone().unwrap_or_default();
     assert_eq!(result["error"]["code"], codes::RESULT_TOO_LARGE, "{result}");
     assert!(
-        !after.state.is_terminal(),
+        !after.state().is_terminal(),
         "the Run carries on: {}",
-        after.state
+        after.state()
     );
     assert_eq!(svc.counters.forged_drops.load(Ordering::Relaxed), 0);
     assert!(!mem.take_harness().is_empty(), "its next step is asked for");

@@ -36,14 +36,14 @@ impl Harness {
             return Ok(());
         };
         let record = current.ledger.get(call_id).filter(|r| {
-            r.sandbox && !r.state.is_settled() && r.attempt == attempt && r.step == step
+            r.sandbox && !r.state().is_settled() && r.attempt == attempt && r.step == step
         });
-        let Some(record) = record.filter(|_| !current.state.is_terminal()) else {
+        let Some(record) = record.filter(|_| !current.state().is_terminal()) else {
             self.svc
                 .counters
                 .stale_drops
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::info!(run_id, call_id, attempt, state = %current.state, "outcome for a settled call, an old attempt or an ended run dropped");
+            tracing::info!(run_id, call_id, attempt, state = %current.state(), "outcome for a settled call, an old attempt or an ended run dropped");
             return Ok(());
         };
         // Only the generation the call went to (or the platform speaking

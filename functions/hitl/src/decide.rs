@@ -67,7 +67,7 @@ pub async fn decide(
     }
     tracing::info!(
         approval_id = id,
-        state = next.state.as_str(),
+        state = next.state().as_str(),
         "approval decided"
     );
     Ok(next)

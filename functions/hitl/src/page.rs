@@ -54,7 +54,7 @@ pub(crate) async fn show(
         return invalid_link();
     }
     let now = svc.clock.now_ms();
-    if a.state != ApprovalState::Pending || a.is_overdue(now) {
+    if a.state() != ApprovalState::Pending || a.is_overdue(now) {
         return html(409, "Nothing left to decide", &settled(&a, now));
     }
     let (title, question, buttons) = match a.kind {
@@ -199,7 +199,7 @@ fn details(a: &Approval) -> String {
 
 /// What became of an approval that can no longer be decided.
 fn settled(a: &Approval, now: i64) -> String {
-    let what = match a.state {
+    let what = match a.state() {
         ApprovalState::Pending if a.is_overdue(now) => {
             "It expired before anyone decided; it counts as a rejection.".to_string()
         }

@@ -218,7 +218,7 @@ async fn a_cancel_fences_the_run_is_announced_once_and_cannot_be_repeated() {
     let (status, body) = api.call("POST", &cancel, Some(&key), &[], None).await;
     assert_eq!((status, body["state"].as_str()), (200, Some("CANCELLED")));
     let run = api.mem.state().runs[&run_id].clone();
-    assert_eq!((run.state, run.epoch), (RunState::Cancelled, 1));
+    assert_eq!((run.state(), run.epoch), (RunState::Cancelled, 1));
     assert_eq!(
         api.mem.take_dispatch(),
         [DispatchMessage::RunTerminal {

@@ -36,7 +36,7 @@ impl Agent {
                 r.apply(idle, now).is_ok()
             })
             .await?;
-        if !r.is_some_and(|r| r.state == SandboxState::Hibernating) {
+        if !r.is_some_and(|r| r.state() == SandboxState::Hibernating) {
             return Ok(None);
         }
         tracing::info!(sandbox = %self.cfg.key(), mode = ?self.cfg.hibernate, "idle: hibernating");
@@ -46,7 +46,7 @@ impl Agent {
         let key = self.snapshot().await?;
         let now = now_ms();
         let after = self
-            .update(|r| match r.state {
+            .update(|r| match r.state() {
                 SandboxState::Hibernating => {
                     let saved = SandboxEvent::Snapshotted {
                         generation: g,
@@ -59,7 +59,7 @@ impl Agent {
                 _ => false,
             })
             .await?;
-        Ok(match after.map(|r| r.state) {
+        Ok(match after.map(|r| r.state()) {
             Some(SandboxState::Hibernated) => Some(Exit::Hibernated),
             _ => None,
         })

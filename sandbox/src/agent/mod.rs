@@ -468,7 +468,7 @@ impl Agent {
             let (now, g) = (now_ms(), self.cfg.generation);
             let _ = self
                 .update(|r| {
-                    r.state == SandboxState::Destroying
+                    r.state() == SandboxState::Destroying
                         && r.apply(SandboxEvent::Stopped { generation: g }, now)
                             .is_ok()
                 })
@@ -502,7 +502,7 @@ async fn heartbeat(
         let held_now = held.as_ref().map(|h| h.current().info());
         let r = store
             .modify_report(&tenant, &agent, |rec| match rec {
-                Some(mut r) if r.generation == generation && !r.state.is_gone() => {
+                Some(mut r) if r.generation == generation && !r.state().is_gone() => {
                     let beat = SandboxEvent::Heartbeat {
                         generation,
                         credentials: held_now.clone(),
@@ -510,10 +510,13 @@ async fn heartbeat(
                     let _ = r.apply(beat, now);
                     Change::Write(Box::new(r), None)
                 }
-                Some(r) if r.generation == generation => Change::Keep(Some(
-                    r.failure
-                        .unwrap_or_else(|| format!("the sandbox is {}", r.state)),
-                )),
+                Some(r) if r.generation == generation => {
+                    let state = r.state();
+                    Change::Keep(Some(
+                        r.failure
+                            .unwrap_or_else(|| format!("the sandbox is {state}")),
+                    ))
+                }
                 _ => Change::Keep(Some("the sandbox moved to a new generation".into())),
             })
             .await;

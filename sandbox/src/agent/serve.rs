@@ -82,12 +82,12 @@ impl Agent {
             })
             .await?;
         match ready {
-            Some(r) if r.state == SandboxState::Ready => {}
+            Some(r) if r.state() == SandboxState::Ready => {}
             other => {
                 let why = format!(
                     "this task's generation {} is not the sandbox's ({:?})",
                     self.cfg.generation,
-                    other.map(|r| (r.generation, r.state))
+                    other.map(|r| (r.generation, r.state()))
                 );
                 tracing::warn!(sandbox = %self.cfg.key(), %why, "stale sandbox task exits");
                 return Ok(Exit::Destroyed(why));

@@ -58,7 +58,7 @@ impl ApprovalView {
             args: a.args.clone(),
             risk: a.risk,
             reasons: a.reasons.clone(),
-            state: a.state,
+            state: a.state(),
             requested_by: a.requested_by.clone(),
             approvers: a.approvers.clone(),
             created_at: rfc3339(a.created_at_ms),

@@ -45,7 +45,7 @@ impl SandboxView {
         SandboxView {
             agent: rec.agent.clone(),
             tenant: rec.tenant.clone(),
-            state: rec.state,
+            state: rec.state(),
             generation: rec.generation,
             task_arn: rec.task_arn.clone(),
             ports: rec

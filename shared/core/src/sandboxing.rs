@@ -81,7 +81,7 @@ pub async fn acquire(
                 Some(old)
                     if old.holder_run_id == r.holder_run_id
                         && old.waiters == r.waiters
-                        && old.state == r.state =>
+                        && old.state() == r.state() =>
                 {
                     Change::Keep((old, a))
                 }
@@ -91,7 +91,7 @@ pub async fn acquire(
         .await?;
     let needs_task = matches!(acquired, Acquired::Held { .. })
         && matches!(
-            record.state,
+            record.state(),
             SandboxState::Provisioning | SandboxState::Waking
         )
         && record.task_arn.is_none();
@@ -128,7 +128,7 @@ pub async fn prewarm(
         })
         .await?;
     let needs_task = matches!(
-        record.state,
+        record.state(),
         SandboxState::Provisioning | SandboxState::Waking
     ) && record.task_arn.is_none();
     if needs_task {
@@ -174,7 +174,7 @@ pub async fn start_task(
             caps: &caps,
             spec: &spec,
             // Waking from a snapshot: the new task restores the workspace.
-            restore: (rec.state == SandboxState::Waking)
+            restore: (rec.state() == SandboxState::Waking)
                 .then_some(rec.snapshot_key.as_deref())
                 .flatten(),
         })
@@ -215,7 +215,7 @@ pub async fn start_task(
             }
             Err(SandboxError::Placement(format!(
                 "the sandbox changed while starting ({:?})",
-                other.map(|r| (r.generation, r.state))
+                other.map(|r| (r.generation, r.state()))
             )))
         }
     }
@@ -290,7 +290,7 @@ pub async fn release(
                         SandboxAction::HandTo(next) => Some(next),
                         _ => None,
                     });
-                let queue = (holder && !r.state.is_gone())
+                let queue = (holder && !r.state().is_gone())
                     .then(|| r.hand_queue_url.clone())
                     .flatten();
                 Change::Write(Box::new(r), (next, queue))
@@ -322,7 +322,7 @@ pub async fn release_and_wake(svc: &Services, run: &Run) -> Result<(), StoreErro
     let Some(waiting) = svc.runs.get(&next_id).await? else {
         return Ok(());
     };
-    if waiting.state != RunState::AwaitingTool {
+    if waiting.state() != RunState::AwaitingTool {
         return Ok(());
     }
     svc.queues
@@ -399,7 +399,7 @@ pub async fn destroy(
 /// Whether a sandbox has been silent for too long to be alive.
 fn silent(svc: &Services, rec: &SandboxRecord, now: i64) -> bool {
     let stale = i64::from(svc.cfg.sandbox.stale_seconds) * 1000;
-    rec.state == SandboxState::Ready && now - rec.heartbeat_at_ms > stale
+    rec.state() == SandboxState::Ready && now - rec.heartbeat_at_ms > stale
 }
 
 /// The watchdog's look at one dispatched call of a waiting Run.
@@ -413,7 +413,7 @@ pub async fn watch_call(
     let mark = svc.sandboxes.mark(call).await?;
     let gone = match rec {
         None => true,
-        Some(r) => r.generation != dispatched_generation || r.state.is_gone(),
+        Some(r) => r.generation != dispatched_generation || r.state().is_gone(),
     };
     let dead = gone || rec.is_some_and(|r| silent(svc, r, now));
     match mark {
@@ -469,7 +469,10 @@ pub async fn check_start(
     agent: Option<&AgentDefinition>,
 ) -> Result<SandboxRecord, SandboxError> {
     let now = now_ms(svc);
-    let starting = matches!(rec.state, SandboxState::Provisioning | SandboxState::Waking);
+    let starting = matches!(
+        rec.state(),
+        SandboxState::Provisioning | SandboxState::Waking
+    );
     let timeout_s = svc.cfg.sandbox.start_timeout_seconds;
     if !starting || now - rec.state_changed_at_ms < i64::from(timeout_s) * 1000 {
         return Ok(rec.clone());

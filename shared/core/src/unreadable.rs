@@ -41,7 +41,7 @@ pub async fn end(
         return Ok(None);
     };
     let run = Run::rebuilt(&head, why);
-    let ended = if run.state.is_terminal() {
+    let ended = if run.state().is_terminal() {
         // Ended already: the document is rewritten readable, nothing more.
         svc.runs.save(run.stamp(), &run, &[], vec![]).await?;
         Ended {
@@ -73,6 +73,6 @@ pub async fn end(
             .await?
             .map_err(|e| StoreError::Terminal(e.to_string()))?
     };
-    tracing::error!(run_id, tenant, why, state = %ended.run.state, "a run whose record could not be read was rebuilt and ended");
+    tracing::error!(run_id, tenant, why, state = %ended.run.state(), "a run whose record could not be read was rebuilt and ended");
     Ok(Some(ended))
 }

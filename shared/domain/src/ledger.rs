@@ -27,7 +27,8 @@ pub struct ToolCallRecord {
     pub args: serde_json::Value,
     /// The step that planned the call.
     pub step: u32,
-    pub state: ToolCallState,
+    /// Changed only by its machine ([`ToolCallRecord::apply`]).
+    state: ToolCallState,
     /// Whether the skill declares that repeating it is harmless.
     pub idempotent: bool,
     /// The call's answer as the ledger keeps it (see [`ledger_copy`]).
@@ -69,6 +70,11 @@ pub struct CallApproval {
 }
 
 impl ToolCallRecord {
+    /// Where the call is: planned, dispatched, or settled.
+    pub fn state(&self) -> ToolCallState {
+        self.state
+    }
+
     /// Whether the call still waits for a human.
     pub fn awaits_approval(&self) -> bool {
         self.approval

@@ -438,7 +438,7 @@ impl DataPlane {
                 _ => continue,
             };
             let g = t.generation;
-            match (rec.state, t.frozen) {
+            match (rec.state(), t.frozen) {
                 (SandboxState::Hibernating, false) => {
                     let cg = cg.clone();
                     if matches!(

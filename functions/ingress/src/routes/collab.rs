@@ -137,7 +137,7 @@ fn trace_entry(run: &Run) -> TraceEntry {
         kind: l.kind,
         depth: l.depth,
         path: l.path,
-        state: run.state,
+        state: run.state(),
         created_at: rfc3339(run.created_at_ms),
         ended_at: run.ended_at_ms.map(rfc3339),
         outstanding_children: run.outstanding_children() as u64,
@@ -228,8 +228,8 @@ pub(crate) async fn run_children(
     let slots = run.children.iter().flat_map(|c| c.slots.iter());
     for s in slots {
         let child = svc.runs.get(&s.run_id).await?;
-        let state = match (&child, s.state) {
-            (Some(c), _) => Some(c.state.to_string()),
+        let state = match (&child, s.state()) {
+            (Some(c), _) => Some(c.state().to_string()),
             (None, SlotState::Queued) => Some("QUEUED".to_string()),
             (None, _) => None,
         };
@@ -240,7 +240,7 @@ pub(crate) async fn run_children(
             round: s.round,
             call_id: s.call_id.clone(),
             state,
-            noted: s.state == SlotState::Ended,
+            noted: s.state() == SlotState::Ended,
             error: s.outcome.as_ref().and_then(|o| o.error.clone()),
         });
     }
@@ -340,7 +340,7 @@ pub(crate) async fn cancel_chain(
                 format!("the chain already ended {}", chain_state_name(state)),
             ));
         }
-        if let Some(active) = runs.iter().flatten().find(|r| r.state.is_active()) {
+        if let Some(active) = runs.iter().flatten().find(|r| r.state().is_active()) {
             let cancelled = cancel_run_by(svc, tenant, &active.run_id, "chain").await?;
             return Ok(Json(ChainCancelled {
                 chain_id: chain_id.to_string(),

@@ -131,7 +131,7 @@ pub async fn run_view(svc: &Services, run: &Run) -> RunView {
     RunView {
         run_id: run.run_id.clone(),
         agent: run.agent.clone(),
-        state: run.state,
+        state: run.state(),
         input: payload_text(svc, &run.input).await,
         created_at: rfc3339(run.created_at_ms),
         updated_at: rfc3339(run.updated_at_ms),
@@ -328,7 +328,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<RunAcce
                 let session = run.session_id.clone().zip(run.session_seq);
                 return Ok(RunAccepted {
                     run_id: run.run_id.clone(),
-                    state: run.state,
+                    state: run.state(),
                     chain_id: run.chain.as_ref().map(|l| l.chain_id.clone()),
                     seq: session.as_ref().map(|(_, seq)| *seq),
                     session_id: session.map(|(s, _)| s),
@@ -380,12 +380,12 @@ pub(crate) async fn replay(
         ));
     }
     let run = load_run(svc, tenant, &rec.run_id).await?;
-    if run.state == RunState::Pending {
+    if run.state() == RunState::Pending {
         enqueue_start(svc, &run).await?;
     }
     Ok(RunAccepted {
         run_id: run.run_id.clone(),
-        state: run.state,
+        state: run.state(),
         chain_id: run.chain.as_ref().map(|l| l.chain_id.clone()),
         session_id: run.session_id.clone(),
         seq: None,
@@ -685,10 +685,10 @@ pub(crate) async fn cancel_run_by(
                 }
             }
         };
-        if run.state.is_terminal() {
+        if run.state().is_terminal() {
             return Err(ApiError::conflict(
                 "RUN_TERMINAL",
-                format!("the run is already {}", run.state),
+                format!("the run is already {}", run.state()),
             ));
         }
         match ending::end_from_outside(svc, run, RunEvent::CancelRequested, note.clone()).await {
@@ -703,6 +703,6 @@ pub(crate) async fn cancel_run_by(
     carry_out(svc, &ended).await;
     Ok(RunCancelled {
         run_id: run_id.to_string(),
-        state: ended.run.state,
+        state: ended.run.state(),
     })
 }

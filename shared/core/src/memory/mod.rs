@@ -227,7 +227,7 @@ impl Approvals for Memory {
         let mut out: Vec<Approval> = st
             .approvals
             .values()
-            .filter(|a| a.tenant == tenant && state.is_none_or(|s| a.state == s))
+            .filter(|a| a.tenant == tenant && state.is_none_or(|s| a.state() == s))
             .cloned()
             .collect();
         out.sort_by_key(|a| std::cmp::Reverse(a.created_at_ms));
@@ -369,7 +369,7 @@ impl Runs for Memory {
             run_id: r.run_id.clone(),
             tenant: r.tenant.clone(),
             agent: r.agent.clone(),
-            state: r.state,
+            state: r.state(),
             step: r.step,
             epoch: r.epoch,
             event_seq: r.event_seq,
@@ -404,14 +404,14 @@ impl Runs for Memory {
         let Some(cur) = st.runs.get_mut(&read.run_id) else {
             return Err(conflict(None));
         };
-        let claimable = cur.state == read.state
+        let claimable = cur.state() == read.state()
             && cur.step == read.step
             && cur.epoch == read.epoch
             && cur.lease_until_ms <= claimed.updated_at_ms;
         if !claimable {
             return Err(conflict(None));
         }
-        cur.state = claimed.state;
+        *cur = cur.clone().as_stored(claimed.state());
         cur.epoch = claimed.epoch;
         cur.lease_until_ms = claimed.lease_until_ms;
         cur.updated_at_ms = claimed.updated_at_ms;

@@ -39,7 +39,7 @@ impl ApprovalStore {
         item.insert("approval_id".into(), s(&a.approval_id));
         item.insert("tenant".into(), s(&a.tenant));
         item.insert("run_id".into(), s(&a.run_id));
-        item.insert("state".into(), s(a.state.as_str()));
+        item.insert("state".into(), s(a.state().as_str()));
         item.insert("created_at".into(), n(a.created_at_ms));
         item.insert("version".into(), n(a.version));
         item.insert(

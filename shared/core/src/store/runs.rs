@@ -149,7 +149,7 @@ impl RunStore {
         item.insert("run_id".into(), s(&run.run_id));
         item.insert("tenant".into(), s(&run.tenant));
         item.insert("agent".into(), s(&run.agent));
-        item.insert("state".into(), s(run.state.as_str()));
+        item.insert("state".into(), s(run.state().as_str()));
         item.insert("step".into(), n(run.step));
         item.insert("epoch".into(), n(run.epoch));
         item.insert("lease_until".into(), n(run.lease_until_ms));
@@ -189,10 +189,11 @@ impl RunStore {
     }
 
     fn from_item(item: &Item) -> Result<Run, StoreError> {
-        let mut run: Run = get_json(item, "doc")?;
+        let doc: Run = get_json(item, "doc")?;
         let state = get_s(item, "state")?;
-        run.state = RunState::parse(&state)
+        let state = RunState::parse(&state)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown run state {state}")))?;
+        let mut run = doc.as_stored(state);
         run.step = get_n(item, "step")?;
         run.epoch = get_n(item, "epoch")?;
         run.lease_until_ms = get_n(item, "lease_until")?;
@@ -370,11 +371,11 @@ impl ports::Runs for RunStore {
                 "#state = :from AND step = :step AND epoch = :epoch AND lease_until <= :now",
             )
             .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":to", s(claimed.state.as_str()))
+            .expression_attribute_values(":to", s(claimed.state().as_str()))
             .expression_attribute_values(":next", n(claimed.epoch))
             .expression_attribute_values(":lease", n(claimed.lease_until_ms))
             .expression_attribute_values(":now", n(claimed.updated_at_ms))
-            .expression_attribute_values(":from", s(read.state.as_str()))
+            .expression_attribute_values(":from", s(read.state().as_str()))
             .expression_attribute_values(":step", n(read.step))
             .expression_attribute_values(":epoch", n(read.epoch))
             .send()

@@ -71,7 +71,7 @@ impl SandboxStore {
         item.insert("sandbox_key".into(), s(rec.key()));
         item.insert("tenant".into(), s(&rec.tenant));
         item.insert("agent".into(), s(&rec.agent));
-        item.insert("state".into(), s(rec.state.as_str()));
+        item.insert("state".into(), s(rec.state().as_str()));
         item.insert("generation".into(), n(rec.generation));
         item.insert("version".into(), n(rec.version));
         item.insert("doc".into(), json(rec));

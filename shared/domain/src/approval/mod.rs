@@ -191,7 +191,8 @@ pub struct Approval {
     pub args: Value,
     pub risk: Risk,
     pub reasons: Vec<String>,
-    pub state: ApprovalState,
+    /// Changed only by its machine ([`Approval::apply`]).
+    state: ApprovalState,
     /// The key id that started the Run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_by: Option<String>,
@@ -352,6 +353,11 @@ pub fn approval_id(run_id: &str, call_id: &str) -> String {
 }
 
 impl Approval {
+    /// Where the approval is: pending until decided, expired or cancelled.
+    pub fn state(&self) -> ApprovalState {
+        self.state
+    }
+
     /// A pending approval of `req`, made by the Run `run_id` of `tenant`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(

@@ -167,7 +167,7 @@ pub fn artifacts(run: &Run) -> Vec<Value> {
     let mut out: Vec<Value> = run
         .ledger
         .values()
-        .filter(|c| c.skill == FILE_WRITE && c.state == ToolCallState::Done)
+        .filter(|c| c.skill == FILE_WRITE && c.state() == ToolCallState::Done)
         .filter_map(|c| c.args.get("path").and_then(Value::as_str))
         .map(|p| json!({"kind": "file", "path": p, "agent": run.agent}))
         .collect();
@@ -219,12 +219,12 @@ pub fn view(steps: &[String], runs: &[Option<&Run>]) -> (ChainState, Vec<StepVie
     for (i, agent) in steps.iter().enumerate() {
         let run = runs.get(i).copied().flatten();
         let shown = match (run, state) {
-            (Some(r), _) => r.state.outcome().as_str().to_string(),
+            (Some(r), _) => r.state().outcome().as_str().to_string(),
             (None, ChainState::Running) => "PENDING".to_string(),
             (None, _) => "SKIPPED".to_string(),
         };
         if let Some(r) = run {
-            match r.state.outcome() {
+            match r.state().outcome() {
                 RunState::Completed if i + 1 == steps.len() => state = ChainState::Completed,
                 RunState::Cancelled => state = ChainState::Cancelled,
                 RunState::Failed | RunState::TimedOut => state = ChainState::Failed,

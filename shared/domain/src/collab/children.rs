@@ -69,6 +69,37 @@ pub struct SlotRefused {
 
 /// A child's slot in the machines' common shape: its own transition
 /// table; written with its parent Run, whose stamp is its version.
+impl ChildSlot {
+    /// A slot for a child not started yet (every slot begins queued).
+    /// `call_id`: the parent's call it answers; `task`: its input (none:
+    /// the parent's own, a team member's).
+    pub fn queued(
+        run_id: String,
+        agent: String,
+        kind: RunKind,
+        call_id: Option<String>,
+        task: Option<String>,
+    ) -> ChildSlot {
+        ChildSlot {
+            run_id,
+            agent,
+            kind,
+            round: 0,
+            call_id,
+            task,
+            state: SlotState::Queued,
+            outcome: None,
+            resume: None,
+            descendants: None,
+        }
+    }
+
+    /// Where the child is: queued, started, or ended.
+    pub fn state(&self) -> SlotState {
+        self.state
+    }
+}
+
 impl crate::machine::Machine for ChildSlot {
     type Event = SlotEvent;
     type Action = SlotAction;
@@ -130,7 +161,8 @@ pub struct ChildSlot {
     /// Its input; none: the parent's own input (a team member).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
-    pub state: SlotState,
+    /// Changed only by its machine ([`ChildSlot::apply`]).
+    state: SlotState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<ChildOutcome>,
     /// It resumes a finished Run (its checks passed, its copy written).
@@ -279,17 +311,9 @@ pub fn expand_team(
         .members
         .iter()
         .enumerate()
-        .map(|(i, m)| ChildSlot {
-            run_id: child_run_id(&run.run_id, "member", i),
-            agent: m.clone(),
-            kind: RunKind::Member,
-            round: 0,
-            call_id: None,
-            task: None,
-            state: SlotState::Queued,
-            outcome: None,
-            resume: None,
-            descendants: None,
+        .map(|(i, m)| {
+            let id = child_run_id(&run.run_id, "member", i);
+            ChildSlot::queued(id, m.clone(), RunKind::Member, None, None)
         })
         .collect();
     // On an error the caller writes nothing of `run`.
@@ -484,8 +508,8 @@ pub fn child_ended(
     if slot.state == SlotState::Ended {
         return Ok(Noted::Duplicate);
     }
-    if run.state != RunState::AwaitingChildren {
-        return Err(EndRefused::NotWaiting(run.state));
+    if run.state() != RunState::AwaitingChildren {
+        return Err(EndRefused::NotWaiting(run.state()));
     }
     let mut end = end;
     if let Some(out) = end.output.take() {
@@ -624,7 +648,7 @@ fn answer_call_if_complete(
     };
     let state = run.ledger.get_mut(call_id).and_then(|r| {
         r.apply(event, now).ok()?;
-        Some(r.state)
+        Some(r.state())
     })?;
     let answered = LogEvent::ToolResult {
         call_id: call_id.to_string(),

@@ -118,7 +118,7 @@ fn a_delegation_is_answered_with_its_childs_outcome_and_the_parent_goes_on_once(
     let (events, _, actions) = recorded(child_ended(&mut run, failed("c1", "c"), &[], 4).unwrap());
     assert_eq!(kinds(&events), ["child_finished", "tool_result"]);
     assert!(actions.is_empty(), "one child is still out");
-    assert_eq!(run.ledger["k1"].state, ToolCallState::Failed);
+    assert_eq!(run.ledger["k1"].state(), ToolCallState::Failed);
     let err = &events[1].fields()["result"]["error"];
     assert_eq!(err["code"], codes::CHILD_FAILED);
     assert_eq!(err["cause"]["code"], "MODEL_ERROR");
@@ -136,7 +136,7 @@ fn a_delegation_is_answered_with_its_childs_outcome_and_the_parent_goes_on_once(
     assert_eq!(events[1].fields()["result"]["state"], "COMPLETED");
     assert_eq!(actions, vec![RunAction::EnqueueNextStep]);
     assert_eq!(
-        (run.state, run.step, run.epoch, run.outstanding_children()),
+        (run.state(), run.step, run.epoch, run.outstanding_children()),
         (RunState::Executing, 1, epoch + 1, 0)
     );
     // Once settled, a late duplicate is still only a duplicate.
@@ -185,7 +185,7 @@ fn a_fan_out_pays_for_its_members_or_does_not_expand() {
     let before = run.clone();
     let e = expand_team(&mut run, 2, 1).unwrap_err();
     assert_eq!(e.code(), Some(codes::TOO_MANY_DESCENDANTS));
-    assert_eq!(run.state, RunState::Pending);
+    assert_eq!(run.state(), RunState::Pending);
     assert!(run.children.is_none());
     run = before;
     expand_team(&mut run, 10, 1).unwrap();
@@ -211,7 +211,7 @@ fn member_ids(run: &Run) -> Vec<String> {
 #[test]
 fn a_fan_out_expands_one_member_each_and_round_two_follows_the_last() {
     let mut run = fan_out_run(serde_json::Value::Null, &["a", "b", "c"]);
-    assert_eq!((run.state, run.epoch), (RunState::AwaitingChildren, 1));
+    assert_eq!((run.state(), run.epoch), (RunState::AwaitingChildren, 1));
     let ids = member_ids(&run);
     assert_eq!(ids.len(), 3);
     assert!(
@@ -240,7 +240,7 @@ fn a_fan_out_expands_one_member_each_and_round_two_follows_the_last() {
             assert_eq!(actions, vec![RunAction::EnqueueNextStep]);
         }
     }
-    assert_eq!(run.state, RunState::Executing);
+    assert_eq!(run.state(), RunState::Executing);
     let round2 = all
         .iter()
         .find(|e| e.kind() == EventKind::RoundStarted)
@@ -271,7 +271,7 @@ fn the_failure_policy_decides_what_a_failed_member_means() {
         .unwrap(),
     );
     assert_eq!(actions, vec![RunAction::AnnounceTerminal]);
-    assert_eq!(run.state, RunState::Failed);
+    assert_eq!(run.state(), RunState::Failed);
     let error = run.error.clone().unwrap();
     assert_eq!(error.code, codes::MEMBERS_FAILED);
     assert!(
@@ -312,7 +312,7 @@ fn the_failure_policy_decides_what_a_failed_member_means() {
             last = recorded(child_ended(&mut run, e.clone(), &earlier, 2).unwrap()).2;
             earlier.push(e);
         }
-        assert_eq!(run.state == RunState::Executing, ok, "{fails} failed");
+        assert_eq!(run.state() == RunState::Executing, ok, "{fails} failed");
         if !ok {
             assert_eq!(last, vec![RunAction::AnnounceTerminal]);
             assert_eq!(run.error.clone().unwrap().code, codes::QUORUM_NOT_MET);

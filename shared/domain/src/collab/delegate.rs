@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
-use super::children::{ChildSlot, SlotState};
+use super::children::ChildSlot;
 use super::resume::{self, ResumePlan};
 use super::{child_run_id, codes, Lineage, RunKind, MAX_PLAN_TASKS, MAX_TASK_BYTES};
 use crate::fields::{FieldError, Fields};
@@ -251,18 +251,13 @@ fn slot(
     task: String,
     kind: RunKind,
 ) -> ChildSlot {
-    ChildSlot {
-        run_id: child_run_id(&run.run_id, call_id, index),
+    ChildSlot::queued(
+        child_run_id(&run.run_id, call_id, index),
         agent,
         kind,
-        round: 0,
-        call_id: Some(call_id.to_string()),
-        task: Some(task),
-        state: SlotState::Queued,
-        outcome: None,
-        resume: None,
-        descendants: None,
-    }
+        Some(call_id.to_string()),
+        Some(task),
+    )
 }
 
 #[cfg(test)]

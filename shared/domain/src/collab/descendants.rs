@@ -127,24 +127,20 @@ pub fn next_step(previous: &Run, max: u32) -> Option<u32> {
 mod tests {
     use super::*;
     use crate::collab::chain::ChainLink;
-    use crate::collab::children::SlotState;
     use crate::collab::RunKind;
     use crate::run::test_run;
     use rand::{Rng, SeedableRng};
 
     fn slots(n: usize) -> Vec<ChildSlot> {
         (0..n)
-            .map(|i| ChildSlot {
-                run_id: format!("c{i}"),
-                agent: "b".into(),
-                kind: RunKind::Delegation,
-                round: 0,
-                call_id: Some("call".into()),
-                task: Some("t".into()),
-                state: SlotState::Queued,
-                outcome: None,
-                resume: None,
-                descendants: None,
+            .map(|i| {
+                ChildSlot::queued(
+                    format!("c{i}"),
+                    "b".into(),
+                    RunKind::Delegation,
+                    Some("call".into()),
+                    Some("t".into()),
+                )
             })
             .collect()
     }

@@ -113,12 +113,12 @@ pub fn check(
             format!("run '{source_run_id}' not found"),
         ));
     };
-    if source.state.outcome() != RunState::Completed {
+    if source.state().outcome() != RunState::Completed {
         return Err(refuse(
             RESUME_NOT_FINISHED,
             format!(
                 "run '{source_run_id}' is {}: only a completed run can be resumed",
-                source.state
+                source.state()
             ),
         ));
     }
@@ -241,8 +241,12 @@ mod tests {
             code(check("t", "run_1", Some(&src), &reprompted, Ok(&t), None)),
             RESUME_IDENTITY_MISMATCH
         );
-        let mut running = src.clone();
-        running.state = RunState::Executing;
+        let mut running = test_run();
+        running.agent = a.name.clone();
+        running.identity = Some(RunIdentity::of(&a));
+        running
+            .apply(RunEvent::Claimed { lease_until_ms: 1 }, 1)
+            .unwrap();
         assert_eq!(
             code(check("t", "run_1", Some(&running), &a, Ok(&t), None)),
             RESUME_NOT_FINISHED

@@ -95,7 +95,9 @@ pub struct Run {
     pub run_id: String,
     pub tenant: String,
     pub agent: String,
-    pub state: RunState,
+    /// Changed only by the Run's machine ([`Run::apply`]); read with
+    /// [`Run::state`].
+    state: RunState,
     /// The step the next harness message must carry.
     pub step: u32,
     /// Incremented by every claim; every write of a step is fenced on it.
@@ -330,6 +332,22 @@ pub struct RunEventRecord {
     pub seq: u64,
     pub at_ms: i64,
     pub event: LogEvent,
+}
+
+impl Run {
+    /// Where the Run is in its life.
+    pub fn state(&self) -> RunState {
+        self.state
+    }
+
+    /// The Run as the store holds it: its document with the state its
+    /// item says (a claim writes the item's fields, not the document).
+    /// Loading a record is not a transition; nothing else sets a state
+    /// outside [`Run::apply`].
+    pub fn as_stored(mut self, state: RunState) -> Run {
+        self.state = state;
+        self
+    }
 }
 
 impl RunEventRecord {

@@ -124,7 +124,7 @@ pub fn judge_renewal(
     if rec.generation != req.generation {
         return RenewalVerdict::Drop("the request is from another generation");
     }
-    if rec.state.is_gone() {
+    if rec.state().is_gone() {
         return RenewalVerdict::Drop("the sandbox is gone");
     }
     match &rec.hand_queue_url {

@@ -9,7 +9,7 @@ const NOW: i64 = 1_000_000_000;
 fn live(generation: u64) -> SandboxRecord {
     let mut r = SandboxRecord::new("acme", "coder", "workspace", 0);
     r.generation = generation;
-    r.state = SandboxState::Ready;
+    r.take_reported_state(SandboxState::Ready);
     r.hand_queue_url = Some("https://sqs/armada-hand-aaaa-g3.fifo".into());
     r
 }
@@ -85,7 +85,7 @@ fn stale_future_foreign_or_dead_requests_are_dropped() {
         RenewalVerdict::Drop("the request is from another generation")
     );
     let mut gone = live(3);
-    gone.state = SandboxState::Destroyed;
+    gone.take_reported_state(SandboxState::Destroyed);
     assert_eq!(
         drop(req(3, NOW), Some(&gone)),
         RenewalVerdict::Drop("the sandbox is gone")

@@ -87,7 +87,8 @@ pub struct PortLease {
 pub struct SandboxRecord {
     pub tenant: String,
     pub agent: String,
-    pub state: SandboxState,
+    /// Changed only by its machine ([`SandboxRecord::apply`]).
+    state: SandboxState,
     /// Incremented by every (re)creation; a task, its hand queue and its
     /// calls belong to one generation.
     pub generation: u64,
@@ -159,6 +160,18 @@ pub enum LifecycleError {
 }
 
 impl SandboxRecord {
+    /// Where the sandbox is in its life.
+    pub fn state(&self) -> SandboxState {
+        self.state
+    }
+
+    /// Takes the state the sandbox's agent reports, as the record is
+    /// loaded ([`super::report`]): loading is not a transition, and only
+    /// the sandbox module reads a report.
+    pub(super) fn take_reported_state(&mut self, state: SandboxState) {
+        self.state = state;
+    }
+
     /// A fresh record for the first acquire of an identity.
     pub fn new(tenant: &str, agent: &str, profile: &str, now_ms: i64) -> Self {
         SandboxRecord {

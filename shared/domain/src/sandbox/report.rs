@@ -58,7 +58,7 @@ impl SandboxRecord {
     /// The half the agent may write.
     pub fn report(&self) -> SandboxReport {
         SandboxReport {
-            state: self.state,
+            state: self.state(),
             state_changed_at_ms: self.state_changed_at_ms,
             controls: self.controls.clone(),
             heartbeat_at_ms: self.heartbeat_at_ms,
@@ -71,7 +71,7 @@ impl SandboxRecord {
     }
 
     fn take_report(&mut self, r: SandboxReport) {
-        self.state = r.state;
+        self.take_reported_state(r.state);
         self.state_changed_at_ms = r.state_changed_at_ms;
         self.controls = r.controls;
         self.heartbeat_at_ms = r.heartbeat_at_ms;
@@ -130,7 +130,7 @@ impl SandboxRecord {
         if rec.snapshot_key.as_deref().is_some_and(|k| k != own) {
             rec.snapshot_key = None;
         }
-        if rec.state == SandboxState::Hibernated && rec.snapshot_key.is_some() {
+        if rec.state() == SandboxState::Hibernated && rec.snapshot_key.is_some() {
             // Saved and stopped, as its agent says: the sandbox has no task
             // (a lie here only costs the liar a second task of its own).
             rec.task_arn = None;

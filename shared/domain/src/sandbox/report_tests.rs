@@ -22,7 +22,7 @@ fn stored() -> SandboxRecord {
         hand_queue_url: "https://q/hand-acme-g1.fifo".into(),
     };
     r.apply(started, 1).unwrap();
-    r.state = SandboxState::Ready;
+    r.take_reported_state(SandboxState::Ready);
     r.version = 7;
     r
 }
@@ -84,7 +84,7 @@ fn an_unreadable_report_fails_the_sandbox_but_not_the_record() {
         &many_ports,
     ] {
         let read = SandboxRecord::from_parts("acme#coder", &doc(&r), Some(bad), 8).unwrap();
-        assert_eq!(read.state, SandboxState::Failed, "{bad:.40}");
+        assert_eq!(read.state(), SandboxState::Failed, "{bad:.40}");
         assert!(read.failure.unwrap().contains("report is unreadable"));
         // The control half stands: the holder is still told, the task stopped.
         assert_eq!(read.holder_run_id.as_deref(), Some("run_a"));
@@ -135,7 +135,7 @@ fn a_sandbox_its_agent_saved_to_a_snapshot_wakes_in_a_new_task() {
     let report = serde_json::to_string(&agent_view.report()).unwrap();
     let mut read = SandboxRecord::from_parts("acme#coder", &doc(&r), Some(&report), 8).unwrap();
     assert_eq!(
-        (read.state, read.task_arn.as_deref()),
+        (read.state(), read.task_arn.as_deref()),
         (SandboxState::Hibernated, None)
     );
     read.start_attempts = 2;

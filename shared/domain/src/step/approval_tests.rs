@@ -113,7 +113,7 @@ fn a_gated_call_waits_undispatched_and_runs_once_approved() {
             .collect::<Vec<_>>(),
         ["c1"]
     );
-    assert_eq!(run.ledger["c2"].state, ToolCallState::Planned);
+    assert_eq!(run.ledger["c2"].state(), ToolCallState::Planned);
     assert!(run.ledger["c2"].awaits_approval());
     let ran = vec![InlineAnswer {
         call_id: "c1".into(),
@@ -131,7 +131,7 @@ fn a_gated_call_waits_undispatched_and_runs_once_approved() {
     );
     assert_eq!(kinds(&d), ["tool_result", "approval_requested"]);
     assert_eq!(
-        run.ledger["c2"].state,
+        run.ledger["c2"].state(),
         ToolCallState::Planned,
         "not dispatched before approval"
     );
@@ -157,7 +157,7 @@ fn a_gated_call_waits_undispatched_and_runs_once_approved() {
         panic!("{:?}", d.next)
     };
     assert_eq!(inline[0].call_id, "c2");
-    assert_eq!(run.ledger["c2"].state, ToolCallState::Dispatched);
+    assert_eq!(run.ledger["c2"].state(), ToolCallState::Dispatched);
 
     // The same decision again: no second effect.
     let d = decide(
@@ -168,7 +168,7 @@ fn a_gated_call_waits_undispatched_and_runs_once_approved() {
     )
     .unwrap();
     assert!(d.events.is_empty());
-    assert_eq!(run.ledger["c2"].state, ToolCallState::Dispatched);
+    assert_eq!(run.ledger["c2"].state(), ToolCallState::Dispatched);
 }
 
 #[test]
@@ -189,7 +189,7 @@ fn a_rejection_is_the_calls_result_or_the_runs_end() {
             } else {
                 "APPROVAL_EXPIRED"
             };
-            assert_eq!(run.ledger["c1"].state, ToolCallState::Failed);
+            assert_eq!(run.ledger["c1"].state(), ToolCallState::Failed);
             assert_eq!(
                 run.ledger["c1"].result.as_ref().unwrap()["error"]["code"],
                 code
@@ -233,7 +233,7 @@ fn two_approvals_in_one_turn_are_decided_independently_in_either_order() {
         let d = decide(&mut run, &a, StepInput::ApprovalsDecided(&[one]), 30).unwrap();
         // Still waiting for the other: nothing new to request, nothing runs.
         assert_eq!(d.next, Next::AwaitApproval(vec![]));
-        assert_eq!(run.ledger[first].state, ToolCallState::Planned);
+        assert_eq!(run.ledger[first].state(), ToolCallState::Planned);
         let two = decided(&run, second, Some(Verdict::Reject), &policy);
         let d = decide(&mut run, &a, StepInput::ApprovalsDecided(&[two]), 31).unwrap();
         let Next::RunInline(inline) = &d.next else {
@@ -246,7 +246,7 @@ fn two_approvals_in_one_turn_are_decided_independently_in_either_order() {
                 .collect::<Vec<_>>(),
             [first]
         );
-        assert_eq!(run.ledger[second].state, ToolCallState::Failed);
+        assert_eq!(run.ledger[second].state(), ToolCallState::Failed);
     }
 }
 
@@ -272,7 +272,7 @@ fn destructive_sandbox_work_waits_and_is_dispatched_once_approved() {
     assert!(
         run.ledger
             .values()
-            .all(|c| c.state == ToolCallState::Planned),
+            .all(|c| c.state() == ToolCallState::Planned),
         "the turn's sandbox work waits"
     );
     let approval = decided(
@@ -302,7 +302,7 @@ fn a_redelivered_step_never_runs_a_call_that_waits_for_approval() {
     // again and asks for nothing twice.
     let d = decide(&mut run, &a, StepInput::Claimed, 6).unwrap();
     assert_eq!(d.next, Next::AwaitApproval(vec![]));
-    assert_eq!(run.ledger["c1"].state, ToolCallState::Planned);
+    assert_eq!(run.ledger["c1"].state(), ToolCallState::Planned);
     assert_eq!(
         run.ledger["c1"].approval.as_ref().unwrap().state,
         ApprovalState::Pending
@@ -384,7 +384,7 @@ fn a_write_the_sandbox_finds_destructive_waits_for_approval_then_may_overwrite()
     );
     assert_eq!(requests[0].args["path"], "a.txt");
     assert_eq!(
-        (run.ledger["c1"].state, run.ledger["c1"].attempt),
+        (run.ledger["c1"].state(), run.ledger["c1"].attempt),
         (ToolCallState::Planned, 2)
     );
     let approval = decided(
@@ -434,7 +434,7 @@ fn an_uncertain_call_is_settled_by_a_human_when_the_agent_asks() {
     };
     assert_eq!(requests[0].kind, ApprovalKind::Indeterminate);
     assert_eq!(
-        base.ledger["c1"].state,
+        base.ledger["c1"].state(),
         ToolCallState::Dispatched,
         "its effect is still unknown"
     );
@@ -491,7 +491,7 @@ fn an_uncertain_call_is_settled_by_a_human_when_the_agent_asks() {
     );
     let d = decide(&mut run, &a, StepInput::ApprovalsDecided(&[ap]), 30).unwrap();
     assert_eq!(d.next, Next::Continue);
-    assert_eq!(run.ledger["c1"].state, ToolCallState::Done);
+    assert_eq!(run.ledger["c1"].state(), ToolCallState::Done);
     assert_eq!(run.ledger["c1"].result, Some(json!({"stdout": "deployed"})));
     // Run it again: a new attempt, dispatched.
     let mut run = base.clone();
@@ -507,5 +507,5 @@ fn an_uncertain_call_is_settled_by_a_human_when_the_agent_asks() {
         panic!("{:?}", d.next)
     };
     assert_eq!(error.code, "TOOL_INDETERMINATE");
-    assert_eq!(run.ledger["c1"].state, ToolCallState::Indeterminate);
+    assert_eq!(run.ledger["c1"].state(), ToolCallState::Indeterminate);
 }

@@ -101,7 +101,7 @@ pub(super) fn await_approvals(
     for rec in run
         .ledger
         .values_mut()
-        .filter(|r| r.step == step && !r.state.is_settled() && r.awaits_approval())
+        .filter(|r| r.step == step && !r.state().is_settled() && r.awaits_approval())
     {
         waiting = true;
         let Some(a) = rec.approval.as_mut().filter(|a| !a.requested) else {
@@ -153,7 +153,7 @@ pub(super) fn approvals_decided(
     let mut events = Vec::new();
     let mut fail = None;
     for a in decided {
-        if a.state == ApprovalState::Pending || a.run_id != run.run_id {
+        if a.state() == ApprovalState::Pending || a.run_id != run.run_id {
             continue;
         }
         let Some(rec) = run.ledger.get(&a.call_id) else {
@@ -163,7 +163,7 @@ pub(super) fn approvals_decided(
             .approval
             .as_ref()
             .is_some_and(|c| c.approval_id == a.approval_id && c.state == ApprovalState::Pending);
-        if !open || rec.state.is_settled() {
+        if !open || rec.state().is_settled() {
             continue;
         }
         let rec = rec.clone();
@@ -172,21 +172,21 @@ pub(super) fn approvals_decided(
             .get_mut(&a.call_id)
             .and_then(|r| r.approval.as_mut())
         {
-            c.state = a.state;
+            c.state = a.state();
         }
         let d = a.decision.clone();
         let settled = ApprovalSettled {
             approval_id: a.approval_id.clone(),
             call_id: a.call_id.clone(),
             name: a.tool.clone(),
-            state: a.state,
+            state: a.state(),
             by: d.as_ref().map(|d| d.by.clone()),
             how: d.as_ref().map(|d| d.how.clone()),
             from: d.as_ref().and_then(|d| d.from.clone()),
             at_ms: d.as_ref().map(|d| d.at_ms),
             comment: d.and_then(|d| d.comment),
         };
-        let event = if a.state == ApprovalState::Expired {
+        let event = if a.state() == ApprovalState::Expired {
             LogEvent::ApprovalExpired(settled)
         } else {
             LogEvent::ApprovalDecided(settled)
@@ -242,7 +242,7 @@ pub(super) fn approved_inline(run: &mut Run, now: i64) -> Vec<ToolCallRecord> {
     let mut out = Vec::new();
     for r in run.ledger.values_mut().filter(|r| {
         r.step == step
-            && r.state == ToolCallState::Planned
+            && r.state() == ToolCallState::Planned
             && !r.sandbox
             && !r.children
             && r.approval.is_some()

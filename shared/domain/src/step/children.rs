@@ -37,7 +37,7 @@ pub(super) fn delegations(
     now: i64,
 ) -> Result<Decision, StepRefused> {
     let planned: Vec<ToolCallRecord> = open_calls(run)
-        .filter(|r| r.children && r.state == ToolCallState::Planned)
+        .filter(|r| r.children && r.state() == ToolCallState::Planned)
         .cloned()
         .collect();
     let mut events = Vec::new();

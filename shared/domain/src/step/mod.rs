@@ -221,7 +221,7 @@ fn claimed(run: &mut Run, agent: &AgentDefinition, now: i64) -> Result<Decision,
     let mut redo = Vec::new();
     // A gated call still planned was never sent: its approval decides it.
     let gated_planned =
-        |r: &ToolCallRecord| r.approval.is_some() && r.state == ToolCallState::Planned;
+        |r: &ToolCallRecord| r.approval.is_some() && r.state() == ToolCallState::Planned;
     for rec in open
         .iter()
         .filter(|r| !r.sandbox && !r.children && !gated_planned(r))
@@ -413,7 +413,7 @@ fn after_tools(run: &mut Run, mut events: Vec<RunEventRecord>, now: i64) -> Deci
         return d;
     }
     let planned: Vec<ToolCallRecord> = open_calls(run)
-        .filter(|r| r.sandbox && r.state == ToolCallState::Planned)
+        .filter(|r| r.sandbox && r.state() == ToolCallState::Planned)
         .cloned()
         .collect();
     if planned.is_empty() {
@@ -422,7 +422,7 @@ fn after_tools(run: &mut Run, mut events: Vec<RunEventRecord>, now: i64) -> Deci
             return Decision::new(events, Next::Wait);
         }
         let by_children: Vec<ToolCallRecord> = open_calls(run)
-            .filter(|r| r.children && r.state == ToolCallState::Planned)
+            .filter(|r| r.children && r.state() == ToolCallState::Planned)
             .cloned()
             .collect();
         if !by_children.is_empty() {
@@ -469,7 +469,7 @@ fn open_calls(run: &Run) -> impl Iterator<Item = &ToolCallRecord> {
     let step = run.step;
     run.ledger
         .values()
-        .filter(move |r| r.step == step && !r.state.is_settled())
+        .filter(move |r| r.step == step && !r.state().is_settled())
 }
 
 fn call<'r>(run: &'r Run, call_id: &str) -> Result<&'r ToolCallRecord, StepRefused> {
@@ -533,7 +533,10 @@ fn push_result(
     events: &mut Vec<RunEventRecord>,
     now: i64,
 ) {
-    let state = run.ledger.get(&rec.call_id).map_or(rec.state, |r| r.state);
+    let state = run
+        .ledger
+        .get(&rec.call_id)
+        .map_or(rec.state(), |r| r.state());
     let answered = LogEvent::ToolResult {
         call_id: rec.call_id.clone(),
         name: rec.skill.clone(),

@@ -106,8 +106,8 @@ fn calls_are_recorded_before_any_runs_and_go_where_their_skill_says() {
         panic!("{:?}", d.next)
     };
     assert_eq!(inline.len(), 1);
-    assert_eq!(run.ledger["c1"].state, ToolCallState::Dispatched);
-    assert_eq!(run.ledger["c2"].state, ToolCallState::Planned);
+    assert_eq!(run.ledger["c1"].state(), ToolCallState::Dispatched);
+    assert_eq!(run.ledger["c2"].state(), ToolCallState::Planned);
     assert_eq!(run.sandbox_key.as_deref(), Some("t#a"));
     assert_eq!(run.usage.tool_calls, 2);
 
@@ -144,7 +144,7 @@ fn calls_are_recorded_before_any_runs_and_go_where_their_skill_says() {
     };
     let d = decide(&mut run, &a, input, 9).unwrap();
     assert_eq!(d.next, Next::Continue);
-    assert_eq!(run.ledger["c2"].state, ToolCallState::Done);
+    assert_eq!(run.ledger["c2"].state(), ToolCallState::Done);
 }
 
 #[test]
@@ -171,7 +171,7 @@ fn a_redelivered_step_repeats_only_what_is_safe_to_repeat() {
     let d = decide(&mut run, &a, StepInput::Claimed, 6).unwrap();
     assert_eq!(failure(&d), "TOOL_INDETERMINATE");
     assert_eq!(kinds(&d), ["tool_indeterminate"]);
-    assert_eq!(run.ledger["c1"].state, ToolCallState::Indeterminate);
+    assert_eq!(run.ledger["c1"].state(), ToolCallState::Indeterminate);
 }
 
 fn dispatched_shell_call(run: &mut Run, a: &AgentDefinition) {
@@ -209,7 +209,7 @@ fn a_call_that_never_started_is_sent_again_a_bounded_number_of_times() {
     };
     let d = decide(&mut run, &a, input, 7).unwrap();
     assert_eq!(failure(&d), codes::SANDBOX_UNAVAILABLE);
-    assert_eq!(run.ledger["c2"].state, ToolCallState::Failed);
+    assert_eq!(run.ledger["c2"].state(), ToolCallState::Failed);
 }
 
 #[test]
@@ -226,7 +226,7 @@ fn a_lost_call_with_effects_is_never_repeated() {
     };
     let d = decide(&mut run, &a, input, 6).unwrap();
     assert_eq!(failure(&d), "TOOL_INDETERMINATE");
-    assert_eq!(run.ledger["c2"].state, ToolCallState::Indeterminate);
+    assert_eq!(run.ledger["c2"].state(), ToolCallState::Indeterminate);
 }
 
 #[test]
@@ -304,7 +304,7 @@ fn delegate_calls_become_children_of_one_waiting_point() {
     assert!(run
         .ledger
         .values()
-        .all(|r| r.children && r.state == ToolCallState::Planned));
+        .all(|r| r.children && r.state() == ToolCallState::Planned));
     let known = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
     let none = BTreeMap::new();
     let input = StepInput::Delegations {
@@ -317,7 +317,7 @@ fn delegate_calls_become_children_of_one_waiting_point() {
     assert!(run
         .ledger
         .values()
-        .all(|r| r.state == ToolCallState::Dispatched));
+        .all(|r| r.state() == ToolCallState::Dispatched));
     let children = run.children.clone().unwrap();
     assert_eq!((children.round, children.outstanding), (1, 2));
     assert_eq!(children.slots[1].agent, "c");
@@ -403,7 +403,7 @@ fn json_nested_too_deeply_never_enters_the_record() {
     r.tool_calls[0].args = json!({ "x": deep.clone() });
     let d = decide(&mut run, &agent(), StepInput::Replied(&r), 1).unwrap();
     let refused = &run.ledger["c1"];
-    assert_eq!(refused.state, ToolCallState::Failed);
+    assert_eq!(refused.state(), ToolCallState::Failed);
     assert_eq!(refused.args, json!(TOO_DEEP_ARGS));
     assert_eq!(
         refused.result.as_ref().unwrap()["error"]["code"],
@@ -426,7 +426,7 @@ fn json_nested_too_deeply_never_enters_the_record() {
     )
     .unwrap();
     let answered = &run.ledger["c2"];
-    assert_eq!(answered.state, ToolCallState::Failed);
+    assert_eq!(answered.state(), ToolCallState::Failed);
     assert_eq!(
         answered.result.as_ref().unwrap()["error"]["code"],
         RESULT_TOO_DEEP
@@ -518,8 +518,8 @@ fn one_waiting_point_holds_at_most_its_limit_of_children() {
             ("p2".to_string(), "TOO_MANY_CHILDREN".to_string())
         ]
     );
-    assert_eq!(lead.ledger["p0"].state, ToolCallState::Dispatched);
-    assert!(lead.ledger["p1"].state.is_settled());
+    assert_eq!(lead.ledger["p0"].state(), ToolCallState::Dispatched);
+    assert!(lead.ledger["p1"].state().is_settled());
 
     // The deployment's limit, not the plan's, decides: with 2, a third
     // delegate of the same step is refused and the first two go.
