@@ -241,7 +241,7 @@ async fn a_call_lost_with_its_sandbox_is_settled_by_a_human_when_the_agent_asks(
             let Some(call) = run.ledger.values().next() else {
                 return false;
             };
-            let call = armada_core::store::sandboxes::CallRef {
+            let call = armada_core::adapters::dynamo::sandboxes::CallRef {
                 tenant: run.tenant.clone(),
                 agent: run.agent.clone(),
                 run_id: id.clone(),

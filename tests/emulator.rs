@@ -17,7 +17,7 @@ use aws_sdk_dynamodb::types::{
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 
-use armada_core::aws::AwsClients;
+use armada_core::adapters::aws::AwsClients;
 use armada_tests::{emulator_endpoint, TestStack};
 
 fn s(v: &str) -> AttributeValue {

@@ -285,7 +285,7 @@ async fn a_task_signs_with_credentials_of_its_own_which_only_its_key_renews() {
         .await
         .unwrap()
         .into_bytes();
-    env.extend(armada_core::hands::parse_env_file(
+    env.extend(armada_core::adapters::ecs::parse_env_file(
         &String::from_utf8_lossy(&text),
     ));
     assert!(env.contains_key("ARMADA_SANDBOX_ANSWER_KEY"));

@@ -25,7 +25,7 @@ async fn a_call_whose_sandbox_dies_is_never_sent_again() {
         };
         let mark = svc
             .sandboxes
-            .mark(&armada_core::store::sandboxes::CallRef {
+            .mark(&armada_core::adapters::dynamo::sandboxes::CallRef {
                 tenant: run.tenant.clone(),
                 agent: run.agent.clone(),
                 run_id: id.clone(),

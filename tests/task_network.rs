@@ -8,7 +8,7 @@
 
 use serde_json::json;
 
-use armada_core::hands::task_env;
+use armada_core::ports::provider::task_env;
 use armada_tests::sandbox::*;
 use armada_tests::TestStack;
 

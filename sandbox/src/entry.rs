@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
+use armada_core::adapters::dynamo::sandboxes::{Change, SandboxStore};
 use armada_core::ports::SandboxReports as _;
-use armada_core::store::sandboxes::{Change, SandboxStore};
 use armada_domain::machine::Machine;
 use armada_domain::sandbox::lifecycle::SandboxEvent;
 

@@ -115,8 +115,10 @@ impl Runner {
         Runner {
             env,
             jail,
-            task_network_isolated: std::env::var(armada_core::hands::task_env::TASK_NETWORK)
-                .as_deref()
+            task_network_isolated: std::env::var(
+                armada_core::ports::provider::task_env::TASK_NETWORK,
+            )
+            .as_deref()
                 == Ok("isolated"),
             seq: AtomicU64::new(0),
             servers: Mutex::new(Vec::new()),

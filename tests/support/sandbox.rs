@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use armada_api::runs::RunView;
 use armada_cli::client::Client;
-use armada_core::hands::started_by;
+use armada_core::adapters::ecs::started_by;
 
 use crate::{params, TestStack};
 

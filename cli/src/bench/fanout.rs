@@ -88,7 +88,7 @@ pub(super) async fn fan_out(
                 .collect()
         })
         .unwrap_or_default();
-    let for_run = |c: &armada_core::calls::CallRecord| -> Option<bool> {
+    let for_run = |c: &armada_core::adapters::calls::CallRecord| -> Option<bool> {
         let whose = if c.on_behalf.is_empty() {
             &c.runs
         } else {
@@ -141,7 +141,7 @@ pub(super) async fn fan_out(
 
 /// How long, between `from` and `to`, at least one of the calls was in
 /// flight (the union of their intervals), in ms.
-fn busy_ms(log: &[armada_core::calls::CallRecord], from: Instant, to: Instant) -> f64 {
+fn busy_ms(log: &[armada_core::adapters::calls::CallRecord], from: Instant, to: Instant) -> f64 {
     let mut spans: Vec<(Instant, Instant)> = log
         .iter()
         .filter_map(|c| Some((c.start.max(from), c.end?.min(to))))

@@ -11,7 +11,7 @@ use anyhow::{anyhow, Result};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use futures::{stream, TryStreamExt};
 
-use armada_core::aws::AwsClients;
+use armada_core::adapters::aws::AwsClients;
 
 type Item = HashMap<String, AttributeValue>;
 

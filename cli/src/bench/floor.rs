@@ -28,7 +28,7 @@ use std::time::Instant;
 
 use anyhow::{anyhow, Result};
 
-use armada_core::aws::CallRecord;
+use armada_core::adapters::aws::CallRecord;
 
 /// A Run as a client posted it.
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use armada_core::aws::AwsClients;
+use armada_core::adapters::aws::AwsClients;
 
 mod fanout;
 mod fill;

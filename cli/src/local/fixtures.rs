@@ -204,7 +204,7 @@ fn the_local_sqs_records_are_the_records_aws_sends() {
         assert_eq!(&local, record, "{name}");
         let event: SqsEvent = serde_json::from_value(aws.clone()).unwrap();
         let msg = &event.records[0];
-        assert_eq!(armada_core::sqs::receive_count(msg), 1, "{name}");
-        assert_eq!(armada_core::sqs::source_queue(msg), queue, "{name}");
+        assert_eq!(armada_core::batch::receive_count(msg), 1, "{name}");
+        assert_eq!(armada_core::batch::source_queue(msg), queue, "{name}");
     }
 }

@@ -26,9 +26,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use armada_core::aws::AwsClients;
+use armada_core::adapters::aws::AwsClients;
+use armada_core::adapters::dynamo::registry::StoredKey;
 use armada_core::config::Config;
-use armada_core::store::registry::StoredKey;
 use armada_core::Services;
 use armada_domain::api::{ApiKey, KeyRole};
 use armada_domain::crypto::sha256_hex;
@@ -361,13 +361,13 @@ impl LocalStack {
             // Its calls are the platform's (Fargate's), not the functions'.
             let dp_aws = AwsClients::load_local(&endpoint, &opts.region).await;
             let cfg = &harness_svc.cfg;
-            let provider = armada_core::hands::SandboxProvider::new(
+            let provider = armada_core::adapters::ecs::SandboxProvider::new(
                 &dp_aws,
                 cfg,
                 &harness_svc.queues.harness_url(),
                 &harness_svc.queues.dispatch_url(),
             );
-            let store = armada_core::store::sandboxes::SandboxStore::new(
+            let store = armada_core::adapters::dynamo::sandboxes::SandboxStore::new(
                 dp_aws.dynamo.clone(),
                 &cfg.sandboxes_table,
             );

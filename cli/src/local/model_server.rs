@@ -15,7 +15,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use armada_core::models::{openai_reply_body, parse_openai_request};
+use armada_core::adapters::models::{openai_reply_body, parse_openai_request};
 use armada_domain::scripted::{respond, Scripted};
 
 /// Requests served, for tests that count model calls.

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 
-use armada_core::aws::AwsClients;
+use armada_core::adapters::aws::AwsClients;
 use armada_core::ports::Registry as RegistryPort;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::team::TeamDefinition;

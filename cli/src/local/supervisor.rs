@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use armada_core::aws::AwsClients;
+use armada_core::adapters::aws::AwsClients;
+use armada_core::adapters::dynamo::registry::{Registry, StoredKey};
 use armada_core::ports::Registry as _;
-use armada_core::store::registry::{Registry, StoredKey};
 
 use super::template::Template;
 use super::{emulator, process, provision};

@@ -9,11 +9,11 @@
 use crate::DispatchError;
 use crate::Dispatcher;
 use crate::Handled;
+use armada_core::batch::Outcome;
 use armada_core::cas::until_written;
 use armada_core::cas::Try;
 use armada_core::clock::rfc3339;
 use armada_core::error::StoreError;
-use armada_core::sqs::Outcome;
 use armada_domain::api::Delivery;
 use armada_domain::approval::{notice, Approval, ApprovalEvent, ApprovalState, CHAT_RECIPIENT};
 use armada_domain::machine::Machine;

@@ -6,8 +6,8 @@
 
 use crate::Dispatcher;
 use crate::Handled;
+use armada_core::batch::Outcome;
 use armada_core::error::StoreError;
-use armada_core::sqs::Outcome;
 use armada_core::Also;
 use armada_domain::collab::chain::{self, step_run_id, AfterStep, ChainLink};
 use armada_domain::collab::descendants;

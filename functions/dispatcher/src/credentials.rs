@@ -6,7 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
-use armada_core::sqs::Outcome;
+use armada_core::batch::Outcome;
 use armada_domain::sandbox::credentials::{judge_renewal, Renewal, RenewalVerdict};
 use armada_domain::sandbox::hand::HandMessage;
 use armada_domain::sandbox::seal::answer_key;

@@ -4,12 +4,12 @@
 use crate::DispatchError;
 use crate::Dispatcher;
 use crate::Handled;
+use armada_core::batch::Outcome;
 use armada_core::cas::until_written;
 use armada_core::cas::Try;
 use armada_core::error::StoreError;
-use armada_core::sqs::Outcome;
-use armada_core::unreadable;
-use armada_core::unreadable::Ending;
+use armada_core::services::unreadable;
+use armada_core::services::unreadable::Ending;
 use armada_domain::messages::DispatchMessage;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::run::EndNote;

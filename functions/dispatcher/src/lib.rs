@@ -27,10 +27,10 @@ use std::sync::Arc;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use tracing::Instrument;
 
-use armada_core::calls::on_behalf;
-use armada_core::ending::{self, Ended};
+use armada_core::adapters::calls::on_behalf;
+use armada_core::batch::{process_batch, receive_count, source_queue, BatchPolicy, Outcome};
 use armada_core::error::StoreError;
-use armada_core::sqs::{process_batch, receive_count, source_queue, BatchPolicy, Outcome};
+use armada_core::services::ending::{self, Ended};
 use armada_core::Services;
 use armada_domain::messages::DispatchMessage;
 use armada_domain::run::{EndNote, IllegalTransition, Run, RunEvent};

@@ -5,11 +5,11 @@
 use crate::DispatchError;
 use crate::Dispatcher;
 use crate::Handled;
+use armada_core::batch::Outcome;
 use armada_core::cas::until_written;
 use armada_core::cas::Try;
 use armada_core::error::StoreError;
-use armada_core::sandboxing;
-use armada_core::sqs::Outcome;
+use armada_core::services::sandboxing;
 use armada_domain::api::Delivery;
 use armada_domain::messages::DispatchMessage;
 use armada_domain::run::Run;

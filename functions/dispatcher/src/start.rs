@@ -3,9 +3,9 @@
 
 use crate::Dispatcher;
 use crate::Handled;
+use armada_core::batch::Outcome;
 use armada_core::error::StoreError;
-use armada_core::sandboxing;
-use armada_core::sqs::Outcome;
+use armada_core::services::sandboxing;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::run::Run;
 use armada_domain::run::RunState;

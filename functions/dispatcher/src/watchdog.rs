@@ -5,12 +5,12 @@
 
 use crate::Dispatcher;
 use crate::Handled;
+use armada_core::adapters::dynamo::sandboxes::CallRef;
+use armada_core::batch::Outcome;
 use armada_core::error::StoreError;
-use armada_core::sandboxing;
-use armada_core::sandboxing::CallWatch;
-use armada_core::sandboxing::SandboxError;
-use armada_core::sqs::Outcome;
-use armada_core::store::sandboxes::CallRef;
+use armada_core::services::sandboxing;
+use armada_core::services::sandboxing::CallWatch;
+use armada_core::services::sandboxing::SandboxError;
 use armada_domain::collab::SlotState;
 use armada_domain::ledger::ToolCallState;
 use armada_domain::messages::DispatchMessage;

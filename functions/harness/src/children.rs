@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::Harness;
 use crate::StepError;
 use armada_core::error::StoreError;
-use armada_core::sandboxing;
+use armada_core::services::sandboxing;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::chat::ChatMessage;
 use armada_domain::collab::child_run_id;

@@ -3,7 +3,7 @@
 
 use crate::Harness;
 use crate::StepError;
-use armada_core::ending;
+use armada_core::services::ending;
 use armada_core::Also;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::chat::ModelReply;

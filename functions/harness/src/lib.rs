@@ -22,9 +22,9 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::future::BoxFuture;
 use tracing::Instrument;
 
-use armada_core::calls::on_behalf;
+use armada_core::adapters::calls::on_behalf;
+use armada_core::batch::{process_batch, BatchPolicy, Outcome};
 use armada_core::error::StoreError;
-use armada_core::sqs::{process_batch, BatchPolicy, Outcome};
 use armada_core::Services;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::run::{IllegalTransition, Run};

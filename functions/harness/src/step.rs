@@ -5,8 +5,8 @@
 
 use crate::Harness;
 use crate::StepError;
-use armada_core::sandboxing;
-use armada_core::sandboxing::SandboxError;
+use armada_core::services::sandboxing;
+use armada_core::services::sandboxing::SandboxError;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::chat::ModelReply;
 use armada_domain::chat::ToolCall;

@@ -27,8 +27,8 @@ use armada_api::approvals::{ApprovalList, ApprovalView, ApprovalsQuery, Decision
 use armada_api::error::KeyRefusals;
 use armada_api::server::{Path, Query, RawBody};
 use armada_api::{ApiError, ErrorBody};
-use armada_core::auth::{authenticate, Principal};
 use armada_core::clock::rfc3339;
+use armada_core::services::auth::{authenticate, Principal};
 use armada_core::Services;
 use armada_domain::api::KeyRole;
 use armada_domain::approval::{codes, ApprovalState, Decider, Verdict};

@@ -35,10 +35,10 @@ use anyhow::{anyhow, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use armada_core::aws::AwsClients;
-use armada_core::hands::task_env;
+use armada_core::adapters::aws::AwsClients;
+use armada_core::adapters::dynamo::sandboxes::{Change, SandboxStore};
+use armada_core::ports::provider::task_env;
 use armada_core::ports::SandboxReports as _;
-use armada_core::store::sandboxes::{Change, SandboxStore};
 use armada_domain::machine::Machine;
 use armada_domain::sandbox::controls::Control;
 use armada_domain::sandbox::hand::Invocation;
@@ -287,7 +287,7 @@ pub struct Agent {
     /// What holds the workspace's size (set up when the agent runs).
     disk: Option<disk::Disk>,
     /// The task's own credentials, which every client signs with.
-    held: Option<armada_core::aws::HeldCredentials>,
+    held: Option<armada_core::adapters::aws::HeldCredentials>,
     /// When to ask for new credentials next.
     next_renewal_ms: Option<i64>,
 }
@@ -328,7 +328,7 @@ impl Agent {
     pub fn new(
         cfg: AgentConfig,
         aws: AwsClients,
-        held: Option<armada_core::aws::HeldCredentials>,
+        held: Option<armada_core::adapters::aws::HeldCredentials>,
         jail: Program,
     ) -> Self {
         let store = SandboxStore::new(aws.dynamo.clone(), &cfg.sandboxes_table);
@@ -369,7 +369,10 @@ impl Agent {
     /// The agent's clients and credentials ([`credentials`]).
     pub async fn clients(
         cfg: &AgentConfig,
-    ) -> (AwsClients, Option<armada_core::aws::HeldCredentials>) {
+    ) -> (
+        AwsClients,
+        Option<armada_core::adapters::aws::HeldCredentials>,
+    ) {
         credentials::clients(cfg).await
     }
 
@@ -493,7 +496,7 @@ async fn heartbeat(
     agent: String,
     generation: u64,
     every: Duration,
-    held: Option<armada_core::aws::HeldCredentials>,
+    held: Option<armada_core::adapters::aws::HeldCredentials>,
     gone: tokio::sync::watch::Sender<Option<String>>,
 ) {
     loop {

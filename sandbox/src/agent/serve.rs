@@ -13,7 +13,7 @@ use crate::skills;
 use crate::skills::Aftermath;
 use anyhow::Context;
 use anyhow::Result;
-use armada_core::store::sandboxes::CallRef;
+use armada_core::adapters::dynamo::sandboxes::CallRef;
 use armada_core::Sandboxes;
 use armada_domain::machine::Machine;
 use armada_domain::messages::HarnessMessage;

@@ -8,7 +8,7 @@ use axum::Router;
 use utoipa::openapi::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::calls::on_behalf;
+use crate::adapters::calls::on_behalf;
 use crate::Services;
 
 /// A function's routes, ready to serve: a method a route does not take is

@@ -1,55 +1,48 @@
-//! Armada's adapters and shared services: typed configuration, AWS clients,
-//! the DynamoDB stores, the SQS and S3 adapters, the model adapters and the
-//! inline skills. Function crates build one [`Services`] at start-up and hand
-//! it to their handlers; the local stack builds the very same.
+//! What every function shares: the ports (what a handler needs from the
+//! outside world), their AWS adapters, the application services built on
+//! them, typed configuration and the runtime plumbing (SQS batches, the
+//! HTTP router). Function crates build one [`Services`] at start-up and
+//! hand it to their handlers; the local stack builds the very same.
+//!
+//! - [`ports`]: one module per port, each owning its vocabulary
+//! - [`adapters`]: DynamoDB, SQS, S3, ECS, SES, models
+//! - [`services`]: auth, sandboxes, callbacks, egress, tools, ending Runs
+//! - `memory` (feature `test-support`): every port in memory
 
-pub mod auth;
-pub mod aws;
-pub mod callbacks;
-pub mod calls;
+pub mod adapters;
+pub mod batch;
 pub mod cas;
 pub mod clock;
 pub mod config;
-pub mod egress;
-pub mod ending;
 pub mod error;
-pub mod hands;
 pub mod http;
-pub mod mail;
 /// The in-memory doubles of every port, for unit tests (here, and in
 /// the crates that enable `test-support`); not compiled into a deployment.
 #[cfg(any(test, feature = "test-support"))]
 pub mod memory;
-pub mod models;
-pub mod payloads;
 pub mod ports;
-pub mod queues;
-pub mod sandboxing;
-pub mod sqs;
-pub mod store;
+pub mod services;
 pub mod telemetry;
-pub mod tools;
-pub mod unreadable;
 
 use std::sync::Arc;
 
-use crate::aws::AwsClients;
-use crate::callbacks::Callbacks;
+use crate::adapters::aws::AwsClients;
+use crate::adapters::dynamo::approvals::ApprovalStore;
+use crate::adapters::dynamo::idempotency::IdempotencyStore;
+use crate::adapters::dynamo::quotas::QuotasStore;
+use crate::adapters::dynamo::registry::Registry as RegistryTable;
+use crate::adapters::dynamo::runs::RunStore;
+use crate::adapters::dynamo::sandboxes::SandboxStore;
+use crate::adapters::dynamo::sessions::SessionStore;
+use crate::adapters::ecs::SandboxProvider;
+use crate::adapters::models::Models;
+use crate::adapters::s3::Payloads;
+use crate::adapters::sqs::Queues as SqsQueues;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::StoreError;
-use crate::hands::SandboxProvider;
-use crate::models::Models;
-use crate::payloads::Payloads;
-use crate::queues::Queues as SqsQueues;
-use crate::store::approvals::ApprovalStore;
-use crate::store::idempotency::IdempotencyStore;
-use crate::store::quotas::QuotasStore;
-use crate::store::registry::Registry as RegistryTable;
-use crate::store::runs::RunStore;
-use crate::store::sandboxes::SandboxStore;
-use crate::store::sessions::SessionStore;
-use crate::tools::InlineTools;
+use crate::services::callbacks::Callbacks;
+use crate::services::tools::InlineTools;
 
 pub use crate::ports::{
     Also, Approvals, Blobs, Idempotency, Mail, Model, Provider, Queues, Quotas, Registry,
@@ -139,7 +132,7 @@ impl Services {
             models: Arc::new(Models::new(&aws.sdk_config, cfg.scripted_model_url.clone())),
             tools: InlineTools::new(egress.clone()),
             callbacks: Callbacks::new(&cfg.callback_signing_secret, 3, egress),
-            mail: Arc::new(crate::mail::SesMail::new(
+            mail: Arc::new(crate::adapters::ses::SesMail::new(
                 aws.ses.clone(),
                 &cfg.approval_sender,
                 cfg.mail_outbox.clone(),

@@ -1,5 +1,5 @@
 //! What an outbound request made on a tenant's behalf may reach: the rules
-//! behind the one egress guard (`armada_core::egress`) that callbacks,
+//! behind the one egress guard (`armada_core::services::egress`) that callbacks,
 //! `http_request` and chat webhooks all go through.
 //!
 //! Two lists decide. An agent's `http_allow_hosts` (entries `host[:port]`,

@@ -12,7 +12,7 @@ use std::str::FromStr;
 
 use anyhow::{bail, Result};
 
-use armada_core::hands::{task_env, TaskInfo};
+use armada_core::ports::provider::{task_env, TaskInfo};
 use armada_sandbox::fargate::TaskSpec;
 
 use super::host;

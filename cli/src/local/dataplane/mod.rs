@@ -28,10 +28,11 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use tokio::sync::watch;
 
+use armada_core::adapters::dynamo::sandboxes::{Change, SandboxStore};
+use armada_core::adapters::ecs::SandboxProvider;
 use armada_core::error::StoreError;
-use armada_core::hands::{task_env, SandboxProvider, TaskInfo};
+use armada_core::ports::provider::{task_env, TaskInfo};
 use armada_core::ports::{Provider as _, Sandboxes as _, SandboxesExt as _};
-use armada_core::store::sandboxes::{Change, SandboxStore};
 use armada_domain::machine::Machine;
 use armada_domain::sandbox::lifecycle::{SandboxAction, SandboxEvent, SandboxRecord, SandboxState};
 use armada_domain::sandbox::{host_port, Limits, CONTAINER_PORTS};

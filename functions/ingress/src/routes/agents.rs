@@ -11,9 +11,9 @@ use serde_json::{Map, Value};
 use armada_api::registry::{AgentBody, AgentDeleted, AgentList, AgentView};
 use armada_api::server::{JsonBody, Path};
 use armada_api::{ApiError, ErrorBody};
-use armada_core::auth::{AdminKey, Principal};
 use armada_core::error::StoreError;
-use armada_core::sandboxing;
+use armada_core::services::auth::{AdminKey, Principal};
+use armada_core::services::sandboxing;
 use armada_core::Services;
 use armada_domain::agent::AgentDefinition;
 

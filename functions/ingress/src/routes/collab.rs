@@ -17,8 +17,8 @@ use armada_api::collab::{
 use armada_api::runs::RunAccepted;
 use armada_api::server::Path;
 use armada_api::{ApiError, ErrorBody};
-use armada_core::auth::{Principal, TenantKey};
 use armada_core::clock::{new_id, rfc3339};
+use armada_core::services::auth::{Principal, TenantKey};
 use armada_core::Services;
 use armada_domain::api::CreateRun;
 use armada_domain::collab::chain::{self, step_run_id, ChainLink};

@@ -12,7 +12,7 @@ pub(crate) mod skills;
 pub(crate) mod teams;
 
 use armada_api::ApiError;
-use armada_core::auth::{Principal, TenantKey};
+use armada_core::services::auth::{Principal, TenantKey};
 
 /// The tenant a tenant key acts for (`403` for the admin key).
 pub(crate) fn tenant(who: &Principal) -> Result<&str, ApiError> {

@@ -8,7 +8,7 @@ use axum::Json;
 use armada_api::registry::{ProfileBody, ProfileList, ProfilePut};
 use armada_api::server::{JsonBody, Path};
 use armada_api::{ApiError, ErrorBody};
-use armada_core::auth::{AdminKey, Principal};
+use armada_core::services::auth::{AdminKey, Principal};
 use armada_core::Services;
 use armada_domain::sandbox::{ProfileDef, Profiles};
 

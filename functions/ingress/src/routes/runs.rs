@@ -14,13 +14,13 @@ use armada_api::runs::{
 };
 use armada_api::server::{JsonBody, Path, Query};
 use armada_api::{ApiError, ErrorBody};
-use armada_core::auth::{Principal, TenantKey};
 use armada_core::cas::{until_written, Try};
 use armada_core::clock::{new_id, rfc3339};
-use armada_core::ending::{self, Ended};
 use armada_core::error::StoreError;
 use armada_core::ports::{Also, IdemRecord};
-use armada_core::unreadable::{self, Ending};
+use armada_core::services::auth::{Principal, TenantKey};
+use armada_core::services::ending::{self, Ended};
+use armada_core::services::unreadable::{self, Ending};
 use armada_core::Services;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::api::{minute_window, CreateRun, RunTarget};
@@ -245,7 +245,7 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<RunAcce
         Some(link) => step_run_id(&link.chain_id, 0),
         None => new_id("run"),
     };
-    armada_core::calls::name_run(&run_id);
+    armada_core::adapters::calls::name_run(&run_id);
     let input = if new.input.len() > svc.cfg.inline_limit_bytes {
         let key = format!("inputs/{}/{run_id}", new.tenant);
         svc.payloads.put_text(&key, &new.input).await?;

@@ -8,8 +8,8 @@ use axum::Json;
 use armada_api::sandboxes::{SandboxList, SandboxQuery, SandboxView};
 use armada_api::server::{Path, Query};
 use armada_api::{ApiError, ErrorBody};
-use armada_core::auth::{AdminKey, Principal};
-use armada_core::sandboxing;
+use armada_core::services::auth::{AdminKey, Principal};
+use armada_core::services::sandboxing;
 use armada_core::Services;
 use armada_domain::names::valid_tenant;
 

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use armada_api::registry::{SkillBody, SkillList, SkillView};
 use armada_api::server::{JsonBody, Path};
 use armada_api::{ApiError, ErrorBody};
-use armada_core::auth::{AdminKey, Principal};
+use armada_core::services::auth::{AdminKey, Principal};
 use armada_core::Services;
 use armada_domain::skills::{builtin, SkillManifest, BUILTIN};
 

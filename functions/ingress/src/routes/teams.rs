@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use armada_api::registry::{TeamBody, TeamDeleted, TeamList, TeamView};
 use armada_api::server::{JsonBody, Path};
 use armada_api::{ApiError, ErrorBody};
-use armada_core::auth::{AdminKey, Principal};
+use armada_core::services::auth::{AdminKey, Principal};
 use armada_core::Services;
 use armada_domain::team::TeamDefinition;
 

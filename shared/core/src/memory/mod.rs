@@ -28,16 +28,16 @@ use armada_domain::session::{OnBusy, SessionHeader};
 use armada_domain::skills::SkillManifest;
 use armada_domain::team::TeamDefinition;
 
-use crate::callbacks::Callbacks;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::StoreError;
-use crate::hands::TaskInfo;
+use crate::ports::provider::TaskInfo;
 use crate::ports::{
     Also, Approvals, Blobs, IdemRecord, Idempotency, Mail, Quotas, RunEvents, Runs, Sessions,
     StoredKey, StoredMark,
 };
-use crate::tools::InlineTools;
+use crate::services::callbacks::Callbacks;
+use crate::services::tools::InlineTools;
 use crate::{Counters, Services};
 
 pub mod fixtures;

@@ -17,10 +17,11 @@ use armada_domain::skills::SkillManifest;
 use armada_domain::team::TeamDefinition;
 
 use super::{conflict, Memory};
+use crate::adapters::ecs::started_by;
 use crate::config::SandboxConfig;
 use crate::error::StoreError;
-use crate::hands::{started_by, TaskInfo, TaskRequest};
-use crate::models::ModelError;
+use crate::ports::model::ModelError;
+use crate::ports::provider::{TaskInfo, TaskRequest};
 use crate::ports::{
     Blobs, Bounded, CallRef, Model, Provider, Queues, Registry, Sandboxes, StoredKey, StoredMark,
 };
@@ -465,7 +466,7 @@ impl Queues for Memory {
     }
 
     fn url_for_arn(&self, arn: &str) -> Option<String> {
-        let name = crate::queues::Queues::queue_name(arn);
+        let name = crate::adapters::sqs::Queues::queue_name(arn);
         Some(format!("memory://{name}"))
     }
 

@@ -14,7 +14,7 @@ use armada_domain::skills::{CURRENT_TIME, HTTP_REQUEST};
 use armada_domain::egress::HostPort;
 
 use crate::clock::rfc3339;
-use crate::egress::{url_target, Egress, EgressError};
+use crate::services::egress::{url_target, Egress, EgressError};
 
 /// A skill's failure, returned to the model as its result.
 #[derive(Debug, Clone, PartialEq)]
@@ -162,7 +162,7 @@ async fn read_capped(
 mod tests {
     use super::*;
 
-    use crate::egress::EgressPolicy;
+    use crate::services::egress::EgressPolicy;
 
     /// A server whose body never ends.
     async fn endless() -> u16 {

@@ -11,7 +11,7 @@ use aws_credential_types::Credentials;
 
 use armada_domain::sandbox::credentials::TaskCredentials;
 
-pub use crate::calls::{CallCounter, CallRecord};
+pub use crate::adapters::calls::{CallCounter, CallRecord};
 
 #[derive(Debug, Clone)]
 pub struct AwsClients {
@@ -179,9 +179,9 @@ mod tests {
         let aws = AwsClients::load_local("http://127.0.0.1:9", "us-east-1").await;
         aws.calls.start_log();
         let id = format!("run_{}", "ab".repeat(16));
-        crate::calls::on_behalf(None, async {
+        crate::adapters::calls::on_behalf(None, async {
             let _ = aws.dynamo.get_item().table_name("registry").send().await;
-            crate::calls::name_run(&id);
+            crate::adapters::calls::name_run(&id);
         })
         .await;
         let _ = aws.dynamo.get_item().table_name("registry").send().await;

@@ -13,9 +13,9 @@ use serde_json::Value;
 
 use armada_domain::api::{tenant_callback_secret, Delivery};
 
-use crate::egress::{Egress, EgressError};
 use crate::error::StoreError;
 use crate::ports::Registry;
+use crate::services::egress::{Egress, EgressError};
 
 #[derive(Debug, Clone)]
 pub struct Callbacks {

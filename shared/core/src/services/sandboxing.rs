@@ -13,7 +13,7 @@ use armada_domain::sandbox::lifecycle::{
 };
 
 use crate::error::StoreError;
-use crate::hands::TaskRequest;
+use crate::ports::provider::TaskRequest;
 use crate::ports::{CallRef, Change, SandboxesExt, StoredMark};
 use crate::Services;
 

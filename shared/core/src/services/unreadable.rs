@@ -4,8 +4,8 @@
 
 use armada_domain::run::{EndNote, Run, RunEvent, RunHead};
 
-use crate::ending::{end_from_outside, Ended};
 use crate::error::StoreError;
+use crate::services::ending::{end_from_outside, Ended};
 use crate::Services;
 
 /// How an unreadable Run is ended.

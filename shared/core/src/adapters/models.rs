@@ -11,15 +11,8 @@ use armada_domain::agent::{ModelProvider, ModelSpec};
 use armada_domain::chat::{ChatMessage, ModelReply, Role, TokenUsage, ToolCall, ToolSpec};
 use async_trait::async_trait;
 
+use crate::ports::model::ModelError;
 use crate::ports::Model;
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ModelError {
-    #[error("model unavailable: {0}")]
-    Retryable(String),
-    #[error("model error: {0}")]
-    Terminal(String),
-}
 
 #[derive(Debug, Clone)]
 pub struct Models {

@@ -24,57 +24,15 @@ use armada_domain::sandbox::lifecycle::sandbox_key;
 use armada_domain::sandbox::seal::answer_key;
 use armada_domain::sandbox::CapabilitySet;
 
-use crate::aws::AwsClients;
+use crate::adapters::aws::AwsClients;
 use crate::config::{Config, SandboxConfig};
 use async_trait::async_trait;
 
 use crate::error::{classify, StoreError};
+use crate::ports::provider::{
+    task_env, TaskInfo, TaskRequest, TAG_AGENT, TAG_GENERATION, TAG_TENANT,
+};
 use crate::ports::Provider;
-
-/// Tags every sandbox task carries.
-pub const TAG_TENANT: &str = "armada:tenant";
-pub const TAG_AGENT: &str = "armada:agent";
-pub const TAG_GENERATION: &str = "armada:generation";
-
-/// Environment variables of a sandbox task (set by [`SandboxProvider::start`]).
-pub mod task_env {
-    pub const TENANT: &str = "ARMADA_SANDBOX_TENANT";
-    pub const AGENT: &str = "ARMADA_SANDBOX_AGENT";
-    pub const GENERATION: &str = "ARMADA_SANDBOX_GENERATION";
-    pub const HAND_QUEUE_URL: &str = "ARMADA_HAND_QUEUE_URL";
-    pub const HARNESS_QUEUE_URL: &str = "ARMADA_HARNESS_QUEUE_URL";
-    pub const SANDBOXES_TABLE: &str = "ARMADA_SANDBOXES_TABLE";
-    pub const PAYLOAD_BUCKET: &str = "ARMADA_PAYLOAD_BUCKET";
-    pub const CAPS: &str = "ARMADA_SANDBOX_CAPS";
-    pub const LIMITS: &str = "ARMADA_SANDBOX_LIMITS";
-    pub const EGRESS_PORTS: &str = "ARMADA_SANDBOX_EGRESS_PORTS";
-    pub const MOUNTS: &str = "ARMADA_SANDBOX_MOUNTS";
-    pub const USER: &str = "ARMADA_SANDBOX_USER";
-    pub const IDLE_SECONDS: &str = "ARMADA_SANDBOX_IDLE_SECONDS";
-    pub const RESIDENT: &str = "ARMADA_SANDBOX_RESIDENT";
-    pub const HEARTBEAT_SECONDS: &str = "ARMADA_SANDBOX_HEARTBEAT_SECONDS";
-    /// A saved workspace to restore before starting (a wake by snapshot).
-    pub const RESTORE: &str = "ARMADA_SANDBOX_RESTORE";
-    /// The generation's own key, sealing its answers
-    /// (`armada_domain::sandbox::seal`); the agent removes it from its
-    /// environment as it starts.
-    pub const ANSWER_KEY: &str = "ARMADA_SANDBOX_ANSWER_KEY";
-    /// `isolated` when the task's security groups allow no egress (the
-    /// profile restricts the network), else `open`.
-    pub const TASK_NETWORK: &str = "ARMADA_SANDBOX_TASK_NETWORK";
-    /// Where the agent asks for new credentials.
-    pub const DISPATCH_QUEUE_URL: &str = "ARMADA_DISPATCH_QUEUE_URL";
-    /// The task's own credentials (the SDK's names) and when they expire.
-    pub const ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
-    pub const SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
-    pub const SESSION_TOKEN: &str = "AWS_SESSION_TOKEN";
-    pub const CREDENTIALS_EXPIRE_MS: &str = "ARMADA_SANDBOX_CREDENTIALS_EXPIRE_MS";
-    /// Variables whose values are secrets (never logged or shown).
-    pub const SECRETS: [&str; 3] = [ANSWER_KEY, SECRET_ACCESS_KEY, SESSION_TOKEN];
-    /// Variables handed over in the generation's bootstrap file, never in
-    /// the task's overrides (see [`super::bootstrap_key`]).
-    pub const BOOTSTRAP: [&str; 4] = [ANSWER_KEY, ACCESS_KEY_ID, SECRET_ACCESS_KEY, SESSION_TOKEN];
-}
 
 /// Where a generation's bootstrap file lives in the payload bucket. The
 /// task's credentials and answer key are secrets, and RunTask's container
@@ -121,72 +79,6 @@ pub struct SandboxProvider {
     /// The deployment's secret, from which each generation's answer key
     /// is derived.
     answer_secret: String,
-}
-
-/// What the provider needs to start a generation's task.
-#[derive(Debug, Clone)]
-pub struct TaskRequest<'a> {
-    pub tenant: &'a str,
-    pub agent: &'a str,
-    pub generation: u64,
-    pub hand_queue_url: &'a str,
-    /// The sandbox record's salt (see [`answer_key`]).
-    pub salt: &'a str,
-    pub caps: &'a CapabilitySet,
-    pub spec: &'a SandboxSpec,
-    /// The workspace snapshot to restore (waking a hibernated sandbox).
-    pub restore: Option<&'a str>,
-}
-
-/// A task as ECS describes it.
-#[derive(Clone, PartialEq)]
-pub struct TaskInfo {
-    pub arn: String,
-    pub last_status: String,
-    pub desired_status: String,
-    pub started_by: Option<String>,
-    pub tags: HashMap<String, String>,
-    /// The sandbox container's environment overrides.
-    pub env: HashMap<String, String>,
-    /// The environment files its overrides name (S3 object ARNs).
-    pub env_files: Vec<String>,
-    pub task_definition: String,
-}
-
-impl std::fmt::Debug for TaskInfo {
-    // Its environment holds the task's secrets: only their names are shown.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let env: std::collections::BTreeMap<&str, &str> = self
-            .env
-            .iter()
-            .map(|(k, v)| {
-                let shown = if task_env::SECRETS.contains(&k.as_str()) {
-                    "<secret>"
-                } else {
-                    v.as_str()
-                };
-                (k.as_str(), shown)
-            })
-            .collect();
-        f.debug_struct("TaskInfo")
-            .field("arn", &self.arn)
-            .field("last_status", &self.last_status)
-            .field("desired_status", &self.desired_status)
-            .field("started_by", &self.started_by)
-            .field("tags", &self.tags)
-            .field("env", &env)
-            .field("task_definition", &self.task_definition)
-            .finish()
-    }
-}
-
-impl TaskInfo {
-    pub fn is_running(&self) -> bool {
-        self.last_status == "RUNNING" && self.desired_status == "RUNNING"
-    }
-    pub fn is_stopped(&self) -> bool {
-        self.desired_status == "STOPPED" || self.last_status == "STOPPED"
-    }
 }
 
 /// A generation's hand queue: the identity's digest, the generation, and
@@ -330,7 +222,7 @@ impl SandboxProvider {
             else {
                 return Err(StoreError::Terminal(format!("not an S3 object ARN: {arn}")));
             };
-            let bytes = crate::payloads::object_bytes(&self.s3, bucket, key).await?;
+            let bytes = crate::adapters::s3::object_bytes(&self.s3, bucket, key).await?;
             env.extend(parse_env_file(&String::from_utf8_lossy(&bytes)));
         }
         env.extend(info.env.clone());

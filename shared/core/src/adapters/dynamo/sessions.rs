@@ -15,8 +15,8 @@ use armada_domain::run::Payload;
 
 use super::item::{get_n, get_s, n, opt_s, s, Item};
 use super::runs::put;
+use crate::adapters::s3::Payloads;
 use crate::error::{classify, StoreError};
-use crate::payloads::Payloads;
 use crate::ports::{self, Blobs};
 
 #[derive(Debug, Clone)]

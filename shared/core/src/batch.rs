@@ -46,7 +46,7 @@ impl Outcome {
 pub fn source_queue(msg: &SqsMessage) -> String {
     msg.event_source_arn
         .as_deref()
-        .map(crate::queues::Queues::queue_name)
+        .map(crate::adapters::sqs::Queues::queue_name)
         .unwrap_or_default()
         .to_string()
 }

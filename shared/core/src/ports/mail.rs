@@ -1,0 +1,12 @@
+//! Outbound email.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+
+/// Outbound email.
+#[async_trait]
+pub trait Mail: Send + Sync + Debug {
+    /// Sends one message to `to`; the provider's message id.
+    async fn send(&self, to: &str, subject: &str, text: &str) -> Result<String, String>;
+}

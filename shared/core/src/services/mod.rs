@@ -1,0 +1,10 @@
+//! Application services: what more than one function does with the
+//! ports, written once (handlers call these, never each other).
+
+pub mod auth;
+pub mod callbacks;
+pub mod egress;
+pub mod ending;
+pub mod sandboxing;
+pub mod tools;
+pub mod unreadable;
