@@ -439,7 +439,12 @@ pub fn held_key(run_id: &str, call_id: &str) -> String {
     // a hash of the raw ids tells them apart.
     let mut h = std::hash::DefaultHasher::new();
     (run_id, call_id).hash(&mut h);
-    let short = |s: &str| crate::env::sanitize(s).chars().take(64).collect::<String>();
+    let short = |s: &str| {
+        crate::component::sanitize(s)
+            .chars()
+            .take(64)
+            .collect::<String>()
+    };
     format!("{}--{}--{:016x}", short(run_id), short(call_id), h.finish())
 }
 

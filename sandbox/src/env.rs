@@ -91,7 +91,9 @@ impl SandboxEnv {
     }
 
     pub fn scratch(&self, run_id: &str) -> PathBuf {
-        self.root.join("scratch").join(sanitize(run_id))
+        self.root
+            .join("scratch")
+            .join(crate::component::sanitize(run_id))
     }
 
     pub fn calls_dir(&self) -> PathBuf {
@@ -333,19 +335,6 @@ impl SandboxEnv {
             }),
         }
     }
-}
-
-/// Keeps an id usable as one path component.
-pub fn sanitize(id: &str) -> String {
-    id.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

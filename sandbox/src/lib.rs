@@ -22,6 +22,7 @@ pub mod agent;
 pub mod bindguard;
 pub mod call;
 pub mod cgroup;
+pub mod component;
 pub mod effects;
 pub mod entry;
 pub mod env;

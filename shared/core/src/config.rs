@@ -152,15 +152,6 @@ pub struct SandboxConfig {
 }
 
 impl Config {
-    /// The egress guard this configuration describes (its entries were
-    /// checked when it was read).
-    pub fn egress(&self) -> crate::services::egress::Egress {
-        let urls: Vec<&str> = self.platform_urls.iter().map(String::as_str).collect();
-        let policy = crate::services::egress::EgressPolicy::new(&self.egress_allow, &urls)
-            .unwrap_or_default();
-        crate::services::egress::Egress::new(policy)
-    }
-
     pub fn from_env() -> Result<Self, ConfigError> {
         let vars: HashMap<String, String> = std::env::vars().collect();
         Self::from_map(&vars)

@@ -42,6 +42,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::StoreError;
 use crate::services::callbacks::Callbacks;
+use crate::services::egress::Egress;
 use crate::services::tools::InlineTools;
 
 pub use crate::ports::{
@@ -104,7 +105,7 @@ impl Services {
             &cfg.approvals_table,
             &cfg.quotas_table,
         ));
-        let egress = cfg.egress();
+        let egress = Egress::of(&cfg);
         Ok(Arc::new(Services {
             counters: Arc::default(),
             runs: runs.clone(),

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::crypto::{digest_eq, hmac_sha256_hex};
-use crate::sandbox::hand::CallOutcome;
+pub use crate::sandbox::hand::ResultBody;
 
 /// On the dispatch queue (ingress → dispatcher, harness → dispatcher).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -238,23 +238,6 @@ pub enum HarnessMessage {
         /// harness refuses an answer without a valid one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         seal: Option<crate::sandbox::seal::Seal>,
-    },
-}
-
-/// A call's outcome, inline or (when larger than a queue message allows)
-/// in the payload bucket.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "where", rename_all = "snake_case")]
-pub enum ResultBody {
-    Inline {
-        outcome: CallOutcome,
-    },
-    /// `sha256` (hex) of the stored text, so a stored answer changed
-    /// after it was sealed is refused.
-    Stored {
-        key: String,
-        #[serde(default)]
-        sha256: String,
     },
 }
 

@@ -37,6 +37,7 @@ use crate::ports::{
     StoredKey, StoredMark,
 };
 use crate::services::callbacks::Callbacks;
+use crate::services::egress::Egress;
 use crate::services::tools::InlineTools;
 use crate::{Counters, Services};
 
@@ -164,7 +165,7 @@ impl Services {
     /// returned beside them for the test to inspect.
     pub fn in_memory(cfg: Config) -> (Arc<Services>, Arc<Memory>) {
         let mem = Memory::new(cfg.clone());
-        let egress = cfg.egress();
+        let egress = Egress::of(&cfg);
         let svc = Services {
             counters: Arc::<Counters>::default(),
             runs: mem.clone(),

@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use armada_domain::egress::{forbidden_ip, HostPort};
 
+use crate::config::Config;
+
 /// Why a request did not get an HTTP answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EgressError {
@@ -124,6 +126,14 @@ impl std::fmt::Debug for Egress {
 }
 
 impl Egress {
+    /// The guard a configuration describes (its entries were checked
+    /// when it was read).
+    pub fn of(cfg: &Config) -> Egress {
+        let urls: Vec<&str> = cfg.platform_urls.iter().map(String::as_str).collect();
+        let policy = EgressPolicy::new(&cfg.egress_allow, &urls).unwrap_or_default();
+        Egress::new(policy)
+    }
+
     pub fn new(policy: EgressPolicy) -> Self {
         let builder = || {
             reqwest::Client::builder()

@@ -17,40 +17,7 @@ use crate::ledger::ToolCallState;
 use crate::run::{NewRun, Payload, Run, RunState};
 use crate::skills::FILE_WRITE;
 
-/// A chain step's place in its chain.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChainLink {
-    pub chain_id: String,
-    /// This step, from 0.
-    pub index: u32,
-    /// Every step's agent, in order.
-    pub steps: Vec<String>,
-    /// Hears the chain's end, once (its steps have no callback of their own).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub callback_url: Option<String>,
-    /// The relay team the chain runs for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub team: Option<String>,
-}
-
-impl ChainLink {
-    /// The agents of the steps after this one (`chain_remaining`).
-    pub fn remaining(&self) -> &[String] {
-        self.steps.get(self.index as usize + 1..).unwrap_or(&[])
-    }
-
-    pub fn is_last(&self) -> bool {
-        self.remaining().is_empty()
-    }
-
-    /// The link of the next step.
-    pub fn next(&self) -> ChainLink {
-        ChainLink {
-            index: self.index + 1,
-            ..self.clone()
-        }
-    }
-}
+pub use crate::run::family::{ChainLink, ChainState};
 
 /// The Run id of step `index` of a chain.
 pub fn step_run_id(chain_id: &str, index: usize) -> String {
@@ -115,16 +82,6 @@ pub enum AfterStep {
         skipped: Vec<String>,
         cause: Option<&'static str>,
     },
-}
-
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum ChainState {
-    Running,
-    Completed,
-    Failed,
-    Cancelled,
 }
 
 /// Decides what follows a step that reached `outcome` (terminal).

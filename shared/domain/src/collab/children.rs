@@ -6,212 +6,28 @@
 //! take the counter from 2 to 1, and a child's end recorded twice is seen
 //! as a duplicate by its slot, so the round settles exactly once.
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::resume::{ResumePlan, ResumedFrom};
+use super::resume::ResumedFrom;
 use super::{child_run_id, codes, descendants, Lineage, RunKind};
 use crate::agent::AgentDefinition;
 use crate::ledger::ToolCallEvent;
 use crate::machine::Machine;
 use crate::run::{
-    clip, ChildFinished, EndNote, IllegalTransition, LogEvent, NewRun, Run, RunAction, RunError,
-    RunEvent, RunEventRecord, RunState,
+    clip, event_result, ChildFinished, EndNote, IllegalTransition, LogEvent, NewRun, Run,
+    RunAction, RunError, RunEvent, RunEventRecord, RunState,
 };
 use crate::skills;
-use crate::step::event_result;
 use crate::team::{FailurePolicy, Strategy};
 
 pub use super::round::{judge, round_message, round_message_at};
+pub use crate::run::family::{
+    ChildOutcome, ChildSlot, Children, SlotAction, SlotEvent, SlotRefused, SlotState,
+};
 
 /// A child's output as its `child_finished` event (and so a tool result
 /// or a round-2 message) keeps it.
 pub const CHILD_OUTPUT_BYTES: usize = 16 * 1024;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum SlotState {
-    /// Planned (its Run may already exist, PENDING): waits for a place
-    /// within `max_parallel`.
-    Queued,
-    /// Its start was sent.
-    Started,
-    /// It reached a terminal state and the parent has taken note.
-    Ended,
-}
-
-/// What happens to a child's slot in its parent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SlotEvent {
-    /// Planned at waiting point `round`: it waits for a place.
-    Open { round: u32 },
-    /// Given a place within `max_parallel`.
-    Start,
-    /// Its Run ended, and the parent takes note.
-    End { outcome: ChildOutcome },
-}
-
-/// What the handler does once a slot's change is committed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SlotAction {
-    /// Send the start of the child's Run (harmless to repeat: it is sent
-    /// before the commit that says so).
-    StartRun { run_id: String },
-}
-
-/// An event the slot's state cannot take (it changes nothing).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("illegal child-slot transition: {event} in state {from:?}")]
-pub struct SlotRefused {
-    pub from: SlotState,
-    pub event: &'static str,
-}
-
-/// A child's slot in the machines' common shape: its own transition
-/// table; written with its parent Run, whose stamp is its version.
-impl ChildSlot {
-    /// A slot for a child not started yet (every slot begins queued).
-    /// `call_id`: the parent's call it answers; `task`: its input (none:
-    /// the parent's own, a team member's).
-    pub fn queued(
-        run_id: String,
-        agent: String,
-        kind: RunKind,
-        call_id: Option<String>,
-        task: Option<String>,
-    ) -> ChildSlot {
-        ChildSlot {
-            run_id,
-            agent,
-            kind,
-            round: 0,
-            call_id,
-            task,
-            state: SlotState::Queued,
-            outcome: None,
-            resume: None,
-            descendants: None,
-        }
-    }
-
-    /// Where the child is: queued, started, or ended.
-    pub fn state(&self) -> SlotState {
-        self.state
-    }
-}
-
-impl crate::machine::Machine for ChildSlot {
-    type Event = SlotEvent;
-    type Action = SlotAction;
-    type Refusal = SlotRefused;
-    type Version = ();
-
-    fn apply(&mut self, event: SlotEvent, _now_ms: i64) -> Result<Vec<SlotAction>, SlotRefused> {
-        use SlotState::{Ended, Queued, Started};
-        let refused = |event| SlotRefused {
-            from: self.state,
-            event,
-        };
-        match (self.state, event) {
-            // A slot is opened as it is planned, before it is anything else.
-            (Queued, SlotEvent::Open { round }) => {
-                self.round = round;
-                Ok(vec![])
-            }
-            (Started | Ended, SlotEvent::Open { .. }) => Err(refused("open")),
-            (Queued, SlotEvent::Start) => {
-                self.state = Started;
-                Ok(vec![SlotAction::StartRun {
-                    run_id: self.run_id.clone(),
-                }])
-            }
-            (Started | Ended, SlotEvent::Start) => Err(refused("start")),
-            (Queued | Started, SlotEvent::End { outcome }) => {
-                self.state = Ended;
-                self.outcome = Some(outcome);
-                Ok(vec![])
-            }
-            (Ended, SlotEvent::End { .. }) => Err(refused("end")),
-        }
-    }
-
-    fn version(&self) {}
-}
-
-/// How a child ended, as its parent keeps it (the output is in the
-/// parent's `child_finished` event).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChildOutcome {
-    pub state: RunState,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<RunError>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChildSlot {
-    pub run_id: String,
-    pub agent: String,
-    pub kind: RunKind,
-    /// The waiting point it belongs to.
-    pub round: u32,
-    /// The parent's tool call it answers (`delegate`, `plan`); none for a
-    /// team member.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_id: Option<String>,
-    /// Its input; none: the parent's own input (a team member).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task: Option<String>,
-    /// Changed only by its machine ([`ChildSlot::apply`]).
-    state: SlotState,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<ChildOutcome>,
-    /// It resumes a finished Run (its checks passed, its copy written).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resume: Option<ResumePlan>,
-    /// Its share of its parent's allowance: the Runs it may start below
-    /// it ([`super::descendants`]). `None` on slots planned before the
-    /// bound existed, which read as the deployment's bound.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub descendants: Option<u32>,
-}
-
-/// The parent's waiting point and every child it had.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Children {
-    /// The current (or last) waiting point, from 1.
-    pub round: u32,
-    /// Children of the current round not yet ended: the counter that
-    /// decides, at 0, that the parent goes on.
-    pub outstanding: u32,
-    pub max_parallel: u32,
-    pub slots: Vec<ChildSlot>,
-}
-
-impl Children {
-    fn current(&self) -> impl Iterator<Item = &ChildSlot> {
-        let round = self.round;
-        self.slots.iter().filter(move |s| s.round == round)
-    }
-
-    /// Children of the current round whose start was sent and that have
-    /// not ended.
-    pub fn running(&self) -> usize {
-        self.current()
-            .filter(|s| s.state == SlotState::Started)
-            .count()
-    }
-
-    pub fn slot(&self, run_id: &str) -> Option<&ChildSlot> {
-        self.slots.iter().find(|s| s.run_id == run_id)
-    }
-}
-
-impl Run {
-    /// Children of the current waiting point not yet ended (0 when none).
-    pub fn outstanding_children(&self) -> u32 {
-        self.children.as_ref().map_or(0, |c| c.outstanding)
-    }
-}
 
 /// Opens a new waiting point on `run` with these children (queued).
 pub fn open_round(run: &mut Run, mut slots: Vec<ChildSlot>, max_parallel: u32) {
@@ -249,7 +65,7 @@ pub fn start_queued(run: &mut Run, now: i64) -> (Vec<String>, Vec<RunEventRecord
             break;
         }
         if s.round == round
-            && s.state == SlotState::Queued
+            && s.state() == SlotState::Queued
             && s.apply(SlotEvent::Start, now).is_ok()
         {
             started.push((s.run_id.clone(), s.agent.clone(), s.kind));
@@ -470,12 +286,15 @@ pub fn needs_earlier(run: &Run, child_run_id: &str) -> bool {
     let Some(c) = run.children.as_ref() else {
         return false;
     };
-    let Some(slot) = c.slot(child_run_id).filter(|s| s.state != SlotState::Ended) else {
+    let Some(slot) = c
+        .slot(child_run_id)
+        .filter(|s| s.state() != SlotState::Ended)
+    else {
         return false;
     };
     let open_siblings = |same: &dyn Fn(&ChildSlot) -> bool| {
         let all: Vec<&ChildSlot> = c.slots.iter().filter(|s| same(s)).collect();
-        let open = all.iter().filter(|s| s.state != SlotState::Ended).count();
+        let open = all.iter().filter(|s| s.state() != SlotState::Ended).count();
         (all.len(), open)
     };
     if let Some(call) = &slot.call_id {
@@ -505,7 +324,7 @@ pub fn child_ended(
         .and_then(|c| c.slot(&end.run_id))
         .cloned()
         .ok_or_else(|| EndRefused::UnknownChild(end.run_id.clone()))?;
-    if slot.state == SlotState::Ended {
+    if slot.state() == SlotState::Ended {
         return Ok(Noted::Duplicate);
     }
     if run.state() != RunState::AwaitingChildren {
@@ -605,7 +424,7 @@ fn answer_call_if_complete(
         .filter(|s| s.call_id.as_deref() == Some(call_id))
         .cloned()
         .collect();
-    if slots.iter().any(|s| s.state != SlotState::Ended) {
+    if slots.iter().any(|s| s.state() != SlotState::Ended) {
         return None;
     }
     let ends: Vec<ChildEnd> = slots.iter().map(|s| end_of(s, known)).collect();

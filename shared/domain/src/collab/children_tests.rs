@@ -33,18 +33,14 @@ fn waiting_parent(slots: Vec<ChildSlot>, max_parallel: u32) -> Run {
 }
 
 fn slot(id: &str, agent: &str, kind: RunKind, call: Option<&str>) -> ChildSlot {
-    ChildSlot {
-        run_id: id.into(),
-        agent: agent.into(),
+    let task = Some(format!("task of {agent}"));
+    ChildSlot::queued(
+        id.into(),
+        agent.into(),
         kind,
-        round: 0,
-        call_id: call.map(str::to_string),
-        task: Some(format!("task of {agent}")),
-        state: SlotState::Queued,
-        outcome: None,
-        resume: None,
-        descendants: None,
-    }
+        call.map(str::to_string),
+        task,
+    )
 }
 
 fn done(id: &str, agent: &str, out: &str) -> ChildEnd {
@@ -386,7 +382,9 @@ fn a_child_gets_the_parents_tenant_metadata_and_deadline_never_more() {
             vec!["a".to_string(), "b".to_string()]
         )
     );
-    let member = new_child(&parent, &ChildSlot { task: None, ..s }, Some(&agent), 1_000);
+    let mut member_slot = s.clone();
+    member_slot.task = None;
+    let member = new_child(&parent, &member_slot, Some(&agent), 1_000);
     assert_eq!(
         member.input, parent.input,
         "a member answers the team's input"
@@ -399,7 +397,7 @@ fn a_child_gets_the_parents_tenant_metadata_and_deadline_never_more() {
 fn a_slot_starts_once_and_ends_once() {
     use crate::collab::children::{ChildOutcome, SlotAction, SlotEvent};
     let mut slot = slot("run_c", "coder", RunKind::Delegation, Some("c1"));
-    assert_eq!(slot.state, SlotState::Queued);
+    assert_eq!(slot.state(), SlotState::Queued);
     let actions = slot.apply(SlotEvent::Start, 1).unwrap();
     assert_eq!(
         actions,
@@ -423,7 +421,7 @@ fn a_slot_starts_once_and_ends_once() {
     )
     .unwrap();
     assert_eq!(
-        (slot.state, slot.outcome.clone()),
+        (slot.state(), slot.outcome.clone()),
         (SlotState::Ended, Some(outcome.clone()))
     );
     let ended = slot.clone();

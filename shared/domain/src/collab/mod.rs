@@ -18,7 +18,6 @@
 //! - [`descendants`]: the bound on every Run one root's tree may have, as
 //!   an allowance each Run carries and shares with its children
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub mod chain;
@@ -28,7 +27,8 @@ pub mod descendants;
 pub mod resume;
 pub mod round;
 
-pub use children::{ChildEnd, ChildOutcome, ChildSlot, Children, SlotState};
+pub use crate::run::family::{ChildOutcome, ChildSlot, Children, Lineage, RunKind, SlotState};
+pub use children::ChildEnd;
 
 /// Delegation deeper than this is refused unless the deployment says
 /// otherwise (`ARMADA_MAX_DELEGATION_DEPTH`).
@@ -88,86 +88,6 @@ pub mod codes {
     pub const MEMBERS_FAILED: &str = "MEMBERS_FAILED";
     pub const QUORUM_NOT_MET: &str = "QUORUM_NOT_MET";
     pub const PARENT_ENDED: &str = "PARENT_ENDED";
-}
-
-/// What a Run is to the tree it belongs to.
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunKind {
-    /// Started by a caller (API, session, trigger).
-    Root,
-    /// Asked for by its parent's `delegate` call.
-    Delegation,
-    /// One member of a fan-out team's round 1.
-    Member,
-    /// One task of a lead's `plan`.
-    Executor,
-    /// One step of a sequential relay chain.
-    ChainStep,
-}
-
-impl RunKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunKind::Root => "root",
-            RunKind::Delegation => "delegation",
-            RunKind::Member => "member",
-            RunKind::Executor => "executor",
-            RunKind::ChainStep => "chain_step",
-        }
-    }
-}
-
-/// A Run's place in its tree (the DelegationTrace): the root it descends
-/// from, how deep it is, the agents on the way down (its own last), why it
-/// exists, and how many Runs it may still start below it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Lineage {
-    pub root_run_id: String,
-    pub depth: u32,
-    pub path: Vec<String>,
-    pub kind: RunKind,
-    /// The Runs it may still start below it, itself and through the
-    /// shares it gives its children ([`descendants`]). `None`: never
-    /// decided, which reads as the deployment's whole bound: a root that
-    /// has not started any, or a record written before the bound existed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub descendants_left: Option<u32>,
-}
-
-impl Lineage {
-    /// A Run nobody asked for: the root of its own tree.
-    pub fn root(run_id: &str, agent: &str) -> Lineage {
-        Lineage {
-            root_run_id: run_id.to_string(),
-            depth: 0,
-            path: vec![agent.to_string()],
-            kind: RunKind::Root,
-            descendants_left: None,
-        }
-    }
-
-    /// The lineage of a child of this Run, run by `agent`: it may start no
-    /// Run below it until it is given a share of its parent's allowance.
-    pub fn child(&self, agent: &str, kind: RunKind) -> Lineage {
-        let mut path = self.path.clone();
-        path.push(agent.to_string());
-        Lineage {
-            root_run_id: self.root_run_id.clone(),
-            depth: self.depth + 1,
-            path,
-            kind,
-            descendants_left: Some(0),
-        }
-    }
-
-    /// The path as people read it: `a → b → c`.
-    pub fn path_text(&self, then: Option<&str>) -> String {
-        let mut all: Vec<&str> = self.path.iter().map(String::as_str).collect();
-        all.extend(then);
-        all.join(" → ")
-    }
 }
 
 /// The id of a parent's child for `call_id` (or a team member), `index`

@@ -9,13 +9,12 @@
 //! larger than 80% of the pinned model's context window is refused. Never
 //! a half-resumed child.
 
-use serde::{Deserialize, Serialize};
-
 use super::delegate::CallError;
-use crate::agent::{AgentDefinition, ModelSpec};
+use crate::agent::AgentDefinition;
 use crate::chat::{estimate_tokens, ChatMessage};
-use crate::crypto::sha256_hex;
 use crate::run::{Run, RunState};
+
+pub use crate::run::family::{persona_of, ResumePlan, ResumedFrom, RunIdentity};
 
 pub const RESUME_NOT_FOUND: &str = "RESUME_NOT_FOUND";
 pub const RESUME_NOT_FINISHED: &str = "RESUME_NOT_FINISHED";
@@ -26,51 +25,6 @@ pub const RESUME_TOO_LARGE: &str = "RESUME_TOO_LARGE";
 /// A resumed transcript may fill at most this share of the model's window.
 const MAX_SHARE_NUM: u64 = 8;
 const MAX_SHARE_DEN: u64 = 10;
-
-/// Who a Run ran as: its persona (the SHA-256 of its agent's system
-/// prompt) and the model it answers with, fixed at its first model call
-/// (or, for a resumed child, taken from its source).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunIdentity {
-    pub persona_sha256: String,
-    pub model: ModelSpec,
-}
-
-impl RunIdentity {
-    pub fn of(agent: &AgentDefinition) -> RunIdentity {
-        RunIdentity {
-            persona_sha256: persona_of(agent),
-            model: agent.model.clone(),
-        }
-    }
-}
-
-pub fn persona_of(agent: &AgentDefinition) -> String {
-    sha256_hex(agent.system_prompt.as_bytes())
-}
-
-/// Where a resumed child's copied transcript is, and what it came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResumedFrom {
-    pub source_run_id: String,
-    /// The copy, as JSON chat messages, in the payload bucket.
-    pub transcript_key: String,
-}
-
-/// A resume that passed every check: what the child starts from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResumePlan {
-    pub source_run_id: String,
-    pub identity: RunIdentity,
-    pub messages: usize,
-    pub tokens: u64,
-    /// A model the call or the agent's definition asked for instead,
-    /// ignored (the model is the source's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model_ignored: Option<String>,
-    #[serde(default)]
-    pub transcript_key: String,
-}
 
 /// The key of a resumed child's transcript copy.
 pub fn transcript_key(tenant: &str, child_run_id: &str) -> String {

@@ -5,14 +5,29 @@
 //! cannot be recorded without its fields.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::approval::ApprovalKind;
 use crate::chat::ToolCall;
-use crate::collab::RunKind;
 use crate::ledger::ToolCallState;
-use crate::run::{RunError, RunState};
+use crate::run::RunKind;
+use crate::run::{clip, RunError, RunState};
 use crate::skills::Risk;
+
+/// A tool result as its event (and so the model) keeps it: whole up to
+/// 64 KiB of JSON, else the start of it, marked truncated. Events are items
+/// of at most 400 KB, and a model's context is smaller still.
+pub const EVENT_RESULT_BYTES: usize = 64 * 1024;
+
+/// A tool result as its event keeps it.
+pub fn event_result(result: &Value) -> Value {
+    let text = result.to_string();
+    if text.len() <= EVENT_RESULT_BYTES {
+        return result.clone();
+    }
+    let (preview, _) = clip(&text, EVENT_RESULT_BYTES);
+    json!({"truncated": true, "bytes": text.len(), "preview": preview})
+}
 
 /// One event of a Run's log, with its fields. Written to the store and
 /// the API as `{"type": "<kind>", ...fields}`; a field with nothing to say

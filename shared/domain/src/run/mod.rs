@@ -13,20 +13,19 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::AgentLimits;
-use crate::collab::chain::ChainLink;
-use crate::collab::resume::{ResumedFrom, RunIdentity};
-use crate::collab::{Children, Lineage};
 use crate::ledger::ToolCallRecord;
 use crate::team::TeamDefinition;
 
 mod corrupt;
 mod events;
+pub mod family;
 mod machine;
 pub use corrupt::{RunHead, CORRUPT_RECORD};
 pub use events::{
-    ApprovalSettled, CallbackReport, ChildFinished, Created, EventKind, LogEvent, ALL_EVENTS,
-    TERMINAL_EVENTS,
+    event_result, ApprovalSettled, CallbackReport, ChildFinished, Created, EventKind, LogEvent,
+    ALL_EVENTS, EVENT_RESULT_BYTES, TERMINAL_EVENTS,
 };
+pub use family::{ChainLink, Children, Lineage, ResumedFrom, RunIdentity, RunKind};
 
 pub use machine::{transition, IllegalTransition, RunAction, RunEvent, RunState, Transition};
 

@@ -133,6 +133,23 @@ pub mod codes {
     pub const APPROVAL_REQUIRED: &str = "APPROVAL_REQUIRED";
 }
 
+/// A call's outcome, inline or (when larger than a queue message allows)
+/// in the payload bucket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "where", rename_all = "snake_case")]
+pub enum ResultBody {
+    Inline {
+        outcome: CallOutcome,
+    },
+    /// `sha256` (hex) of the stored text, so a stored answer changed
+    /// after it was sealed is refused.
+    Stored {
+        key: String,
+        #[serde(default)]
+        sha256: String,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

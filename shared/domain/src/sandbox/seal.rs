@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::crypto::{digest_eq, hmac_sha256_hex};
-use crate::messages::ResultBody;
+use crate::sandbox::hand::ResultBody;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Seal {

@@ -23,17 +23,13 @@ use crate::fields;
 use crate::ledger::ToolCallState;
 use crate::ledger::{self, IllegalToolTransition, Recovery, ToolCallEvent, ToolCallRecord};
 use crate::machine::Machine;
-use crate::run::{clip, LogEvent, Run, RunError, RunEvent, RunEventRecord};
+use crate::run::{clip, event_result, LogEvent, Run, RunError, RunEvent, RunEventRecord};
 use crate::sandbox::hand::CallOutcome;
 use crate::sandbox::lifecycle::sandbox_key;
 use crate::skills;
 
 /// Event payloads are previews: the full text is on the Run (or in S3).
 pub const EVENT_PREVIEW_BYTES: usize = 8 * 1024;
-/// A tool result as its event (and so the model) keeps it: whole up to
-/// 64 KiB of JSON, else the start of it, marked truncated. Events are items
-/// of at most 400 KB, and a model's context is smaller still.
-pub const EVENT_RESULT_BYTES: usize = 64 * 1024;
 /// What a call's arguments are recorded as when they nest too deeply.
 pub const TOO_DEEP_ARGS: &str = "[arguments nested too deeply]";
 /// A call whose arguments nest deeper than [`fields::MAX_JSON_DEPTH`].
@@ -435,16 +431,6 @@ fn after_tools(run: &mut Run, mut events: Vec<RunEventRecord>, now: i64) -> Deci
         return Decision::new(events, Next::Continue);
     }
     Decision::new(events, Next::Dispatch(planned))
-}
-
-/// A tool result as its event keeps it.
-pub fn event_result(result: &Value) -> Value {
-    let text = result.to_string();
-    if text.len() <= EVENT_RESULT_BYTES {
-        return result.clone();
-    }
-    let (preview, _) = clip(&text, EVENT_RESULT_BYTES);
-    json!({"truncated": true, "bytes": text.len(), "preview": preview})
 }
 
 /// The manifest of a tool the Run may call: its agent's, and `plan` for
