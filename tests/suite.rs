@@ -26,6 +26,8 @@ mod fargate_mode;
 mod faults;
 #[path = "identity.rs"]
 mod identity;
+#[path = "layout.rs"]
+mod layout;
 #[path = "outcomes.rs"]
 mod outcomes;
 #[path = "relay.rs"]

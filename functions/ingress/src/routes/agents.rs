@@ -17,15 +17,8 @@ use armada_core::services::sandboxing;
 use armada_core::Services;
 use armada_domain::agent::AgentDefinition;
 
-use super::runs::egress_checked;
+use super::accept::egress_checked;
 use armada_api::error::KeyRefusals;
-
-pub(crate) async fn agent_named(svc: &Services, name: &str) -> Result<AgentDefinition, ApiError> {
-    svc.registry
-        .agent(name)
-        .await?
-        .ok_or_else(|| ApiError::not_found(&format!("agent '{name}'")))
-}
 
 /// Who sees a definition whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

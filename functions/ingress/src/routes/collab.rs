@@ -26,8 +26,9 @@ use armada_domain::collab::SlotState;
 use armada_domain::run::{Run, RunState};
 use armada_domain::team::Strategy;
 
-use super::agents::agent_named;
-use super::runs::{cancel_run_by, load_run, start_run, NewRun};
+use super::accept::agent_named;
+use super::accept::{start_run, NewRun};
+use super::owned::{cancel_run_by, load_run};
 use super::tenant;
 use armada_api::error::KeyRefusals;
 

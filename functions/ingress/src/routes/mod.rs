@@ -1,9 +1,11 @@
 //! The API's resources, one module each; `crate::api` lists their routes.
 
+pub(crate) mod accept;
 pub(crate) mod agents;
 pub(crate) mod collab;
 pub(crate) mod health;
 pub(crate) mod keys;
+pub(crate) mod owned;
 pub(crate) mod profiles;
 pub(crate) mod runs;
 pub(crate) mod sandboxes;

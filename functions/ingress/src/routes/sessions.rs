@@ -18,8 +18,8 @@ use armada_core::Services;
 use armada_domain::api::{parse_message, CreateSession};
 use armada_domain::session::SessionHeader;
 
-use super::agents::agent_named;
-use super::runs::{idempotency, start_run, NewRun};
+use super::accept::agent_named;
+use super::accept::{idempotency, start_run, NewRun};
 use super::{tenant, tenant_key};
 use armada_api::error::KeyRefusals;
 

@@ -14,7 +14,7 @@ use armada_core::services::auth::{AdminKey, Principal};
 use armada_core::Services;
 use armada_domain::team::TeamDefinition;
 
-use super::agents::agent_named;
+use super::accept::agent_named;
 use armada_api::error::KeyRefusals;
 
 fn team_view(def: &TeamDefinition) -> TeamView {

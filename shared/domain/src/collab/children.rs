@@ -8,11 +8,11 @@
 
 use serde_json::{json, Value};
 
-use super::resume::ResumedFrom;
 use super::{child_run_id, codes, descendants, Lineage, RunKind};
 use crate::agent::AgentDefinition;
 use crate::ledger::ToolCallEvent;
 use crate::machine::Machine;
+use crate::run::ResumedFrom;
 use crate::run::{
     clip, event_result, ChildFinished, EndNote, IllegalTransition, LogEvent, NewRun, Run,
     RunAction, RunError, RunEvent, RunEventRecord, RunState,
@@ -22,7 +22,7 @@ use crate::team::{FailurePolicy, Strategy};
 
 pub use super::round::{judge, round_message, round_message_at};
 pub use crate::run::family::{
-    ChildOutcome, ChildSlot, Children, SlotAction, SlotEvent, SlotRefused, SlotState,
+    ChildEnd, ChildOutcome, ChildSlot, Children, SlotAction, SlotEvent, SlotRefused, SlotState,
 };
 
 /// A child's output as its `child_finished` event (and so a tool result
@@ -204,50 +204,6 @@ pub(crate) fn prewarms(agent: Option<&AgentDefinition>) -> bool {
                 .iter()
                 .any(|s| skills::builtin(s).is_some_and(|m| m.in_sandbox()))
     })
-}
-
-/// A child's end as its parent hears it (and its `child_finished` event
-/// keeps it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChildEnd {
-    pub run_id: String,
-    pub agent: String,
-    pub state: RunState,
-    /// Its output (clipped to [`CHILD_OUTPUT_BYTES`]), when it completed.
-    pub output: Option<String>,
-    pub error: Option<RunError>,
-}
-
-impl ChildEnd {
-    pub fn completed(&self) -> bool {
-        self.state == RunState::Completed
-    }
-
-    /// Read back from a parent's `child_finished` event.
-    pub fn from_event(ev: &RunEventRecord) -> Option<ChildEnd> {
-        match &ev.event {
-            LogEvent::ChildFinished(f) => Some(ChildEnd::of(f)),
-            _ => None,
-        }
-    }
-
-    /// The end a `child_finished` event records.
-    pub fn of(f: &ChildFinished) -> ChildEnd {
-        ChildEnd {
-            run_id: f.run_id.clone(),
-            agent: f.agent.clone(),
-            state: f.state,
-            output: f.output.clone(),
-            error: f.error.clone(),
-        }
-    }
-
-    pub(crate) fn failure_text(&self) -> String {
-        match &self.error {
-            Some(e) => format!("{} ({}: {})", self.state, e.code, e.message),
-            None => self.state.to_string(),
-        }
-    }
 }
 
 /// What a child's end did to its parent.

@@ -10,42 +10,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::children::ChildSlot;
 use super::resume::{self, ResumePlan};
-use super::{child_run_id, codes, Lineage, RunKind, MAX_PLAN_TASKS, MAX_TASK_BYTES};
+use super::{child_run_id, codes, CallError, Lineage, RunKind, MAX_PLAN_TASKS, MAX_TASK_BYTES};
 use crate::fields::{FieldError, Fields};
 use crate::names::valid_name;
+use crate::run::family::ChildSlot;
 use crate::run::Run;
 use crate::skills::{DELEGATE, PLAN};
 use crate::team::Strategy;
-
-/// Why a `delegate` or `plan` call was refused: its tool result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallError {
-    pub code: &'static str,
-    pub message: String,
-}
-
-impl CallError {
-    pub(crate) fn new(code: &'static str, message: impl Into<String>) -> Self {
-        CallError {
-            code,
-            message: message.into(),
-        }
-    }
-
-    pub fn to_json(&self) -> Value {
-        json!({"error": {"code": self.code, "message": self.message}})
-    }
-}
-
-impl From<FieldError> for CallError {
-    fn from(e: FieldError) -> Self {
-        CallError::new(codes::INVALID_ARGS, e.to_string())
-    }
-}
 
 /// What a `delegate` call asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,6 +239,7 @@ mod tests {
     use super::*;
     use crate::run::test_run;
     use crate::team::TeamDefinition;
+    use serde_json::json;
 
     fn none() -> BTreeMap<String, Result<ResumePlan, CallError>> {
         BTreeMap::new()

@@ -22,7 +22,7 @@
 
 use super::children::ChildSlot;
 use super::codes;
-use super::delegate::CallError;
+use super::CallError;
 use super::Lineage;
 use crate::run::Run;
 

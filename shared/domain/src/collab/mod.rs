@@ -18,7 +18,10 @@
 //! - [`descendants`]: the bound on every Run one root's tree may have, as
 //!   an allowance each Run carries and shares with its children
 
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+
+use crate::fields::FieldError;
 
 pub mod chain;
 pub mod children;
@@ -27,8 +30,9 @@ pub mod descendants;
 pub mod resume;
 pub mod round;
 
-pub use crate::run::family::{ChildOutcome, ChildSlot, Children, Lineage, RunKind, SlotState};
-pub use children::ChildEnd;
+pub use crate::run::family::{
+    ChildEnd, ChildOutcome, ChildSlot, Children, Lineage, RunKind, SlotState,
+};
 
 /// Delegation deeper than this is refused unless the deployment says
 /// otherwise (`ARMADA_MAX_DELEGATION_DEPTH`).
@@ -88,6 +92,32 @@ pub mod codes {
     pub const MEMBERS_FAILED: &str = "MEMBERS_FAILED";
     pub const QUORUM_NOT_MET: &str = "QUORUM_NOT_MET";
     pub const PARENT_ENDED: &str = "PARENT_ENDED";
+}
+
+/// Why a `delegate` or `plan` call was refused: its tool result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl CallError {
+    pub(crate) fn new(code: &'static str, message: impl Into<String>) -> Self {
+        CallError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({"error": {"code": self.code, "message": self.message}})
+    }
+}
+
+impl From<FieldError> for CallError {
+    fn from(e: FieldError) -> Self {
+        CallError::new(codes::INVALID_ARGS, e.to_string())
+    }
 }
 
 /// The id of a parent's child for `call_id` (or a team member), `index`

@@ -9,7 +9,7 @@
 //! larger than 80% of the pinned model's context window is refused. Never
 //! a half-resumed child.
 
-use super::delegate::CallError;
+use super::CallError;
 use crate::agent::AgentDefinition;
 use crate::chat::{estimate_tokens, ChatMessage};
 use crate::run::{Run, RunState};

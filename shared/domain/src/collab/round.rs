@@ -2,8 +2,8 @@
 //! `best_effort`, `quorum`) and the one message its Run answers over in
 //! round 2 (every member's name, state and output, in the team's order).
 
-use super::children::ChildEnd;
 use super::{codes, RunKind};
+use crate::run::family::ChildEnd;
 use crate::run::{LogEvent, RunError, RunEventRecord};
 use crate::team::FailurePolicy;
 

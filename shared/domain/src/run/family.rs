@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::{AgentDefinition, ModelSpec};
 use crate::crypto::sha256_hex;
-use crate::run::{Run, RunError, RunState};
+use crate::run::{ChildFinished, LogEvent, Run, RunError, RunEventRecord, RunState};
 
 /// What a Run is to the tree it belongs to.
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
@@ -362,5 +362,49 @@ impl Run {
     /// Children of the current waiting point not yet ended (0 when none).
     pub fn outstanding_children(&self) -> u32 {
         self.children.as_ref().map_or(0, |c| c.outstanding)
+    }
+}
+
+/// A child's end as its parent hears it (and its `child_finished` event
+/// keeps it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildEnd {
+    pub run_id: String,
+    pub agent: String,
+    pub state: RunState,
+    /// Its output (clipped to [`CHILD_OUTPUT_BYTES`](crate::collab::children::CHILD_OUTPUT_BYTES)), when it completed.
+    pub output: Option<String>,
+    pub error: Option<RunError>,
+}
+
+impl ChildEnd {
+    pub fn completed(&self) -> bool {
+        self.state == RunState::Completed
+    }
+
+    /// Read back from a parent's `child_finished` event.
+    pub fn from_event(ev: &RunEventRecord) -> Option<ChildEnd> {
+        match &ev.event {
+            LogEvent::ChildFinished(f) => Some(ChildEnd::of(f)),
+            _ => None,
+        }
+    }
+
+    /// The end a `child_finished` event records.
+    pub fn of(f: &ChildFinished) -> ChildEnd {
+        ChildEnd {
+            run_id: f.run_id.clone(),
+            agent: f.agent.clone(),
+            state: f.state,
+            output: f.output.clone(),
+            error: f.error.clone(),
+        }
+    }
+
+    pub(crate) fn failure_text(&self) -> String {
+        match &self.error {
+            Some(e) => format!("{} ({}: {})", self.state, e.code, e.message),
+            None => self.state.to_string(),
+        }
     }
 }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::crypto::{digest_eq, hmac_sha256_hex};
 
+pub use super::lifecycle::CredentialsInfo;
 use super::lifecycle::SandboxRecord;
 
 /// The longest session AWS grants to chained role credentials.
@@ -52,13 +53,6 @@ impl TaskCredentials {
             expires_at_ms: self.expires_at_ms,
         }
     }
-}
-
-/// The credentials a sandbox holds, as its record shows them (no secret).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CredentialsInfo {
-    pub access_key_id: String,
-    pub expires_at_ms: i64,
 }
 
 /// When the agent asks for new credentials: a third of the way through

@@ -21,7 +21,6 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::controls::Controls;
-use super::credentials::CredentialsInfo;
 
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +80,13 @@ impl fmt::Display for SandboxState {
 pub struct PortLease {
     pub container: u16,
     pub host: u16,
+}
+
+/// The credentials a sandbox holds, as its record shows them (no secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CredentialsInfo {
+    pub access_key_id: String,
+    pub expires_at_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::access::snapshot_key;
 use super::controls::Controls;
-use super::credentials::CredentialsInfo;
+use super::lifecycle::CredentialsInfo;
 use super::lifecycle::{sandbox_key, PortLease, SandboxRecord, SandboxState};
 
 /// The longest report the control plane reads, as JSON.

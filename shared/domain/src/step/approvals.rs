@@ -202,7 +202,7 @@ pub(super) fn approvals_decided(
                     answered(run, &a.call_id, true, result.clone(), &mut events, now)?;
                 }
                 (Some(Verdict::Retry), None) => {
-                    super::sandbox::retried(
+                    super::retried(
                         run,
                         &rec,
                         "a human asked to send it again",

@@ -8,8 +8,8 @@
 
 use crate::agent::AgentDefinition;
 use crate::collab::children::open_round;
-use crate::collab::delegate::CallError;
 use crate::collab::resume::ResumePlan;
+use crate::collab::CallError;
 use crate::collab::ChildLimits;
 use crate::collab::{codes, delegate, descendants, ChildSlot, DEFAULT_MAX_PARALLEL};
 use crate::ledger::ToolCallEvent;

@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use crate::agent::{AgentDefinition, Provisioning};
 use crate::approval::{Approval, ApprovalRequest};
 use crate::chat::{ModelReply, ToolCall};
-use crate::collab::delegate::CallError;
 use crate::collab::resume::ResumePlan;
+use crate::collab::CallError;
 use crate::collab::ChildLimits;
 use crate::fields;
 use crate::ledger::ToolCallState;
@@ -530,6 +530,25 @@ fn push_result(
         result: event_result(&result),
     };
     events.push(run.push_event(answered, now));
+}
+
+/// A sandbox call that may be sent again: its next attempt is planned.
+pub(super) fn retried(
+    run: &mut Run,
+    rec: &ToolCallRecord,
+    reason: &str,
+    events: &mut Vec<RunEventRecord>,
+    now: i64,
+) -> Result<(), StepRefused> {
+    apply_to(run, &rec.call_id, ToolCallEvent::Retried, now)?;
+    let retried = LogEvent::ToolRetried {
+        call_id: rec.call_id.clone(),
+        name: rec.skill.clone(),
+        reason: reason.to_string(),
+        attempt: rec.attempt + 1,
+    };
+    events.push(run.push_event(retried, now));
+    Ok(())
 }
 
 mod approvals;

@@ -25,6 +25,7 @@ use crate::step::apply_to;
 use crate::step::call;
 use crate::step::end;
 use crate::step::push_result;
+use crate::step::retried;
 use crate::step::Decision;
 use crate::step::StepRefused;
 use crate::step::MAX_SANDBOX_ATTEMPTS;
@@ -216,23 +217,4 @@ pub fn invocation(
         approved,
         judge_effects: by_effect && !approved,
     }
-}
-
-/// A sandbox call that may be sent again: its next attempt is planned.
-pub(super) fn retried(
-    run: &mut Run,
-    rec: &ToolCallRecord,
-    reason: &str,
-    events: &mut Vec<RunEventRecord>,
-    now: i64,
-) -> Result<(), StepRefused> {
-    apply_to(run, &rec.call_id, ToolCallEvent::Retried, now)?;
-    let retried = LogEvent::ToolRetried {
-        call_id: rec.call_id.clone(),
-        name: rec.skill.clone(),
-        reason: reason.to_string(),
-        attempt: rec.attempt + 1,
-    };
-    events.push(run.push_event(retried, now));
-    Ok(())
 }
