@@ -6,6 +6,7 @@
 
 pub mod approvals;
 pub mod collab;
+pub mod definitions;
 pub mod error;
 pub mod keys;
 pub mod registry;

@@ -32,14 +32,6 @@ pub struct AgentList {
     pub agents: Vec<AgentView>,
 }
 
-/// `PUT /v1/agents/{name}`: the definition (see the README's agent
-/// reference); unknown fields are refused.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct AgentBody {
-    #[serde(flatten)]
-    pub definition: Map<String, Value>,
-}
-
 /// `200` to an agent's deletion: every sandbox it had went with it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AgentDeleted {
@@ -62,13 +54,6 @@ pub struct TeamList {
     pub teams: Vec<TeamView>,
 }
 
-/// `PUT /v1/teams/{name}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct TeamBody {
-    #[serde(flatten)]
-    pub definition: Map<String, Value>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct TeamDeleted {
     pub team: String,
@@ -88,25 +73,11 @@ pub struct SkillList {
     pub skills: Vec<SkillView>,
 }
 
-/// `PUT /v1/skills/{name}`: a manifest.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct SkillBody {
-    #[serde(flatten)]
-    pub manifest: Map<String, Value>,
-}
-
 /// The global sandbox profiles, by name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ProfileList {
     #[schema(value_type = BTreeMap<String, Object>)]
     pub profiles: BTreeMap<String, Value>,
-}
-
-/// `PUT /v1/profiles/{name}`: a profile (`base`, `cpu`, `memory_mib`, ...).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct ProfileBody {
-    #[serde(flatten)]
-    pub profile: Map<String, Value>,
 }
 
 /// `200` to a profile's definition: as written, and as it resolves.

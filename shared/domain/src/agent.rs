@@ -12,6 +12,52 @@ use crate::sandbox::{
 };
 use crate::skills::{self, MountDecl, SkillManifest};
 
+/// The fields of an agent's definition (`version`, `manifests` and
+/// `shadowed_profiles` are what a `GET` adds: accepted and ignored).
+pub const AGENT_FIELDS: [&str; 12] = [
+    "name",
+    "description",
+    "model",
+    "system_prompt",
+    "skills",
+    "limits",
+    "http_allow_hosts",
+    "sandbox",
+    "approvals",
+    "version",
+    "manifests",
+    "shadowed_profiles",
+];
+
+/// The fields of an agent's `model`.
+pub const MODEL_FIELDS: [&str; 5] = [
+    "provider",
+    "model_id",
+    "context_window",
+    "base_url",
+    "api_key_env",
+];
+
+/// The fields of an agent's `limits`.
+pub const AGENT_LIMITS_FIELDS: [&str; 3] = ["max_model_turns", "max_tool_calls", "timeout_s"];
+
+/// The fields of an agent's `sandbox` section.
+pub const SANDBOX_FIELDS: [&str; 9] = [
+    "profile",
+    "provisioning",
+    "resident",
+    "limits",
+    "egress_ports",
+    "mounts",
+    "user",
+    "profiles",
+    "idle_hibernate_s",
+];
+
+/// The fields of `sandbox.limits`.
+pub const SANDBOX_LIMITS_FIELDS: [&str; 4] =
+    ["cpu_millis", "memory_mb", "disk_mb", "call_timeout_s"];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ModelProvider {
@@ -168,17 +214,7 @@ impl SandboxSpec {
     }
 
     fn from_fields(f: &Fields<'_>) -> Result<Self, FieldError> {
-        f.only(&[
-            "profile",
-            "provisioning",
-            "resident",
-            "limits",
-            "egress_ports",
-            "mounts",
-            "user",
-            "profiles",
-            "idle_hibernate_s",
-        ])?;
+        f.only(&SANDBOX_FIELDS)?;
         let mut spec = SandboxSpec::default();
         if let Some(p) = f.opt_str("profile")? {
             if p.is_empty() {
@@ -199,7 +235,7 @@ impl SandboxSpec {
         spec.resident = f.opt_bool("resident")?.unwrap_or(false);
         if let Some(l) = f.opt_obj("limits")? {
             let l = Fields::nested(l, "sandbox.limits")?;
-            l.only(&["cpu_millis", "memory_mb", "disk_mb", "call_timeout_s"])?;
+            l.only(&SANDBOX_LIMITS_FIELDS)?;
             let mut limits = Limits::default();
             for (name, slot, cap) in [
                 ("cpu_millis", &mut limits.cpu_millis, CAPS.cpu_millis),
@@ -282,29 +318,10 @@ impl AgentDefinition {
         // `GET` adds (its version, the skills' frozen manifests, a `PUT`'s
         // report of shadowed profiles) is accepted and ignored, so that a
         // definition read can be written back as it is.
-        f.only(&[
-            "name",
-            "description",
-            "model",
-            "system_prompt",
-            "skills",
-            "limits",
-            "http_allow_hosts",
-            "sandbox",
-            "approvals",
-            "version",
-            "manifests",
-            "shadowed_profiles",
-        ])?;
+        f.only(&AGENT_FIELDS)?;
         let model = f.req_obj("model")?;
         let m = Fields::nested(model, "model")?;
-        m.only(&[
-            "provider",
-            "model_id",
-            "context_window",
-            "base_url",
-            "api_key_env",
-        ])?;
+        m.only(&MODEL_FIELDS)?;
         let provider_s = m.req_str("provider")?;
         let provider = ModelProvider::parse(provider_s).ok_or_else(|| {
             FieldError::new("model.provider", "must be one of scripted, openai, bedrock")
@@ -342,7 +359,7 @@ impl AgentDefinition {
         let mut limits = AgentLimits::default();
         if let Some(l) = f.opt_obj("limits")? {
             let l = Fields::nested(l, "limits")?;
-            l.only(&["max_model_turns", "max_tool_calls", "timeout_s"])?;
+            l.only(&AGENT_LIMITS_FIELDS)?;
             if let Some(v) = l.opt_u64("max_model_turns")? {
                 limits.max_model_turns = capped(v, MAX_MODEL_TURNS, "limits.max_model_turns")?;
             }

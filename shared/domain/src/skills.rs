@@ -13,6 +13,23 @@ use crate::sandbox::{
     self, MountMode, Placement, SkillKind, DEFAULT_CALL_TIMEOUT_S, MAX_CALL_TIMEOUT_S,
 };
 
+/// The fields of a mount declaration.
+pub const MOUNT_FIELDS: [&str; 2] = ["path", "mode"];
+
+/// The fields of a skill manifest.
+pub const SKILL_FIELDS: [&str; 10] = [
+    "description",
+    "kind",
+    "requires_sandbox",
+    "timeout_s",
+    "mounts",
+    "ports",
+    "risk",
+    "idempotent",
+    "parameters",
+    "executor",
+];
+
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -40,7 +57,7 @@ impl MountDecl {
             ));
         };
         let f = crate::fields::Fields::nested(o, field)?;
-        f.only(&["path", "mode"])?;
+        f.only(&MOUNT_FIELDS)?;
         let mode = match f.req_str("mode")? {
             "ro" => MountMode::Ro,
             "rw" => MountMode::Rw,
@@ -104,18 +121,7 @@ impl SkillManifest {
             ));
         }
         let f = Fields::new(body)?;
-        f.only(&[
-            "description",
-            "kind",
-            "requires_sandbox",
-            "timeout_s",
-            "mounts",
-            "ports",
-            "risk",
-            "idempotent",
-            "parameters",
-            "executor",
-        ])?;
+        f.only(&SKILL_FIELDS)?;
         let executor = f.opt_str("executor")?.unwrap_or(name).to_string();
         let base = builtin(&executor).ok_or_else(|| {
             FieldError::new(

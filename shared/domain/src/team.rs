@@ -10,6 +10,16 @@ use serde_json::Value;
 use crate::fields::{FieldError, Fields};
 use crate::names::valid_name;
 
+/// The fields of a team's definition.
+pub const TEAM_FIELDS: [&str; 6] = [
+    "members",
+    "strategy",
+    "aggregator",
+    "lead",
+    "failure_policy",
+    "max_parallel",
+];
+
 /// The most members a team may have.
 pub const MAX_MEMBERS: usize = 64;
 /// Members running at once unless the team says otherwise.
@@ -73,14 +83,7 @@ impl TeamDefinition {
             ));
         }
         let f = Fields::new(body)?;
-        f.only(&[
-            "members",
-            "strategy",
-            "aggregator",
-            "lead",
-            "failure_policy",
-            "max_parallel",
-        ])?;
+        f.only(&TEAM_FIELDS)?;
         let members = f
             .opt_str_list("members")?
             .ok_or_else(|| FieldError::new("members", "is required"))?;

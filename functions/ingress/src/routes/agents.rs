@@ -8,7 +8,8 @@ use axum::http::HeaderMap;
 use axum::Json;
 use serde_json::{Map, Value};
 
-use armada_api::registry::{AgentBody, AgentDeleted, AgentList, AgentView};
+use armada_api::definitions::AgentBody;
+use armada_api::registry::{AgentDeleted, AgentList, AgentView};
 use armada_api::server::{JsonBody, Path};
 use armada_api::{ApiError, ErrorBody};
 use armada_core::error::StoreError;

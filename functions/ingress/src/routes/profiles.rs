@@ -5,7 +5,8 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::Json;
 
-use armada_api::registry::{ProfileBody, ProfileList, ProfilePut};
+use armada_api::definitions::ProfileBody;
+use armada_api::registry::{ProfileList, ProfilePut};
 use armada_api::server::{JsonBody, Path};
 use armada_api::{ApiError, ErrorBody};
 use armada_core::services::auth::{AdminKey, Principal};

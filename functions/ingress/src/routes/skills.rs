@@ -6,7 +6,8 @@ use axum::extract::State;
 use axum::Json;
 use serde_json::{Map, Value};
 
-use armada_api::registry::{SkillBody, SkillList, SkillView};
+use armada_api::definitions::SkillBody;
+use armada_api::registry::{SkillList, SkillView};
 use armada_api::server::{JsonBody, Path};
 use armada_api::{ApiError, ErrorBody};
 use armada_core::services::auth::{AdminKey, Principal};

@@ -7,7 +7,8 @@ use axum::extract::State;
 use axum::Json;
 use serde_json::{Map, Value};
 
-use armada_api::registry::{TeamBody, TeamDeleted, TeamList, TeamView};
+use armada_api::definitions::TeamBody;
+use armada_api::registry::{TeamDeleted, TeamList, TeamView};
 use armada_api::server::{JsonBody, Path};
 use armada_api::{ApiError, ErrorBody};
 use armada_core::services::auth::{AdminKey, Principal};

@@ -119,7 +119,8 @@ impl Default for ApprovalPolicy {
     }
 }
 
-const FIELDS: [&str; 9] = [
+/// The fields of an agent's `approvals` section.
+pub const APPROVAL_FIELDS: [&str; 9] = [
     "require",
     "medium",
     "approvers",
@@ -135,7 +136,7 @@ impl ApprovalPolicy {
     /// Parses the `approvals` object of an agent definition; errors name
     /// the field (`approvals.…`).
     pub fn from_fields(f: &Fields<'_>) -> Result<Self, FieldError> {
-        f.only(&FIELDS)?;
+        f.only(&APPROVAL_FIELDS)?;
         let mut p = ApprovalPolicy {
             require: f.opt_str_list("require")?.unwrap_or_default(),
             ..ApprovalPolicy::default()

@@ -21,6 +21,15 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// The fields of a sandbox profile.
+pub const PROFILE_FIELDS: [&str; 5] = [
+    "extends",
+    "read_only",
+    "read_write",
+    "deny",
+    "restrict_network",
+];
+
 /// What a skill does, which decides where it runs (seed 000 §A).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -173,13 +182,7 @@ impl ProfileDef {
             return Err(FieldError::new(field, "must be an object"));
         };
         let f = Fields::nested(o, field)?;
-        f.only(&[
-            "extends",
-            "read_only",
-            "read_write",
-            "deny",
-            "restrict_network",
-        ])?;
+        f.only(&PROFILE_FIELDS)?;
         Ok(ProfileDef {
             extends: f.opt_str("extends")?.map(str::to_string),
             read_only: f.opt_str_list("read_only")?.unwrap_or_default(),
