@@ -11,10 +11,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use armada_domain::agent::{ModelProvider, Provisioning};
+use armada_domain::approval::policy::{Destructive, MediumRisk, OnIndeterminate, OnReject};
+use armada_domain::sandbox::{MountMode, SkillKind};
 use armada_domain::skills::Risk;
+use armada_domain::team::Strategy;
 
 /// `PUT /v1/agents/{name}`: an agent's definition.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentBody {
     /// Read-only: the name is the path's.
@@ -52,10 +56,10 @@ pub struct AgentBody {
 }
 
 /// The model an agent answers with.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelBody {
-    pub provider: ModelProviderName,
+    pub provider: ModelProvider,
     pub model_id: String,
     /// Tokens, from 256 to 10,000,000.
     #[schema(minimum = 256, maximum = 10_000_000)]
@@ -66,15 +70,6 @@ pub struct ModelBody {
     /// The environment variable of the functions that holds its key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ModelProviderName {
-    #[default]
-    Scripted,
-    Openai,
-    Bedrock,
 }
 
 /// A Run's budgets (each capped by the deployment).
@@ -97,7 +92,7 @@ pub struct SandboxBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provisioning: Option<ProvisioningName>,
+    pub provisioning: Option<Provisioning>,
     /// Kept running between calls instead of hibernating.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resident: Option<bool>,
@@ -121,15 +116,6 @@ pub struct SandboxBody {
     pub idle_hibernate_s: Option<u64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ProvisioningName {
-    /// Made when the first sandbox tool is called.
-    OnToolUse,
-    /// Made as the Run starts.
-    Eager,
-}
-
 /// A sandbox's resources per call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -149,14 +135,7 @@ pub struct SandboxLimitsBody {
 #[serde(deny_unknown_fields)]
 pub struct MountBody {
     pub path: String,
-    pub mode: MountModeName,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum MountModeName {
-    Ro,
-    Rw,
+    pub mode: MountMode,
 }
 
 /// Which calls wait for a person, who decides, and what a refusal does.
@@ -168,7 +147,7 @@ pub struct ApprovalsBody {
     pub require: Option<Vec<String>>,
     /// What a medium-risk call does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub medium: Option<MediumName>,
+    pub medium: Option<MediumRisk>,
     /// Email addresses asked to decide (the operator's; tenants do not
     /// see them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -180,49 +159,16 @@ pub struct ApprovalsBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_s: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_reject: Option<OnRejectName>,
+    pub on_reject: Option<OnReject>,
     /// Whether the key that started a Run may approve its calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_self_approval: Option<bool>,
     /// What a call whose sandbox was lost after it was sent does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub indeterminate: Option<IndeterminateName>,
+    pub indeterminate: Option<OnIndeterminate>,
     /// How a destructive sandbox call is recognised.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub destructive: Option<DestructiveName>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum MediumName {
-    Execute,
-    Approve,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum OnRejectName {
-    /// The model is told, and goes on.
-    TellModel,
-    /// The Run fails.
-    Fail,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum IndeterminateName {
-    Fail,
-    /// A person says whether it happened.
-    Ask,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum DestructiveName {
-    /// By the words of the command.
-    Words,
-    /// By what the call changed in the workspace.
-    Effect,
+    pub destructive: Option<Destructive>,
 }
 
 /// `PUT /v1/skills/{name}`: a skill manifest. It names a built-in
@@ -233,7 +179,7 @@ pub struct SkillBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<SkillKindName>,
+    pub kind: Option<SkillKind>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requires_sandbox: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -257,26 +203,13 @@ pub struct SkillBody {
     pub executor: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum SkillKindName {
-    CodeExecution,
-    ServiceDeployment,
-    BuildInstall,
-    LlmCall,
-    DatabaseQuery,
-    ExternalApi,
-    TextProcessing,
-    WebSearch,
-}
-
 /// `PUT /v1/teams/{name}`: a team's definition.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TeamBody {
     /// Its agents, in order (1 to 25, each once).
     pub members: Vec<String>,
-    pub strategy: StrategyName,
+    pub strategy: Strategy,
     /// Who answers round 2 of a fan-out (its first member by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregator: Option<String>,
@@ -288,15 +221,6 @@ pub struct TeamBody {
     /// Members running at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_parallel: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StrategyName {
-    #[default]
-    FanOut,
-    Relay,
-    Lead,
 }
 
 /// What a team's Run makes of its members' failures.
@@ -366,6 +290,30 @@ mod tests {
             .unwrap_or_default()
     }
 
+    /// An agent with only what is required.
+    fn bare(provider: ModelProvider) -> AgentBody {
+        AgentBody {
+            name: None,
+            description: None,
+            model: ModelBody {
+                provider,
+                model_id: "m".into(),
+                context_window: 8192,
+                base_url: None,
+                api_key_env: None,
+            },
+            system_prompt: "p".into(),
+            skills: None,
+            limits: None,
+            http_allow_hosts: None,
+            sandbox: None,
+            approvals: None,
+            version: None,
+            manifests: None,
+            shadowed_profiles: None,
+        }
+    }
+
     fn names(fields: &[&str]) -> BTreeSet<String> {
         fields.iter().map(|f| f.to_string()).collect()
     }
@@ -401,7 +349,7 @@ mod tests {
         let agent = AgentBody {
             description: Some("d".into()),
             model: ModelBody {
-                provider: ModelProviderName::Openai,
+                provider: ModelProvider::Openai,
                 model_id: "m".into(),
                 context_window: 8192,
                 base_url: Some("http://models.example:8000/v1".into()),
@@ -417,7 +365,7 @@ mod tests {
             http_allow_hosts: Some(vec!["api.example.com".into()]),
             sandbox: Some(SandboxBody {
                 profile: Some("mine".into()),
-                provisioning: Some(ProvisioningName::Eager),
+                provisioning: Some(Provisioning::Eager),
                 resident: Some(false),
                 limits: Some(SandboxLimitsBody {
                     cpu_millis: Some(500),
@@ -428,7 +376,7 @@ mod tests {
                 egress_ports: Some(vec![443]),
                 mounts: Some(vec![MountBody {
                     path: "/data/users/ana/workspace/notes".into(),
-                    mode: MountModeName::Rw,
+                    mode: MountMode::Rw,
                 }]),
                 user: Some("ana".into()),
                 profiles: Some(BTreeMap::from([("mine".into(), profile.clone())])),
@@ -436,43 +384,37 @@ mod tests {
             }),
             approvals: Some(ApprovalsBody {
                 require: Some(vec!["shell_exec".into()]),
-                medium: Some(MediumName::Approve),
+                medium: Some(MediumRisk::Approve),
                 approvers: Some(vec!["ops@example.com".into()]),
                 chat_webhook_url: Some("https://chat.example/hook".into()),
                 expires_s: Some(3600),
-                on_reject: Some(OnRejectName::TellModel),
+                on_reject: Some(OnReject::TellModel),
                 allow_self_approval: Some(false),
-                indeterminate: Some(IndeterminateName::Ask),
-                destructive: Some(DestructiveName::Effect),
+                indeterminate: Some(OnIndeterminate::Ask),
+                destructive: Some(Destructive::Effect),
             }),
-            ..AgentBody::default()
+            ..bare(ModelProvider::Openai)
         };
         let written = serde_json::to_value(&agent).unwrap();
         AgentDefinition::from_json("a", &written).unwrap();
 
         for (medium, on_reject, indeterminate, destructive) in [
             (
-                MediumName::Execute,
-                OnRejectName::Fail,
-                IndeterminateName::Fail,
-                DestructiveName::Words,
+                MediumRisk::Execute,
+                OnReject::Fail,
+                OnIndeterminate::Fail,
+                Destructive::Words,
             ),
             (
-                MediumName::Approve,
-                OnRejectName::TellModel,
-                IndeterminateName::Ask,
-                DestructiveName::Effect,
+                MediumRisk::Approve,
+                OnReject::TellModel,
+                OnIndeterminate::Ask,
+                Destructive::Effect,
             ),
         ] {
             let body = AgentBody {
-                model: ModelBody {
-                    model_id: "m".into(),
-                    context_window: 8192,
-                    ..ModelBody::default()
-                },
-                system_prompt: "p".into(),
                 sandbox: Some(SandboxBody {
-                    provisioning: Some(ProvisioningName::OnToolUse),
+                    provisioning: Some(Provisioning::OnToolUse),
                     ..SandboxBody::default()
                 }),
                 approvals: Some(ApprovalsBody {
@@ -482,28 +424,19 @@ mod tests {
                     destructive: Some(destructive),
                     ..ApprovalsBody::default()
                 }),
-                ..AgentBody::default()
+                ..bare(ModelProvider::Scripted)
             };
             AgentDefinition::from_json("a", &serde_json::to_value(&body).unwrap()).unwrap();
         }
-        for provider in [ModelProviderName::Scripted, ModelProviderName::Bedrock] {
-            let body = AgentBody {
-                model: ModelBody {
-                    provider,
-                    model_id: "m".into(),
-                    context_window: 8192,
-                    ..ModelBody::default()
-                },
-                system_prompt: "p".into(),
-                ..AgentBody::default()
-            };
-            AgentDefinition::from_json("a", &serde_json::to_value(&body).unwrap()).unwrap();
+        for provider in [ModelProvider::Scripted, ModelProvider::Bedrock] {
+            let body = serde_json::to_value(bare(provider)).unwrap();
+            AgentDefinition::from_json("a", &body).unwrap();
         }
 
         for kind in [
-            SkillKindName::CodeExecution,
-            SkillKindName::ServiceDeployment,
-            SkillKindName::BuildInstall,
+            SkillKind::CodeExecution,
+            SkillKind::ServiceDeployment,
+            SkillKind::BuildInstall,
         ] {
             let skill = SkillBody {
                 description: Some("runs code".into()),
@@ -512,7 +445,7 @@ mod tests {
                 timeout_s: Some(30),
                 mounts: Some(vec![MountBody {
                     path: "/data/users/ana/workspace/notes".into(),
-                    mode: MountModeName::Ro,
+                    mode: MountMode::Ro,
                 }]),
                 ports: Some(1),
                 risk: Some(Risk::High),
@@ -523,11 +456,11 @@ mod tests {
             SkillManifest::from_json("s", &serde_json::to_value(&skill).unwrap()).unwrap();
         }
         for kind in [
-            SkillKindName::LlmCall,
-            SkillKindName::DatabaseQuery,
-            SkillKindName::ExternalApi,
-            SkillKindName::TextProcessing,
-            SkillKindName::WebSearch,
+            SkillKind::LlmCall,
+            SkillKind::DatabaseQuery,
+            SkillKind::ExternalApi,
+            SkillKind::TextProcessing,
+            SkillKind::WebSearch,
         ] {
             let skill = SkillBody {
                 kind: Some(kind),
@@ -542,13 +475,9 @@ mod tests {
             FailurePolicyBody::Named(FailurePolicyName::BestEffort),
             FailurePolicyBody::Quorum(QuorumBody { quorum: 2 }),
         ];
-        for (strategy, failure_policy) in [
-            StrategyName::FanOut,
-            StrategyName::Relay,
-            StrategyName::Lead,
-        ]
-        .into_iter()
-        .zip(policies)
+        for (strategy, failure_policy) in [Strategy::FanOut, Strategy::Relay, Strategy::Lead]
+            .into_iter()
+            .zip(policies)
         {
             let team = TeamBody {
                 members: vec!["a".into(), "b".into()],
@@ -564,4 +493,84 @@ mod tests {
         let written = serde_json::to_value(&profile).unwrap();
         ProfileDef::parse(&written, "profile").unwrap();
     }
+
+    /// What a `GET` shows (the domain's records serialised, less the
+    /// name) fits these types exactly, so a definition read can be
+    /// written back and the views can be described by them.
+    #[test]
+    fn what_a_get_shows_is_written_in_these_types() {
+        fn shown<T: Serialize>(record: &T) -> Value {
+            let mut v = serde_json::to_value(record).unwrap();
+            if let Some(m) = v.as_object_mut() {
+                m.remove("name");
+            }
+            v
+        }
+        let full = serde_json::to_value(AgentBody {
+            sandbox: Some(SandboxBody {
+                mounts: Some(vec![MountBody {
+                    path: "/data/users/ana/workspace/notes".into(),
+                    mode: MountMode::Rw,
+                }]),
+                user: Some("ana".into()),
+                profiles: Some(BTreeMap::from([(
+                    "mine".into(),
+                    ProfileBody {
+                        extends: Some("workspace".into()),
+                        ..ProfileBody::default()
+                    },
+                )])),
+                profile: Some("mine".into()),
+                ..SandboxBody::default()
+            }),
+            approvals: Some(ApprovalsBody {
+                approvers: Some(vec!["ops@example.com".into()]),
+                ..ApprovalsBody::default()
+            }),
+            skills: Some(vec!["shell_exec".into()]),
+            ..bare(ModelProvider::Scripted)
+        })
+        .unwrap();
+        let mut agent = AgentDefinition::from_json("a", &full).unwrap();
+        agent
+            .resolve_manifests(|_| None)
+            .expect("built-in skills");
+        let read: AgentBody = serde_json::from_value(shown(&agent)).unwrap();
+        assert!(read.manifests.is_some() && read.sandbox.is_some());
+
+        let team = TeamBody {
+            members: vec!["a".into(), "b".into()],
+            strategy: Strategy::FanOut,
+            aggregator: None,
+            lead: None,
+            failure_policy: Some(FailurePolicyBody::Quorum(QuorumBody { quorum: 1 })),
+            max_parallel: None,
+        };
+        for policy in [
+            FailurePolicyBody::Quorum(QuorumBody { quorum: 1 }),
+            FailurePolicyBody::Named(FailurePolicyName::All),
+            FailurePolicyBody::Named(FailurePolicyName::BestEffort),
+        ] {
+            let written = TeamBody {
+                failure_policy: Some(policy.clone()),
+                ..team.clone()
+            };
+            let def =
+                TeamDefinition::from_json("t", &serde_json::to_value(&written).unwrap()).unwrap();
+            let read: TeamBody = serde_json::from_value(shown(&def)).unwrap();
+            assert_eq!(read.failure_policy, Some(policy));
+        }
+
+        let skill = SkillBody {
+            kind: Some(SkillKind::CodeExecution),
+            executor: Some("shell_exec".into()),
+            ..SkillBody::default()
+        };
+        let m = SkillManifest::from_json("s", &serde_json::to_value(&skill).unwrap()).unwrap();
+        let _: SkillBody = serde_json::from_value(shown(&m)).unwrap();
+
+        let profile = ProfileDef::parse(&json!({"extends": "workspace"}), "p").unwrap();
+        let _: ProfileBody = serde_json::from_value(shown(&profile)).unwrap();
+    }
+
 }

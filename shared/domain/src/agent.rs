@@ -58,6 +58,7 @@ pub const SANDBOX_FIELDS: [&str; 9] = [
 pub const SANDBOX_LIMITS_FIELDS: [&str; 4] =
     ["cpu_millis", "memory_mb", "disk_mb", "call_timeout_s"];
 
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ModelProvider {
@@ -149,6 +150,7 @@ pub struct AgentDefinition {
 }
 
 /// When an agent's sandbox is made (seed 002).
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Provisioning {

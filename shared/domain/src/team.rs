@@ -26,6 +26,7 @@ pub const MAX_MEMBERS: usize = 64;
 pub const DEFAULT_MAX_PARALLEL: u32 = 16;
 
 /// How a team's members work together.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {

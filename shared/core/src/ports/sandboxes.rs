@@ -2,12 +2,14 @@
 //! compare-and-set loop over them.
 
 use std::fmt::Debug;
+use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
 
 use armada_domain::sandbox::hand::CallMark;
 use armada_domain::sandbox::lifecycle::SandboxRecord;
 
+use crate::cas::{until_written, Try, ATTEMPTS};
 use crate::error::StoreError;
 
 /// What a read-modify-write of a sandbox record decided.
@@ -37,9 +39,6 @@ pub struct StoredMark {
     pub generation: u64,
     pub at_ms: i64,
 }
-
-/// Conflicting writers retried by [`SandboxesExt::modify`] before giving up.
-const CAS_ATTEMPTS: usize = crate::cas::ATTEMPTS;
 
 /// The first uid [`Sandboxes::identity_uid`] hands out (the ones below
 /// are the host's own users').
@@ -139,25 +138,33 @@ enum Half {
     Report,
 }
 
-/// The one compare-and-set loop of sandbox records: read, let `f` decide,
-/// write what it decided conditional on the version read; a conflicting
-/// writer makes it read and decide again.
+/// A read-modify-write of a sandbox record: read, let `f` decide, write
+/// what it decided conditional on the version read. It runs in the one
+/// compare-and-set loop ([`until_written`]): a conflicting writer makes
+/// it read and decide again.
 async fn read_modify_write<S, T>(
     store: &S,
     tenant: &str,
     agent: &str,
     half: Half,
-    mut f: impl FnMut(Option<SandboxRecord>) -> Change<T> + Send,
+    f: impl FnMut(Option<SandboxRecord>) -> Change<T> + Send,
 ) -> Result<T, StoreError>
 where
     S: Sandboxes + ?Sized,
     T: Send,
 {
-    for _ in 0..CAS_ATTEMPTS {
+    // Each try's future borrows the decision; a lock lends it to one try
+    // at a time (never held across an await).
+    let decide = Mutex::new(f);
+    let written = until_written(|| async {
         let read = store.get(tenant, agent).await?;
         let read_version = read.as_ref().map(|r| r.version);
-        let (mut rec, out) = match f(read) {
-            Change::Keep(out) => return Ok(out),
+        let decided = {
+            let mut f = decide.lock().unwrap_or_else(PoisonError::into_inner);
+            f(read)
+        };
+        let (mut rec, out) = match decided {
+            Change::Keep(out) => return Ok(Try::Done(out)),
             Change::Write(rec, out) => (rec, out),
         };
         rec.version = read_version.map_or(1, |v| v + 1);
@@ -171,14 +178,17 @@ where
             }
         };
         match written {
-            Ok(()) => return Ok(out),
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(e),
+            Ok(()) => Ok(Try::Done(out)),
+            Err(StoreError::Conflict { .. }) => Ok(Try::Again),
+            Err(e) => Err(e),
         }
-    }
-    Err(StoreError::Retryable(format!(
-        "sandbox {tenant}#{agent} kept changing under {CAS_ATTEMPTS} attempts"
-    )))
+    })
+    .await?;
+    written.ok_or_else(|| {
+        StoreError::Retryable(format!(
+            "sandbox {tenant}#{agent} kept changing under {ATTEMPTS} attempts"
+        ))
+    })
 }
 
 impl<S: Sandboxes + ?Sized> SandboxReports for S {}

@@ -27,6 +27,7 @@ pub const MAX_EXPIRES_S: u64 = 7 * 86_400;
 pub const MAX_APPROVERS: usize = 20;
 
 /// What a medium-risk call does.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MediumRisk {
@@ -36,6 +37,7 @@ pub enum MediumRisk {
 }
 
 /// What a rejected (or expired) approval does to the Run.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnReject {
@@ -47,6 +49,7 @@ pub enum OnReject {
 }
 
 /// What a call whose effect is unknown (`TOOL_INDETERMINATE`) does.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnIndeterminate {
@@ -58,6 +61,7 @@ pub enum OnIndeterminate {
 }
 
 /// How an agent's unapproved sandbox calls are judged destructive.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Destructive {

@@ -31,6 +31,7 @@ pub const PROFILE_FIELDS: [&str; 5] = [
 ];
 
 /// What a skill does, which decides where it runs (seed 000 §A).
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SkillKind {
@@ -352,6 +353,7 @@ impl Profiles {
 
 // ---------------------------------------------------------------- mounts
 
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MountMode {
