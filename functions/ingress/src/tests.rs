@@ -426,6 +426,40 @@ async fn a_tenant_key_reads_an_agent_without_the_operators_secrets() {
     }
 }
 
+/// A team and a skill read with `GET` can be written back as they are
+/// too (their `name` is the path's: accepted and ignored).
+#[tokio::test]
+async fn a_team_and_a_skill_read_can_be_written_back() {
+    let api = Api::new().await;
+    let team =
+        json!({"members": ["assistant"], "strategy": "fan_out", "failure_policy": {"quorum": 1}});
+    let (status, _) = api
+        .call("PUT", "/v1/teams/crew", Some(ADMIN), &[], Some(team))
+        .await;
+    assert_eq!(status, 200);
+    let skill = json!({"kind": "external_api", "executor": "http_request", "risk": "low"});
+    let (status, _) = api
+        .call("PUT", "/v1/skills/lookup", Some(ADMIN), &[], Some(skill))
+        .await;
+    assert_eq!(status, 200);
+    for (read_at, write_at) in [
+        ("/v1/teams/crew", "/v1/teams/crew2"),
+        ("/v1/skills/lookup", "/v1/skills/lookup2"),
+    ] {
+        let (status, read) = api.call("GET", read_at, Some(ADMIN), &[], None).await;
+        assert_eq!(status, 200, "{read}");
+        assert!(read.get("name").is_some(), "{read}");
+        let (status, written) = api
+            .call("PUT", write_at, Some(ADMIN), &[], Some(read.clone()))
+            .await;
+        assert_eq!(status, 200, "{read_at} written back: {written}");
+        let (_, copy) = api.call("GET", write_at, Some(ADMIN), &[], None).await;
+        let mut expected = read;
+        expected["name"] = copy["name"].clone();
+        assert_eq!(copy, expected, "{write_at}");
+    }
+}
+
 /// What `GET` returns can be `PUT` back as it is (under the same name or
 /// another): its version, frozen manifests and report are read-only fields,
 /// accepted and ignored. `If-Match` makes the write conditional: `412` once

@@ -176,6 +176,10 @@ pub struct ApprovalsBody {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SkillBody {
+    /// Read-only: the name is the path's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(read_only)]
+    pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -207,7 +211,11 @@ pub struct SkillBody {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TeamBody {
-    /// Its agents, in order (1 to 25, each once).
+    /// Read-only: the name is the path's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(read_only)]
+    pub name: Option<String>,
+    /// Its agents, in order (1 to 64, each once).
     pub members: Vec<String>,
     pub strategy: Strategy,
     /// Who answers round 2 of a fan-out (its first member by default).
@@ -439,6 +447,7 @@ mod tests {
             SkillKind::BuildInstall,
         ] {
             let skill = SkillBody {
+                name: Some("ignored".into()),
                 description: Some("runs code".into()),
                 kind: Some(kind),
                 requires_sandbox: Some(true),
@@ -480,6 +489,7 @@ mod tests {
             .zip(policies)
         {
             let team = TeamBody {
+                name: None,
                 members: vec!["a".into(), "b".into()],
                 strategy,
                 aggregator: Some("a".into()),
@@ -500,11 +510,7 @@ mod tests {
     #[test]
     fn what_a_get_shows_is_written_in_these_types() {
         fn shown<T: Serialize>(record: &T) -> Value {
-            let mut v = serde_json::to_value(record).unwrap();
-            if let Some(m) = v.as_object_mut() {
-                m.remove("name");
-            }
-            v
+            serde_json::to_value(record).unwrap()
         }
         let full = serde_json::to_value(AgentBody {
             sandbox: Some(SandboxBody {
@@ -532,13 +538,12 @@ mod tests {
         })
         .unwrap();
         let mut agent = AgentDefinition::from_json("a", &full).unwrap();
-        agent
-            .resolve_manifests(|_| None)
-            .expect("built-in skills");
+        agent.resolve_manifests(|_| None).expect("built-in skills");
         let read: AgentBody = serde_json::from_value(shown(&agent)).unwrap();
         assert!(read.manifests.is_some() && read.sandbox.is_some());
 
         let team = TeamBody {
+            name: None,
             members: vec!["a".into(), "b".into()],
             strategy: Strategy::FanOut,
             aggregator: None,
@@ -572,5 +577,4 @@ mod tests {
         let profile = ProfileDef::parse(&json!({"extends": "workspace"}), "p").unwrap();
         let _: ProfileBody = serde_json::from_value(shown(&profile)).unwrap();
     }
-
 }

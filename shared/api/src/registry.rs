@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use crate::definitions::{AgentBody, ProfileBody, SkillBody, TeamBody};
+
 /// An agent's definition (as `PUT` takes it) and its version. A tenant's
 /// key does not see the operator's fields (model endpoint and key
 /// variable, chat webhook, approvers' addresses). What `GET` answers can
@@ -23,7 +25,9 @@ pub struct AgentView {
     /// same name (reported by `PUT`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadowed_profiles: Option<Vec<String>>,
+    /// The definition's fields, as `PUT` takes them.
     #[serde(flatten)]
+    #[schema(value_type = AgentBody)]
     pub definition: Map<String, Value>,
 }
 
@@ -45,7 +49,9 @@ pub struct AgentDeleted {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TeamView {
     pub name: String,
+    /// The definition's fields, as `PUT` takes them.
     #[serde(flatten)]
+    #[schema(value_type = TeamBody)]
     pub definition: Map<String, Value>,
 }
 
@@ -64,7 +70,9 @@ pub struct TeamDeleted {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SkillView {
     pub name: String,
+    /// The manifest's fields, as `PUT` takes them.
     #[serde(flatten)]
+    #[schema(value_type = SkillBody)]
     pub manifest: Map<String, Value>,
 }
 
@@ -76,7 +84,7 @@ pub struct SkillList {
 /// The global sandbox profiles, by name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ProfileList {
-    #[schema(value_type = BTreeMap<String, Object>)]
+    #[schema(value_type = BTreeMap<String, ProfileBody>)]
     pub profiles: BTreeMap<String, Value>,
 }
 
@@ -84,7 +92,7 @@ pub struct ProfileList {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ProfilePut {
     pub name: String,
-    #[schema(value_type = Object)]
+    #[schema(value_type = ProfileBody)]
     pub profile: Value,
     #[schema(value_type = Object)]
     pub resolved: Value,

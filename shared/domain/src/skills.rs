@@ -16,8 +16,10 @@ use crate::sandbox::{
 /// The fields of a mount declaration.
 pub const MOUNT_FIELDS: [&str; 2] = ["path", "mode"];
 
-/// The fields of a skill manifest.
-pub const SKILL_FIELDS: [&str; 10] = [
+/// The fields of a skill manifest (`name` is what a `GET` adds: the
+/// path's, accepted and ignored).
+pub const SKILL_FIELDS: [&str; 11] = [
+    "name",
     "description",
     "kind",
     "requires_sandbox",

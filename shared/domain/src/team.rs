@@ -10,8 +10,10 @@ use serde_json::Value;
 use crate::fields::{FieldError, Fields};
 use crate::names::valid_name;
 
-/// The fields of a team's definition.
-pub const TEAM_FIELDS: [&str; 6] = [
+/// The fields of a team's definition (`name` is what a `GET` adds: the
+/// path's, accepted and ignored).
+pub const TEAM_FIELDS: [&str; 7] = [
+    "name",
     "members",
     "strategy",
     "aggregator",
