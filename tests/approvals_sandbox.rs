@@ -40,8 +40,8 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
         .await
         .unwrap();
     assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
-    let arn = sandbox_of(&t.client, "builder").await["task_arn"].clone();
-    assert!(arn.is_string());
+    let arn = sandbox_of(&t.client, "builder").await.task_arn.clone();
+    assert!(arn.is_some());
 
     // Replacing the file is destructive too: the sandbox refuses until a
     // human decides, and a rejection leaves the file as it was.
@@ -100,7 +100,7 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
         "the file written before the pause: {r}"
     );
     assert_eq!(
-        sandbox_of(&t.client, "builder").await["task_arn"],
+        sandbox_of(&t.client, "builder").await.task_arn,
         arn,
         "the same sandbox task"
     );

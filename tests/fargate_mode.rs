@@ -65,7 +65,7 @@ async fn every_built_in_profile_starts_and_holds_on_fargate() {
         let uid: u32 = r["stdout"].as_str().unwrap().trim().parse().unwrap();
         assert!(uid >= 300_000, "{agent}: {r}");
         let sb = sandbox_of(&t.client, &agent).await;
-        assert_eq!(sb["state"], "READY", "{sb}");
+        assert_eq!(sb.state, SandboxState::Ready, "{sb:?}");
         // The task's pid 1 (its agent's supervisor) holds no CAP_SYS_ADMIN
         // (strict reads nothing of /proc).
         let r = run_sh(&t, &agent, "grep CapBnd /proc/1/status").await;
@@ -117,9 +117,14 @@ async fn every_built_in_profile_starts_and_holds_on_fargate() {
             }
         }
         let sb = sandbox_of(&t.client, &agent).await;
-        let status = |c: &str| sb["controls"][c]["status"].as_str().unwrap().to_string();
+        let status = |c: &str| {
+            sb.controls.as_ref().expect("controls")[c]["status"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
         if profile == "off" {
-            assert_eq!(status("filesystem"), "not_enforced", "{sb}");
+            assert_eq!(status("filesystem"), "not_enforced", "{sb:?}");
         } else {
             // What is measured (the README's table).
             for (control, want) in [
@@ -132,19 +137,21 @@ async fn every_built_in_profile_starts_and_holds_on_fargate() {
                 ("pids", "partial"),
                 ("disk", "partial"),
             ] {
-                assert_eq!(status(control), want, "{agent} {control}: {sb}");
+                assert_eq!(status(control), want, "{agent} {control}: {sb:?}");
             }
             let restricted = matches!(profile, "read-only" | "strict");
             assert_eq!(
                 status("network"),
                 if restricted { "enforced" } else { "partial" },
-                "{sb}"
+                "{sb:?}"
             );
             if restricted {
-                let why = sb["controls"]["network"]["reason"].as_str().unwrap();
-                assert!(why.starts_with("per task"), "{sb}");
+                let why = sb.controls.as_ref().expect("controls")["network"]["reason"]
+                    .as_str()
+                    .unwrap();
+                assert!(why.starts_with("per task"), "{sb:?}");
             }
-            println!("{profile}: {}", sb["controls"]);
+            println!("{profile}: {}", sb.controls.as_ref().expect("controls"));
         }
         // A memory bomb dies (its allocations fail at RLIMIT_AS, or the
         // task's OOM killer takes it); the sandbox lives on unless OOM'd.
@@ -181,6 +188,6 @@ async fn on_fargate_declared_mounts_fail_closed() {
         "{run:?}"
     );
     let sb = sandbox_of(&t.client, "mounted").await;
-    assert_eq!(sb["state"], "FAILED", "{sb}");
+    assert_eq!(sb.state, SandboxState::Failed, "{sb:?}");
     t.stack.stop().await;
 }

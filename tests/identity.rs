@@ -226,9 +226,7 @@ async fn an_answer_not_sealed_by_the_calls_own_sandbox_is_refused() {
 /// The sandbox record's credentials as its agent last reported them.
 async fn held_key(t: &armada_tests::TestStack) -> Option<String> {
     let rec = sandbox_of(&t.client, "coder").await;
-    rec["credentials"]["access_key_id"]
-        .as_str()
-        .map(str::to_string)
+    rec.credentials.map(|c| c.access_key_id)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -313,9 +311,7 @@ async fn a_task_signs_with_credentials_of_its_own_which_only_its_key_renews() {
 
     // A request nobody's key sealed, or sealed by another identity's key,
     // gets nothing: the dispatcher counts it and sends no credentials.
-    let generation = sandbox_of(&t.client, "coder").await["generation"]
-        .as_u64()
-        .unwrap();
+    let generation = sandbox_of(&t.client, "coder").await.generation;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -396,7 +392,7 @@ async fn a_task_writing_its_own_record_reaches_no_other_identity() {
     let first = ask_as(&acme, "coder", &sh("echo victim")).await;
     assert_eq!(outcome(&first), "COMPLETED", "{first:?}");
     let victim = sandbox_of(&acme, "coder").await;
-    assert_eq!(victim["state"], "READY", "{victim}");
+    assert_eq!(victim.state, SandboxState::Ready, "{victim:?}");
     let victim_task = tasks_of(&t, "acme", "coder").await;
 
     // The attacker's sandbox, busy with a call.
@@ -407,7 +403,7 @@ async fn a_task_writing_its_own_record_reaches_no_other_identity() {
         .unwrap();
     let (_, call_id, _, _) = dispatched(&t, &run_id).await;
     eventually("the attacker's call runs", || async {
-        sandbox_of(&t.client, "coder").await["state"] == "READY"
+        sandbox_of(&t.client, "coder").await.state == SandboxState::Ready
             && matches!(
                 t.event(&run_id, EventKind::ToolDispatched).await,
                 Some(LogEvent::ToolDispatched { call_id: sent, .. }) if sent == call_id
@@ -434,7 +430,7 @@ async fn a_task_writing_its_own_record_reaches_no_other_identity() {
     let forged = json!({
         "state": "DESTROYING", "state_changed_at_ms": 1, "failure": "forged",
         "tenant": "acme", "agent": "coder",
-        "generation": victim["generation"].as_u64().unwrap() + 1,
+        "generation": victim.generation + 1,
         "task_arn": victim_task[0], "hand_queue_url": "https://forged/acme-hand.fifo",
         "holder_run_id": run_id, "waiters": [],
     });
@@ -462,19 +458,19 @@ async fn a_task_writing_its_own_record_reaches_no_other_identity() {
         .unwrap();
     assert_ne!(outcome(&ended), "COMPLETED", "{ended:?}");
     let own = sandbox_of(&t.client, "coder").await;
-    assert_eq!(own["tenant"], t.stack.tenant.as_str(), "{own}");
+    assert_eq!(own.tenant, t.stack.tenant.as_str(), "{own:?}");
 
     // The other tenant's sandbox is as it was, and works.
     let after = sandbox_of(&acme, "coder").await;
-    assert_eq!(after["state"], "READY", "{after}");
-    assert_eq!(after["generation"], victim["generation"], "{after}");
+    assert_eq!(after.state, SandboxState::Ready, "{after:?}");
+    assert_eq!(after.generation, victim.generation, "{after:?}");
     assert_eq!(task_status(&t, &victim_task[0]).await, "RUNNING");
     let next = ask_as(&acme, "coder", &sh("echo still")).await;
     assert_eq!(outcome(&next), "COMPLETED", "{next:?}");
     assert_eq!(tool_result(&next, "shell_exec")["stdout"], "still\n");
     assert_eq!(
-        sandbox_of(&acme, "coder").await["generation"],
-        victim["generation"]
+        sandbox_of(&acme, "coder").await.generation,
+        victim.generation
     );
 }
 

@@ -87,7 +87,7 @@ async fn serve_starts_a_server_reachable_from_the_host() {
         .unwrap();
     assert_eq!(body, "hello from the sandbox");
     let sb = sandbox_of(&t.client, "coder").await;
-    assert_eq!(sb["ports"][0]["container"], 8081, "{sb}");
+    assert_eq!(sb.ports[0]["container"], 8081, "{sb:?}");
     // The published port on loopback is the only way in: the host's other
     // addresses do not answer, and a call may not bind them.
     let host_ip = std::process::Command::new("hostname")
@@ -135,10 +135,10 @@ async fn an_idle_sandbox_hibernates_frozen_and_wakes_with_its_state() {
     let before = sandbox_of(&t.client, "sleepy").await;
     let client = &t.client;
     eventually("the idle sandbox hibernates", || async {
-        sandbox_of(client, "sleepy").await["state"] == "HIBERNATED"
+        sandbox_of(client, "sleepy").await.state == SandboxState::Hibernated
     })
     .await;
-    let arn = before["task_arn"].as_str().unwrap();
+    let arn = before.task_arn.as_deref().unwrap();
     let task_group = armada_sandbox::cgroup::Cgroup::current()
         .unwrap()
         .child(&format!("armada-{}", t.stack.template.stack()))
@@ -150,8 +150,8 @@ async fn an_idle_sandbox_hibernates_frozen_and_wakes_with_its_state() {
     let (_, run) = t.ask("sleepy", &sh("cat state.txt")).await;
     assert_eq!(tool_result(&run, "shell_exec")["stdout"], "remembered\n");
     let after = sandbox_of(&t.client, "sleepy").await;
-    assert_eq!(after["task_arn"], before["task_arn"], "the same task woke");
-    assert_eq!(after["generation"], before["generation"]);
+    assert_eq!(after.task_arn, before.task_arn, "the same task woke");
+    assert_eq!(after.generation, before.generation);
     assert!(!task_group.frozen());
     t.stack.stop().await;
 }
@@ -185,10 +185,13 @@ async fn a_resident_agents_sandbox_is_prewarmed_and_never_hibernates() {
     let (_, run) = t.ask("idler", &sh("echo idle")).await;
     assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     eventually("the non-resident sandbox hibernates", || async {
-        sandbox_of(client, "idler").await["state"] == "HIBERNATED"
+        sandbox_of(client, "idler").await.state == SandboxState::Hibernated
     })
     .await;
-    assert_eq!(sandbox_of(&t.client, "resident").await["state"], "READY");
+    assert_eq!(
+        sandbox_of(&t.client, "resident").await.state,
+        SandboxState::Ready
+    );
     let (_, run) = t.ask("resident", &sh("echo warm")).await;
     assert_eq!(tool_result(&run, "shell_exec")["stdout"], "warm\n");
     assert_eq!(tasks_of(&t, "local", "resident").await.len(), 1);
@@ -214,13 +217,13 @@ async fn a_sandbox_that_does_not_start_is_retried_once_then_the_run_fails() {
         "{run:?}"
     );
     let sb = sandbox_of(&t.client, "stuck").await;
-    assert_eq!(sb["state"], "FAILED", "{sb}");
+    assert_eq!(sb.state, SandboxState::Failed, "{sb:?}");
     assert!(
-        sb["failure"]
-            .as_str()
+        sb.failure
+            .as_deref()
             .unwrap()
             .contains("did not start within 2 s, twice"),
-        "{sb}"
+        "{sb:?}"
     );
     let tasks = tasks_of(&t, "local", "stuck").await;
     assert_eq!(tasks.len(), 2, "started, then started again once");
@@ -246,19 +249,23 @@ async fn a_crashing_agent_is_restarted_once_then_destroyed() {
         "the call it crashed in is not repeated: {run:?}"
     );
     let first = sandbox_of(&t.client, "coder").await;
-    assert_eq!(first["state"], "READY", "restarted once: {first}");
+    assert_eq!(
+        first.state,
+        SandboxState::Ready,
+        "restarted once: {first:?}"
+    );
     let (_, run) = t.ask("coder", &sh("echo still here")).await;
     assert_eq!(tool_result(&run, "shell_exec")["stdout"], "still here\n");
     let (_, run) = t.ask("coder", &sh("echo PANIC-MARK again")).await;
     assert_eq!(outcome(&run), "FAILED", "{run:?}");
     let sb = sandbox_of(&t.client, "coder").await;
-    assert_eq!(sb["state"], "DESTROYED", "{sb}");
+    assert_eq!(sb.state, SandboxState::Destroyed, "{sb:?}");
     assert!(
-        sb["failure"].as_str().unwrap().contains("crashed twice"),
-        "{sb}"
+        sb.failure.as_deref().unwrap().contains("crashed twice"),
+        "{sb:?}"
     );
-    assert_eq!(sb["task_arn"], first["task_arn"], "one task crashed twice");
-    let arn = first["task_arn"].as_str().unwrap().to_string();
+    assert_eq!(sb.task_arn, first.task_arn, "one task crashed twice");
+    let arn = first.task_arn.clone().unwrap();
     eventually("its task is stopped", || async {
         task_status(&t, &arn).await == "STOPPED"
     })
@@ -411,11 +418,11 @@ async fn on_fargate_an_idle_sandbox_saves_its_workspace_stops_and_wakes_from_it(
         .await;
     assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     let before = sandbox_of(&t.client, "napper").await;
-    let first_task = before["task_arn"].as_str().unwrap().to_string();
+    let first_task = before.task_arn.clone().unwrap();
     let client = &t.client;
     eventually("the idle sandbox hibernates to a snapshot", || async {
         let sb = sandbox_of(client, "napper").await;
-        sb["state"] == "HIBERNATED" && sb["task_arn"].is_null()
+        sb.state == SandboxState::Hibernated && sb.task_arn.is_none()
     })
     .await;
     eventually("its task is stopped", || async {
@@ -434,13 +441,10 @@ async fn on_fargate_an_idle_sandbox_saves_its_workspace_stops_and_wakes_from_it(
         "{run:?}"
     );
     let after = sandbox_of(&t.client, "napper").await;
-    assert_eq!(after["state"], "READY");
-    assert_eq!(
-        after["generation"], before["generation"],
-        "the same sandbox woke"
-    );
+    assert_eq!(after.state, SandboxState::Ready);
+    assert_eq!(after.generation, before.generation, "the same sandbox woke");
     assert_ne!(
-        after["task_arn"].as_str().unwrap(),
+        after.task_arn.as_deref().unwrap(),
         first_task,
         "in a new task"
     );

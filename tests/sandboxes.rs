@@ -36,9 +36,9 @@ async fn coder_runs_a_command_in_its_own_sandbox() {
     let types = t.event_types(&run_id).await;
     assert!(types.contains(&"tool_dispatched".to_string()), "{types:?}");
     let sb = sandbox_of(&t.client, "coder").await;
-    assert_eq!(sb["state"], "READY", "{sb}");
-    assert_eq!(sb["profile"], "workspace");
-    assert!(sb["task_arn"].as_str().unwrap().contains(":task/"), "{sb}");
+    assert_eq!(sb.state, SandboxState::Ready, "{sb:?}");
+    assert_eq!(sb.profile, "workspace");
+    assert!(sb.task_arn.as_deref().unwrap().contains(":task/"), "{sb:?}");
     for control in [
         "filesystem",
         "network",
@@ -48,10 +48,10 @@ async fn coder_runs_a_command_in_its_own_sandbox() {
         "pids",
         "mounts",
     ] {
-        let c = &sb["controls"][control];
+        let c = &sb.controls.as_ref().expect("controls")[control];
         assert!(
             c["status"].is_string() && c["reason"].is_string(),
-            "{control}: {sb}"
+            "{control}: {sb:?}"
         );
     }
     // Per call locally; memory, pids and mounts per task on Fargate.
@@ -61,10 +61,18 @@ async fn coder_runs_a_command_in_its_own_sandbox() {
             "memory" | "pids" | "mounts" if per_task => "partial",
             _ => "enforced",
         };
-        assert_eq!(sb["controls"][control]["status"], want, "{control}: {sb}");
+        assert_eq!(
+            sb.controls.as_ref().expect("controls")[control]["status"],
+            want,
+            "{control}: {sb:?}"
+        );
     }
     // Workspace does not restrict the network: only TCP ports are held.
-    assert_eq!(sb["controls"]["network"]["status"], "partial", "{sb}");
+    assert_eq!(
+        sb.controls.as_ref().expect("controls")["network"]["status"],
+        "partial",
+        "{sb:?}"
+    );
     // Files stay in the workspace between Runs of the agent.
     let (_, run) = t
         .ask(
@@ -78,7 +86,7 @@ async fn coder_runs_a_command_in_its_own_sandbox() {
     // The run ended: it no longer holds the sandbox, and one task served all.
     t.wait_closed(&run_id).await;
     let sb = sandbox_of(&t.client, "coder").await;
-    assert!(sb["holder_run_id"].is_null(), "{sb}");
+    assert!(sb.holder_run_id.is_none(), "{sb:?}");
     assert_eq!(tasks_of(&t, "local", "coder").await.len(), 1);
     t.stack.stop().await;
 }
@@ -195,10 +203,10 @@ async fn agents_and_tenants_never_share_a_sandbox_and_races_create_one() {
         .unwrap();
     assert_ne!(uid(&acme_run), uid(&mine), "two tenants: two sandboxes");
     let acme_sb = sandbox_of(&acme, "coder").await;
-    assert_eq!(acme_sb["tenant"], "acme");
+    assert_eq!(acme_sb.tenant, "acme");
     assert_ne!(
-        acme_sb["task_arn"],
-        sandbox_of(&t.client, "coder").await["task_arn"]
+        acme_sb.task_arn,
+        sandbox_of(&t.client, "coder").await.task_arn
     );
     let listed = acme.get("/v1/sandboxes").await.unwrap();
     assert_eq!(
@@ -224,7 +232,7 @@ async fn agents_and_tenants_never_share_a_sandbox_and_races_create_one() {
         1,
         "one task for the race"
     );
-    assert_eq!(sandbox_of(&t.client, "racer").await["generation"], 1);
+    assert_eq!(sandbox_of(&t.client, "racer").await.generation, 1);
     t.stack.stop().await;
 }
 
@@ -272,10 +280,10 @@ async fn confinement_limits_and_forced_destruction_hold_on_the_local_stack() {
         assert_eq!(bomb["error"]["code"], "OOM", "{run:?}");
         let client = &t.client;
         eventually("the OOM'd sandbox is destroyed", || async {
-            sandbox_of(client, "jailed").await["state"] == "DESTROYED"
+            sandbox_of(client, "jailed").await.state == SandboxState::Destroyed
         })
         .await;
-        let arn = first["task_arn"].as_str().unwrap().to_string();
+        let arn = first.task_arn.clone().unwrap();
         eventually("its task is stopped", || async {
             task_status(&t, &arn).await == "STOPPED"
         })
@@ -294,9 +302,9 @@ async fn confinement_limits_and_forced_destruction_hold_on_the_local_stack() {
     assert_eq!(tool_result(&run, "shell_exec")["stdout"], "fresh\n");
     let sb = sandbox_of(&t.client, "jailed").await;
     assert_eq!(
-        sb["generation"],
+        sb.generation,
         if per_task { 2 } else { 3 },
-        "OOM and timeout each forced a new sandbox: {sb}"
+        "OOM and timeout each forced a new sandbox: {sb:?}"
     );
     t.stack.stop().await;
 }
@@ -331,7 +339,11 @@ async fn profiles_decide_reads_and_network_and_a_project_cannot_weaken_a_global_
         "{run:?}"
     );
     let sb = sandbox_of(&t.client, "strictbox").await;
-    assert_eq!(sb["controls"]["network"]["status"], "enforced", "{sb}");
+    assert_eq!(
+        sb.controls.as_ref().expect("controls")["network"]["status"],
+        "enforced",
+        "{sb:?}"
+    );
     // A global profile, and an agent whose project defines the same name, weaker.
     t.admin
         .call(
@@ -416,10 +428,10 @@ async fn a_forbidden_mount_is_refused_and_a_rw_mount_needs_approval() {
         "{run:?}"
     );
     let sb = sandbox_of(&t.client, "smuggled").await;
-    assert_eq!(sb["state"], "FAILED");
+    assert_eq!(sb.state, SandboxState::Failed);
     assert!(
-        sb["failure"].as_str().unwrap().contains("refused at start"),
-        "{sb}"
+        sb.failure.as_deref().unwrap().contains("refused at start"),
+        "{sb:?}"
     );
     // A read-write sub-path of the user's workspace makes calls destructive.
     put_agent(
@@ -455,10 +467,7 @@ async fn deleting_an_agent_leaves_no_task_or_files_and_admins_destroy_sandboxes(
     put_agent(&t, "temp", json!({})).await;
     let (_, run) = t.ask("temp", &sh("echo data > kept.txt && ls")).await;
     assert_eq!(tool_result(&run, "shell_exec")["stdout"], "kept.txt\n");
-    let arn = sandbox_of(&t.client, "temp").await["task_arn"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let arn = sandbox_of(&t.client, "temp").await.task_arn.unwrap();
     let dir = task_dir(&t, &arn);
     // The workspace is the sandbox's own size-limited filesystem (mounted
     // in the agent's mount namespace): its image is what the host sees. On
@@ -547,17 +556,17 @@ async fn a_sandbox_sent_another_tenants_call_is_destroyed_and_it_is_recorded() {
         .unwrap();
     let client = &t.client;
     eventually("the sandbox is destroyed", || async {
-        sandbox_of(client, "coder").await["state"] == "DESTROYED"
+        sandbox_of(client, "coder").await.state == SandboxState::Destroyed
     })
     .await;
     let sb = sandbox_of(&t.client, "coder").await;
     assert!(
-        sb["failure"].as_str().unwrap().starts_with("security:"),
-        "{sb}"
+        sb.failure.as_deref().unwrap().starts_with("security:"),
+        "{sb:?}"
     );
     // The next call of the rightful owner gets a fresh sandbox.
     let (_, run) = t.ask("coder", &sh("echo ok")).await;
     assert_eq!(tool_result(&run, "shell_exec")["stdout"], "ok\n");
-    assert_eq!(sandbox_of(&t.client, "coder").await["generation"], 2);
+    assert_eq!(sandbox_of(&t.client, "coder").await.generation, 2);
     t.stack.stop().await;
 }

@@ -11,8 +11,10 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use armada_api::runs::RunView;
+pub use armada_api::sandboxes::SandboxView;
 use armada_cli::client::Client;
 use armada_core::adapters::ecs::started_by;
+pub use armada_domain::sandbox::lifecycle::SandboxState;
 
 use crate::{params, TestStack};
 
@@ -46,8 +48,10 @@ pub fn py(code: &str) -> String {
     format!("/tool python_exec {}", json!({ "code": code }))
 }
 
-pub async fn sandbox_of(c: &Client, agent: &str) -> Value {
-    c.get(&format!("/v1/sandboxes/{agent}")).await.unwrap()
+/// The caller's sandbox of `agent`, as the API shows it.
+pub async fn sandbox_of(c: &Client, agent: &str) -> SandboxView {
+    let path = format!("/v1/sandboxes/{agent}");
+    c.typed(Method::GET, &path, None).await.unwrap()
 }
 
 pub async fn put_agent(t: &TestStack, name: &str, sandbox: Value) -> Value {
