@@ -11,6 +11,9 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use armada_api::collab::{ChainView, TraceView};
+use armada_domain::collab::chain::ChainState;
+use armada_domain::collab::RunKind;
 use armada_tests::{callback_receiver, wait, TestStack};
 
 fn text(v: &Value) -> String {
@@ -23,26 +26,23 @@ async fn start_chain(t: &TestStack, body: Value) -> (String, String) {
 }
 
 /// Waits until the chain is no longer RUNNING; its view.
-async fn wait_chain(t: &TestStack, chain_id: &str) -> Value {
+async fn wait_chain(t: &TestStack, chain_id: &str) -> ChainView {
     let what = format!("chain {chain_id} to end");
+    let path = format!("/v1/chains/{chain_id}");
     wait::until(&what, Duration::from_secs(60), || async {
-        let v = t
-            .client
-            .get(&format!("/v1/chains/{chain_id}"))
-            .await
-            .unwrap();
-        (v["state"] != "RUNNING").then_some(v)
+        let v: ChainView = t.client.typed(Method::GET, &path, None).await.unwrap();
+        (v.state != ChainState::Running).then_some(v)
     })
     .await
 }
 
-fn step_states(chain: &Value) -> Vec<String> {
-    chain["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| text(&s["state"]))
-        .collect()
+fn step_states(chain: &ChainView) -> Vec<&str> {
+    chain.steps.iter().map(|s| s.state.as_str()).collect()
+}
+
+/// Step `i`'s Run.
+fn step_run(chain: &ChainView, i: usize) -> String {
+    chain.steps[i].run_id.clone().expect("the step's Run")
 }
 
 /// An agent on a model endpoint that accepts and never answers.
@@ -85,9 +85,9 @@ async fn scenario_e_each_step_gets_the_previous_output_and_the_callback_hears_th
         json!(["assistant", "researcher"])
     );
     let chain = wait_chain(&t, &chain_id).await;
-    assert_eq!(chain["state"], "COMPLETED", "{chain}");
+    assert_eq!(chain.state, ChainState::Completed, "{chain:?}");
     assert_eq!(step_states(&chain), ["COMPLETED"; 3]);
-    let last_id = text(&chain["steps"][2]["run_id"]);
+    let last_id = step_run(&chain, 2);
     let last = t.wait_closed(&last_id).await;
     assert_eq!(last.output.as_deref(), Some("echo: echo: echo: the topic"));
     assert!(last.parent_run_id.is_none(), "peers: no parent");
@@ -101,29 +101,17 @@ async fn scenario_e_each_step_gets_the_previous_output_and_the_callback_hears_th
     armada_tests::wait::drained(&t).await;
     assert!(rx.try_recv().is_err(), "heard once");
     // The trace of any step lists the chain's steps in order.
-    let trace = t
+    let trace: TraceView = t
         .client
-        .get(&format!("/v1/runs/{last_id}/trace"))
+        .typed(Method::GET, &format!("/v1/runs/{last_id}/trace"), None)
         .await
         .unwrap();
-    let ids: Vec<String> = trace["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| text(&r["run_id"]))
-        .collect();
-    let steps: Vec<String> = chain["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| text(&s["run_id"]))
+    let ids: Vec<String> = trace.runs.iter().map(|r| r.run_id.clone()).collect();
+    let steps: Vec<String> = (0..chain.steps.len())
+        .map(|i| step_run(&chain, i))
         .collect();
     assert_eq!(ids, steps);
-    assert!(trace["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|r| r["kind"] == "chain_step"));
+    assert!(trace.runs.iter().all(|r| r.kind == RunKind::ChainStep));
 
     // A relay team is a chain of its members.
     let team = json!({"members": ["assistant", "researcher"], "strategy": "relay"});
@@ -134,8 +122,8 @@ async fn scenario_e_each_step_gets_the_previous_output_and_the_callback_hears_th
     let (_, chain_id) = start_chain(&t, json!({"team": "pipe", "input": "go"})).await;
     let chain = wait_chain(&t, &chain_id).await;
     assert_eq!(
-        (chain["state"].clone(), chain["team"].clone()),
-        (json!("COMPLETED"), json!("pipe"))
+        (chain.state, chain.team.as_deref()),
+        (ChainState::Completed, Some("pipe"))
     );
     t.stack.stop().await;
 }
@@ -157,17 +145,17 @@ async fn a_failed_or_timed_out_middle_step_breaks_the_chain_and_keeps_what_came_
         let body = json!({"chain": ["assistant", middle, "assistant"], "input": "part one", "callback_url": url});
         let (first, chain_id) = start_chain(&t, body).await;
         let chain = wait_chain(&t, &chain_id).await;
-        assert_eq!(chain["state"], "FAILED", "{chain}");
+        assert_eq!(chain.state, ChainState::Failed, "{chain:?}");
         assert_eq!(
             step_states(&chain),
             ["COMPLETED", ended, "SKIPPED"],
-            "{chain}"
+            "{chain:?}"
         );
-        assert!(chain["steps"][2]["run_id"].is_null());
+        assert!(chain.steps[2].run_id.is_none());
         // The completed step's output is still there.
         let kept = t.client.get(&format!("/v1/runs/{first}")).await.unwrap();
         assert_eq!(kept["output"], "echo: part one");
-        let middle_id = text(&chain["steps"][1]["run_id"]);
+        let middle_id = step_run(&chain, 1);
         t.wait_closed(&middle_id).await;
         let types = t.event_types(&middle_id).await;
         assert!(types.contains(&"chain_broken".to_string()), "{types:?}");
@@ -201,7 +189,7 @@ async fn cancelling_a_chain_cancels_its_running_step_and_skips_the_rest() {
         .unwrap();
     assert_eq!(v["cancelled_run_id"], first.as_str());
     let chain = wait_chain(&t, &chain_id).await;
-    assert_eq!(chain["state"], "CANCELLED");
+    assert_eq!(chain.state, ChainState::Cancelled);
     assert_eq!(step_states(&chain), ["CANCELLED", "SKIPPED", "SKIPPED"]);
     let (status, body) = t
         .raw(
