@@ -10,10 +10,11 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use armada_api::collab::{ChildView, ChildrenView, TraceEntry, TraceView};
 use armada_domain::collab::RunKind;
 use armada_domain::messages::DispatchMessage;
 use armada_tests::wait::eventually;
-use armada_tests::{outcome, params, RunState, RunView, TestStack};
+use armada_tests::{outcome, params, EventKind, LogEvent, RunState, RunView, TestStack};
 
 /// Registers a scripted agent with these skills and limits.
 async fn put_agent(t: &TestStack, name: &str, skills: &[&str], timeout_s: u32) {
@@ -66,6 +67,18 @@ fn text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_string()
 }
 
+/// A Run's tree, as `GET /v1/runs/{id}/trace` shows it.
+async fn trace_of(t: &TestStack, run_id: &str) -> TraceView {
+    let path = format!("/v1/runs/{run_id}/trace");
+    t.client.typed(Method::GET, &path, None).await.unwrap()
+}
+
+/// A Run's children, as `GET /v1/runs/{id}/children` shows them.
+async fn children_of(t: &TestStack, run_id: &str) -> ChildrenView {
+    let path = format!("/v1/runs/{run_id}/children");
+    t.client.typed(Method::GET, &path, None).await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scenario_c_delegation_in_parallel_with_refusals_and_its_trace() {
     let t = TestStack::start().await;
@@ -93,36 +106,27 @@ async fn scenario_c_delegation_in_parallel_with_refusals_and_its_trace() {
     assert_eq!(run.outstanding_children, Some(0));
     assert_eq!(run.kind, Some(RunKind::Root));
 
-    let trace = t
-        .client
-        .get(&format!("/v1/runs/{run_id}/trace"))
-        .await
-        .unwrap();
-    assert_eq!(trace["root_run_id"], run_id.as_str());
-    let runs = trace["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 3, "{trace}");
-    assert_eq!(runs[0]["run_id"], run_id.as_str());
+    let trace = trace_of(&t, &run_id).await;
+    assert_eq!(trace.root_run_id, run_id);
+    let runs = &trace.runs;
+    assert_eq!(runs.len(), 3, "{trace:?}");
+    assert_eq!(runs[0].run_id, run_id);
     for (child, agent) in runs[1..].iter().zip(["assistant", "researcher"]) {
-        assert_eq!(child["agent"], agent);
-        assert_eq!(child["kind"], "delegation");
-        assert_eq!(child["depth"], 1);
-        assert_eq!(child["path"], json!(["boss", agent]));
-        assert_eq!(child["parent_run_id"], run_id.as_str());
-        assert!(child["ended_at"].is_string(), "{child}");
+        assert_eq!(child.agent, agent);
+        assert_eq!(child.kind, RunKind::Delegation);
+        assert_eq!(child.depth, 1);
+        assert_eq!(child.path, ["boss", agent]);
+        assert_eq!(child.parent_run_id.as_deref(), Some(run_id.as_str()));
+        assert!(child.ended_at.is_some(), "{child:?}");
         // The child inherits the parent's metadata, and the trace reads
         // the same from the child's side.
-        let id = text(&child["run_id"]);
-        let c = t.client.get(&format!("/v1/runs/{id}")).await.unwrap();
-        assert_eq!(c["metadata"]["ticket"], 42);
-        let from_child = t.client.get(&format!("/v1/runs/{id}/trace")).await.unwrap();
-        assert_eq!(from_child["root_run_id"], run_id.as_str());
+        let c = t.client.run(&child.run_id).await.unwrap();
+        assert_eq!(c.metadata.unwrap_or_default()["ticket"], 42);
+        let from_child = trace_of(&t, &child.run_id).await;
+        assert_eq!(from_child.root_run_id, run_id);
     }
-    let children = t
-        .client
-        .get(&format!("/v1/runs/{run_id}/children"))
-        .await
-        .unwrap();
-    assert_eq!(children["children"].as_array().unwrap().len(), 2);
+    let children = children_of(&t, &run_id).await;
+    assert_eq!(children.children.len(), 2);
     let types = t.event_types(&run_id).await;
     for k in ["child_started", "child_finished", "tool_result"] {
         assert!(types.iter().any(|x| x == k), "{k} in {types:?}");
@@ -157,12 +161,8 @@ async fn delegation_depth_is_bounded_and_a_child_that_times_out_is_an_error_resu
     assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
     let out = run.output.clone().unwrap_or_default();
     assert!(out.contains("DELEGATION_DEPTH"), "{out}");
-    let trace = t
-        .client
-        .get(&format!("/v1/runs/{run_id}/trace"))
-        .await
-        .unwrap();
-    assert_eq!(trace["runs"].as_array().unwrap().len(), 2, "{trace}");
+    let trace = trace_of(&t, &run_id).await;
+    assert_eq!(trace.runs.len(), 2, "{trace:?}");
 
     // A child whose own budget runs out: its parent hears CHILD_TIMED_OUT.
     let task = "/sleep 2500 /tool current_time {}";
@@ -205,17 +205,8 @@ async fn scenario_d_fan_out_round_two_and_each_failure_policy() {
         "the aggregator answers once"
     );
     // Duplicate child ends after the fact change nothing.
-    let children = t
-        .client
-        .get(&format!("/v1/runs/{run_id}/children"))
-        .await
-        .unwrap();
-    let ids: Vec<String> = children["children"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| text(&c["run_id"]))
-        .collect();
+    let children = children_of(&t, &run_id).await;
+    let ids: Vec<String> = children.children.iter().map(|c| c.run_id.clone()).collect();
     assert_eq!(ids.len(), 2);
     t.wait_closed(&run_id).await;
     for id in ids.iter().chain(ids.iter()) {
@@ -302,18 +293,15 @@ async fn scenario_g_a_lead_plans_executors_run_in_parallel_then_it_consolidates(
         2,
         "planned, then consolidated"
     );
-    let trace = t
-        .client
-        .get(&format!("/v1/runs/{run_id}/trace"))
-        .await
-        .unwrap();
-    let runs = trace["runs"].as_array().unwrap();
+    let trace = trace_of(&t, &run_id).await;
+    let runs = &trace.runs;
     assert_eq!(runs.len(), 3);
-    assert!(runs[1..].iter().all(|r| r["kind"] == "executor"));
+    assert!(runs[1..].iter().all(|r| r.kind == RunKind::Executor));
     // In parallel: each executor started before the other ended.
     let (a, b) = (&runs[1], &runs[2]);
-    assert!(text(&a["created_at"]) < text(&b["ended_at"]), "{trace}");
-    assert!(text(&b["created_at"]) < text(&a["ended_at"]), "{trace}");
+    let ended = |r: &TraceEntry| r.ended_at.clone().expect("ended");
+    assert!(a.created_at < ended(b), "{trace:?}");
+    assert!(b.created_at < ended(a), "{trace:?}");
     // Only a lead's Run plans.
     let body = json!({"agent": "planner", "input": format!("/tool plan {plan}")});
     let (_, run) = run_body(&t, body, 60).await;
@@ -348,17 +336,9 @@ async fn cancelling_a_parent_cancels_its_five_running_children() {
         .unwrap();
     let run_id = text(&v["run_id"]);
     eventually("every member to be started", || async {
-        let c = t
-            .client
-            .get(&format!("/v1/runs/{run_id}/children"))
-            .await
-            .unwrap();
-        let children = c["children"].as_array().unwrap();
-        children
-            .iter()
-            .filter(|k| k["state"] == "EXECUTING")
-            .count()
-            == 5
+        let c = children_of(&t, &run_id).await;
+        let executing = |k: &&ChildView| k.state.as_deref() == Some("EXECUTING");
+        c.children.iter().filter(executing).count() == 5
     })
     .await;
     t.client
@@ -369,14 +349,9 @@ async fn cancelling_a_parent_cancels_its_five_running_children() {
         t.wait_closed(&run_id).await.state,
         RunState::ClosedCancelled
     );
-    let c = t
-        .client
-        .get(&format!("/v1/runs/{run_id}/children"))
-        .await
-        .unwrap();
-    for k in c["children"].as_array().unwrap() {
-        let id = text(&k["run_id"]);
-        let child = t.wait_closed(&id).await;
+    let c = children_of(&t, &run_id).await;
+    for k in &c.children {
+        let child = t.wait_closed(&k.run_id).await;
         assert_eq!(child.state, RunState::ClosedCancelled, "{child:?}");
         assert!(child.output.is_none(), "{child:?}");
     }
@@ -520,29 +495,25 @@ async fn resume_takes_over_a_finished_peers_transcript_or_refuses_closed() {
     ] {
         assert!(out.contains(code), "{code} in {out}");
     }
-    let children = t
-        .client
-        .get(&format!("/v1/runs/{run_id}/children"))
+    let children = children_of(&t, &run_id).await;
+    let kids = &children.children;
+    assert_eq!(kids.len(), 1, "{children:?}");
+    let resumed = t
+        .event(&kids[0].run_id, EventKind::ResumedFrom)
         .await
-        .unwrap();
-    let kids = children["children"].as_array().unwrap();
-    assert_eq!(kids.len(), 1, "{children}");
-    let child = text(&kids[0]["run_id"]);
-    let events = t
-        .client
-        .get(&format!("/v1/runs/{child}/events?after=0"))
-        .await
-        .unwrap();
-    let resumed = events["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["type"] == "resumed_from")
-        .cloned()
-        .unwrap();
-    assert_eq!(resumed["source_run_id"], source.as_str());
-    assert_eq!(resumed["model"], "scripted-1");
-    assert_eq!(resumed["model_ignored"], "gpt-9");
+        .expect("a resumed_from event");
+    let LogEvent::ResumedFrom {
+        source_run_id,
+        model,
+        model_ignored,
+        ..
+    } = resumed
+    else {
+        unreachable!("an event of the kind asked for")
+    };
+    assert_eq!(source_run_id, source);
+    assert_eq!(model, "scripted-1");
+    assert_eq!(model_ignored.as_deref(), Some("gpt-9"));
 
     // A new persona is another identity: its old Runs cannot be resumed.
     let def = json!({
@@ -591,12 +562,8 @@ async fn one_roots_descendants_are_bounded_across_levels() {
     let out = run.output.clone().unwrap_or_default();
     assert!(out.contains("TOO_MANY_DESCENDANTS"), "{out}");
     assert!(out.contains("echo: z"), "{out}");
-    let trace = t
-        .client
-        .get(&format!("/v1/runs/{run_id}/trace"))
-        .await
-        .unwrap();
-    assert_eq!(trace["runs"].as_array().unwrap().len(), 3, "{trace}");
+    let trace = trace_of(&t, &run_id).await;
+    assert_eq!(trace.runs.len(), 3, "{trace:?}");
 
     put_team(
         &t,
