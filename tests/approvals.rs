@@ -13,9 +13,10 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use armada_domain::skills::Risk;
 use armada_tests::approvals::*;
 use armada_tests::sandbox::{fast, tool_result};
-use armada_tests::{callback_receiver, outcome, TestStack};
+use armada_tests::{callback_receiver, outcome, RunState, TestStack};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_link_from_the_email_shows_the_action_and_approving_runs_it_once() {
@@ -87,14 +88,10 @@ async fn the_link_from_the_email_shows_the_action_and_approving_runs_it_once() {
             assert!(html.contains(part), "{part} missing from the page: {html}");
         }
     }
-    let view = t
-        .client
-        .get(&format!("/v1/approvals/{approval_id}"))
-        .await
-        .unwrap();
-    assert_eq!(view["state"], "pending", "{view}");
-    assert_eq!(view["tool"], "launch");
-    assert_eq!(view["risk"], "high");
+    let view = approval(&t.client, approval_id).await;
+    assert_eq!(view.state, ApprovalState::Pending, "{view:?}");
+    assert_eq!(view.tool, "launch");
+    assert_eq!(view.risk, Risk::High);
 
     // A forged token, or this token on another path: a clear 403 page.
     let forged = link.replace(&token, &"0".repeat(64));
@@ -122,15 +119,11 @@ async fn the_link_from_the_email_shows_the_action_and_approving_runs_it_once() {
     assert!(html.contains("already decided: approved"), "{html}");
     assert_eq!(get_page(&link).await.0, 409);
 
-    let view = t
-        .client
-        .get(&format!("/v1/approvals/{approval_id}"))
-        .await
-        .unwrap();
-    assert_eq!(view["state"], "approved");
-    assert_eq!(view["decided_how"], "token");
-    assert_eq!(view["decided_by"], "ops@example.com");
-    assert_eq!(view["decided_from"], "127.0.0.1");
+    let view = approval(&t.client, approval_id).await;
+    assert_eq!(view.state, ApprovalState::Approved);
+    assert_eq!(view.decided_how.as_deref(), Some("token"));
+    assert_eq!(view.decided_by.as_deref(), Some("ops@example.com"));
+    assert_eq!(view.decided_from.as_deref(), Some("127.0.0.1"));
     let ev = events(&t.client, &id).await;
     let k = kinds(&ev);
     let decided = k.iter().position(|e| *e == "approval_decided").unwrap();
@@ -162,15 +155,13 @@ async fn keys_decide_as_approvers_of_their_tenant_once_each_and_never_their_own_
     wait_state(&t.client, &id, "AWAITING_HITL").await;
     let ids = approvals_of(&t.client, &id).await;
     assert_eq!(ids.len(), 2);
-    let listed = t.client.get("/v1/approvals?state=pending").await.unwrap();
-    let pending: Vec<&str> = listed["approvals"]
-        .as_array()
-        .unwrap()
+    let listed = approvals_in(&t.client, "pending").await;
+    let pending: Vec<&str> = listed
         .iter()
-        .filter(|a| a["run_id"] == id.as_str())
-        .map(|a| a["approval_id"].as_str().unwrap())
+        .filter(|a| a.run_id == id)
+        .map(|a| a.approval_id.as_str())
         .collect();
-    assert_eq!(pending.len(), 2, "{listed}");
+    assert_eq!(pending.len(), 2, "{listed:?}");
 
     // A member key is no approver; another tenant's key sees nothing.
     assert_eq!(
@@ -202,8 +193,8 @@ async fn keys_decide_as_approvers_of_their_tenant_once_each_and_never_their_own_
         .unwrap();
     // The decision has reached the Run once its queues are drained.
     armada_tests::wait::drained(&t).await;
-    let run = t.client.get(&format!("/v1/runs/{id}")).await.unwrap();
-    assert_eq!(run["state"], "AWAITING_HITL", "{run}");
+    let run = t.client.run(&id).await.unwrap();
+    assert_eq!(run.state, RunState::AwaitingHitl, "{run:?}");
 
     // Approve and reject the first at once: one wins, the other hears 409.
     let (a, r) = tokio::join!(
@@ -339,12 +330,8 @@ async fn rejection_can_fail_the_run_expiry_rejects_and_cancel_ends_the_approvals
         "{run:?}"
     );
     assert!(kinds(&events(&t.client, &id).await).contains(&"approval_expired"));
-    let view = t
-        .client
-        .get(&format!("/v1/approvals/{}", ids[0]))
-        .await
-        .unwrap();
-    assert_eq!(view["state"], "expired");
+    let view = approval(&t.client, &ids[0]).await;
+    assert_eq!(view.state, ApprovalState::Expired);
     assert_eq!(
         decide(&approver, &ids[0], "approve", "").await.unwrap_err(),
         409
@@ -360,22 +347,14 @@ async fn rejection_can_fail_the_run_expiry_rejects_and_cancel_ends_the_approvals
         .await
         .unwrap();
     t.wait_closed(&id).await;
-    let view = t
-        .client
-        .get(&format!("/v1/approvals/{}", ids[0]))
-        .await
-        .unwrap();
-    assert_eq!(view["state"], "cancelled", "{view}");
+    let view = approval(&t.client, &ids[0]).await;
+    assert_eq!(view.state, ApprovalState::Cancelled, "{view:?}");
     let (status, html) = get_page(&link).await;
     assert_eq!(status, 409);
     assert!(html.contains("cancelled"), "{html}");
     let (status, _) = submit(&t.stack.api_url, &ids[0], &token_of(&link), "approve").await;
     assert_eq!(status, 409);
-    let listed = t.client.get("/v1/approvals?state=cancelled").await.unwrap();
-    assert!(listed["approvals"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|a| a["approval_id"] == ids[0].as_str()));
+    let listed = approvals_in(&t.client, "cancelled").await;
+    assert!(listed.iter().any(|a| a.approval_id == ids[0]));
     t.stack.stop().await;
 }

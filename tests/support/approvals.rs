@@ -10,7 +10,9 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use armada_api::approvals::{ApprovalList, ApprovalView};
 use armada_cli::client::Client;
+pub use armada_domain::approval::ApprovalState;
 
 use crate::{wait, EventView, LogEvent, RunView, TestStack};
 
@@ -79,6 +81,19 @@ pub async fn events(c: &Client, run_id: &str) -> Vec<EventView> {
 /// The events' types, in order.
 pub fn kinds(events: &[EventView]) -> Vec<&'static str> {
     events.iter().map(|e| e.kind().as_str()).collect()
+}
+
+/// An approval, as `GET /v1/approvals/{id}` shows it.
+pub async fn approval(c: &Client, approval_id: &str) -> ApprovalView {
+    let path = format!("/v1/approvals/{approval_id}");
+    c.typed(Method::GET, &path, None).await.unwrap()
+}
+
+/// The tenant's approvals in `state`, newest first.
+pub async fn approvals_in(c: &Client, state: &str) -> Vec<ApprovalView> {
+    let path = format!("/v1/approvals?state={state}");
+    let list: ApprovalList = c.typed(Method::GET, &path, None).await.unwrap();
+    list.approvals
 }
 
 /// The approvals a Run asked for, in the order it asked.
