@@ -12,6 +12,8 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use armada_domain::approval::ApprovalKind;
+use armada_domain::skills::Risk;
 use armada_tests::approvals::*;
 use armada_tests::sandbox::{fast, sandbox_of, tool_result};
 use armada_tests::{outcome, TestStack};
@@ -51,9 +53,9 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
     );
     let over = t.client.send_message(&session, &overwrite).await.unwrap();
     let view = first_approval(&t.client, &over).await;
-    let ids = [view["approval_id"].as_str().unwrap().to_string()];
-    assert_eq!(view["risk"], "high", "{view}");
-    assert!(view["reasons"].to_string().contains("overwrite"), "{view}");
+    let ids = [view.approval_id.clone()];
+    assert_eq!(view.risk, Risk::High, "{view:?}");
+    assert!(view.reasons.concat().contains("overwrite"), "{view:?}");
     decide(&approver, &ids[0], "reject", "keep it")
         .await
         .unwrap();
@@ -76,9 +78,9 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
     );
     let second = t.client.send_message(&session, &rm).await.unwrap();
     let view = first_approval(&t.client, &second).await;
-    let ids = [view["approval_id"].as_str().unwrap().to_string()];
-    assert_eq!(view["risk"], "high", "{view}");
-    assert!(view["reasons"].to_string().contains("rm -r"), "{view}");
+    let ids = [view.approval_id.clone()];
+    assert_eq!(view.risk, Risk::High, "{view:?}");
+    assert!(view.reasons.concat().contains("rm -r"), "{view:?}");
     // The approval exists once the Run committed its wait with the call
     // still PLANNED: nothing was dispatched for it.
     assert!(
@@ -139,19 +141,19 @@ async fn a_deletion_no_word_list_sees_waits_for_an_approval_that_lists_it() {
         "/tool shell_exec {}",
         json!({"command": "bash -c \"rm -rf build\" && echo gone"})
     );
-    let held = |reasons: &Value| {
-        let text = reasons.to_string();
+    let held = |reasons: &[String]| {
+        let text = reasons.concat();
         text.contains("deletes build") && text.contains("bytes")
     };
 
     let rejected = t.client.send_message(&session, &bypass).await.unwrap();
     let view = first_approval(&t.client, &rejected).await;
-    assert_eq!(view["risk"], "high", "{view}");
+    assert_eq!(view.risk, Risk::High, "{view:?}");
     assert!(
-        held(&view["reasons"]),
-        "the approval lists the deletion: {view}"
+        held(&view.reasons),
+        "the approval lists the deletion: {view:?}"
     );
-    let id = view["approval_id"].as_str().unwrap().to_string();
+    let id = view.approval_id.clone();
     decide(&approver, &id, "reject", "keep the build")
         .await
         .unwrap();
@@ -185,8 +187,8 @@ async fn a_deletion_no_word_list_sees_waits_for_an_approval_that_lists_it() {
 
     let approved = t.client.send_message(&session, &bypass).await.unwrap();
     let view = first_approval(&t.client, &approved).await;
-    assert!(held(&view["reasons"]), "{view}");
-    let id = view["approval_id"].as_str().unwrap().to_string();
+    assert!(held(&view.reasons), "{view:?}");
+    let id = view.approval_id.clone();
     decide(&approver, &id, "approve", "clean it").await.unwrap();
     let run = t
         .client
@@ -262,12 +264,8 @@ async fn a_call_lost_with_its_sandbox_is_settled_by_a_human_when_the_agent_asks(
             .unwrap();
         wait_state(&t.client, &id, "AWAITING_HITL").await;
         let ids = approvals_of(&t.client, &id).await;
-        let view = t
-            .client
-            .get(&format!("/v1/approvals/{}", ids[0]))
-            .await
-            .unwrap();
-        assert_eq!(view["kind"], "indeterminate", "{view}");
+        let view = approval(&t.client, &ids[0]).await;
+        assert_eq!(view.kind, ApprovalKind::Indeterminate, "{view:?}");
         let link = eml_link(&t.outbox, &ids[0]).await;
         let (_, html) = get_page(&link).await;
         assert!(

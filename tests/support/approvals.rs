@@ -171,8 +171,8 @@ pub async fn decide(
 
 /// Waits for the Run to pause, then the view of the first approval it
 /// asked for.
-pub async fn first_approval(c: &Client, run_id: &str) -> Value {
+pub async fn first_approval(c: &Client, run_id: &str) -> ApprovalView {
     wait_state(c, run_id, "AWAITING_HITL").await;
     let ids = approvals_of(c, run_id).await;
-    c.get(&format!("/v1/approvals/{}", ids[0])).await.unwrap()
+    approval(c, &ids[0]).await
 }
