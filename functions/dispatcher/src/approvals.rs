@@ -6,17 +6,13 @@
 //! earliest deadline is due), and their end with their Run (a cancelled
 //! Run's pending approvals end `cancelled`).
 
-use crate::DispatchError;
 use crate::Dispatcher;
 use crate::Handled;
 use armada_core::batch::Outcome;
-use armada_core::cas::until_written;
-use armada_core::cas::Try;
+use armada_core::cas::{change, Changed};
 use armada_core::clock::rfc3339;
-use armada_core::error::StoreError;
 use armada_domain::api::Delivery;
 use armada_domain::approval::{notice, Approval, ApprovalEvent, ApprovalState, CHAT_RECIPIENT};
-use armada_domain::machine::Machine;
 use armada_domain::messages::DispatchMessage;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::run::Run;
@@ -30,40 +26,38 @@ impl Dispatcher {
     /// for it (one conditional write of the approval), then the message.
     pub(crate) async fn notify(&self, approval_id: &str, tenant: &str, recipient: &str) -> Handled {
         let svc = &self.svc;
-        let minted = until_written(|| async {
-            let Some(read) = svc.approvals.get(approval_id).await? else {
+        let token = armada_domain::approval::new_token();
+        let ours =
+            |a: &Approval| a.tenant == tenant && a.recipients().iter().any(|r| r == recipient);
+        let minted = change(
+            svc.approvals.as_ref(),
+            approval_id,
+            || svc.clock.now_ms(),
+            |a: &Approval| {
+                ours(a).then(|| ApprovalEvent::MintToken {
+                    recipient: recipient.to_string(),
+                    token: token.clone(),
+                })
+            },
+        )
+        .await?;
+        let a = match minted {
+            Some(Changed::Written(a, _)) => a,
+            Some(Changed::Missing) => {
                 tracing::warn!(approval_id, "notice for an unknown approval dropped");
-                return Ok(Try::Done(None));
-            };
-            if read.tenant != tenant || !read.recipients().iter().any(|r| r == recipient) {
+                return Ok(Outcome::Done);
+            }
+            Some(Changed::Left(_)) => {
                 tracing::error!(
                     approval_id,
                     tenant,
                     recipient,
                     "security: a notice for another tenant's approval or recipient; dropped"
                 );
-                return Ok(Try::Done(None));
+                return Ok(Outcome::Done);
             }
-            let mut a = read.clone();
-            let token = armada_domain::approval::new_token();
-            let minted = ApprovalEvent::MintToken {
-                recipient: recipient.to_string(),
-                token: token.clone(),
-            };
-            if a.apply(minted, svc.clock.now_ms()).is_err() {
-                // Decided, expired or cancelled meanwhile: nothing to ask.
-                return Ok(Try::Done(None));
-            }
-            match svc.approvals.update(read.version, &a).await {
-                Ok(()) => Ok(Try::Done(Some((a, token)))),
-                Err(StoreError::Conflict { .. }) => Ok(Try::Again),
-                Err(e) => Err(DispatchError::from(e)),
-            }
-        })
-        .await?;
-        let (a, token) = match minted {
-            Some(Some(minted)) => minted,
-            Some(None) => return Ok(Outcome::Done),
+            // Decided, expired or cancelled meanwhile: nothing to ask.
+            Some(Changed::Refused(..)) => return Ok(Outcome::Done),
             None => {
                 return Ok(Outcome::retry(
                     "the approval kept changing while its link was minted",
@@ -137,22 +131,21 @@ impl Dispatcher {
             .collect();
         let mut next_due = i64::MAX;
         for id in &waiting {
-            let Some(mut a) = svc.approvals.get(id).await? else {
-                continue;
+            // Overdue and still pending: it expires (a decision that lands
+            // first wins, and is sent below).
+            let overdue = |a: &Approval| {
+                (a.state() == ApprovalState::Pending && a.is_overdue(now))
+                    .then_some(ApprovalEvent::Expire)
             };
-            if a.state() == ApprovalState::Pending && a.is_overdue(now) {
-                let read = a.version;
-                if a.apply(ApprovalEvent::Expire, now).is_ok() {
-                    match svc.approvals.update(read, &a).await {
-                        Ok(()) => tracing::info!(approval_id = %id, "approval expired"),
-                        // Decided meanwhile: its decision is sent below next time.
-                        Err(StoreError::Conflict { .. }) => {
-                            return Ok(Outcome::retry("approval changed while expiring"))
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
+            let a = match change(svc.approvals.as_ref(), id, || now, overdue).await? {
+                Some(Changed::Written(a, _)) => {
+                    tracing::info!(approval_id = %id, "approval expired");
+                    a
                 }
-            }
+                Some(Changed::Left(a) | Changed::Refused(a, _)) => a,
+                Some(Changed::Missing) => continue,
+                None => return Ok(Outcome::retry("approval changed while expiring")),
+            };
             if a.state() != ApprovalState::Pending {
                 svc.queues
                     .send_harness(&HarnessMessage::ApprovalDecided {
@@ -208,19 +201,20 @@ impl Dispatcher {
             return Ok(Outcome::Done);
         }
         let svc = &self.svc;
-        for mut a in svc.approvals.of_run(&run.run_id).await? {
-            if a.state() != ApprovalState::Pending || a.tenant != run.tenant {
+        let pending = |a: &Approval| {
+            (a.state() == ApprovalState::Pending && a.tenant == run.tenant)
+                .then_some(ApprovalEvent::Cancel)
+        };
+        for a in svc.approvals.of_run(&run.run_id).await? {
+            if pending(&a).is_none() {
                 continue;
             }
-            let read = a.version;
-            if a.apply(ApprovalEvent::Cancel, svc.clock.now_ms()).is_ok() {
-                match svc.approvals.update(read, &a).await {
-                    Ok(()) => {}
-                    Err(StoreError::Conflict { .. }) => {
-                        return Ok(Outcome::retry("approval changed while cancelling"))
-                    }
-                    Err(e) => return Err(e.into()),
-                }
+            let now = || svc.clock.now_ms();
+            if change(svc.approvals.as_ref(), &a.approval_id, now, pending)
+                .await?
+                .is_none()
+            {
+                return Ok(Outcome::retry("approval changed while cancelling"));
             }
         }
         Ok(Outcome::Done)

@@ -1,16 +1,14 @@
-//! One decision of one approval: read, judged by the domain
-//! ([`Approval::decide`]), written conditional on the version read — so of
-//! two deciders at once one wins and the other is told it was decided —
-//! then announced to the Run in its FIFO group.
+//! One decision of one approval: changed through its machine
+//! ([`change`]: read, decided by the domain, written conditional on the
+//! version read — so of two deciders at once one wins and the other is
+//! told it was decided), then announced to the Run in its FIFO group.
 
 use armada_api::ApiError;
-use armada_core::cas::{until_written, Try};
-use armada_core::error::StoreError;
+use armada_core::cas::{change, Changed};
 use armada_core::Services;
 use armada_domain::approval::{
     Approval, ApprovalAction, ApprovalEvent, ApprovalRefusal, Decider, Verdict,
 };
-use armada_domain::machine::Machine;
 use armada_domain::messages::HarnessMessage;
 
 /// Reads approval `id`; another tenant's is not found.
@@ -36,31 +34,32 @@ pub async fn decide(
     comment: Option<String>,
     tenant: Option<&str>,
 ) -> Result<Approval, ApiError> {
-    let decided = until_written(|| {
-        let decided = ApprovalEvent::Decide {
-            verdict: verdict.clone(),
-            by: by.clone(),
-            from: from.clone(),
-            comment: comment.clone(),
-        };
-        async move {
-            let read = load(svc, id, tenant).await?;
-            let mut next = read.clone();
-            let actions = next
-                .apply(decided, svc.clock.now_ms())
-                .map_err(|r| ApiError::new(status_of(&r), r.code(), r.to_string()))?;
-            match svc.approvals.update(read.version, &next).await {
-                Ok(()) => Ok(Try::Done((next, actions))),
-                // Someone else wrote first: read again, and the domain says
-                // whether anything is left to decide.
-                Err(StoreError::Conflict { .. }) => Ok(Try::Again),
-                Err(e) => Err(ApiError::from(e)),
-            }
-        }
-    })
+    // Another tenant's approval is not found; someone else deciding first
+    // makes it read again, and the domain says whether anything is left.
+    let visible = |a: &Approval| tenant.is_none_or(|t| t == a.tenant);
+    let decided = change(
+        svc.approvals.as_ref(),
+        id,
+        || svc.clock.now_ms(),
+        |a: &Approval| {
+            visible(a).then(|| ApprovalEvent::Decide {
+                verdict: verdict.clone(),
+                by: by.clone(),
+                from: from.clone(),
+                comment: comment.clone(),
+            })
+        },
+    )
     .await?;
-    let Some((next, actions)) = decided else {
-        return Err(ApiError::unavailable("the approval kept changing; retry"));
+    let (next, actions) = match decided {
+        Some(Changed::Written(next, actions)) => (next, actions),
+        Some(Changed::Refused(_, r)) => {
+            return Err(ApiError::new(status_of(&r), r.code(), r.to_string()))
+        }
+        Some(Changed::Missing | Changed::Left(_)) => {
+            return Err(ApiError::not_found(&format!("approval '{id}'")))
+        }
+        None => return Err(ApiError::unavailable("the approval kept changing; retry")),
     };
     if actions.contains(&ApprovalAction::ResumeRun) {
         announce(svc, &next).await;

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 
 use armada_domain::approval::{Approval, ApprovalState};
 
+use crate::cas::Versioned;
 use crate::error::StoreError;
 
 /// Human approvals: created with their Run's commit ([`Also::Approval`](super::Also::Approval)),
@@ -26,4 +27,17 @@ pub trait Approvals: Send + Sync + Debug {
         state: Option<ApprovalState>,
         limit: usize,
     ) -> Result<Vec<Approval>, StoreError>;
+}
+
+/// Every approval store is one of versioned records: approvals change
+/// through their machine with [`crate::cas::change`].
+#[async_trait]
+impl<T: Approvals + ?Sized> Versioned<Approval> for T {
+    async fn read(&self, approval_id: &str) -> Result<Option<Approval>, StoreError> {
+        self.get(approval_id).await
+    }
+
+    async fn write_if(&self, read: &u64, approval: &Approval) -> Result<(), StoreError> {
+        self.update(*read, approval).await
+    }
 }
