@@ -38,7 +38,7 @@ async fn the_link_from_the_email_shows_the_action_and_approving_runs_it_once() {
     let ids = approvals_of(&t.client, &id).await;
     assert_eq!(ids.len(), 1);
     let approval_id = &ids[0];
-    let ev = events(&t.client, &id).await;
+    let ev = t.events(&id).await;
     assert!(kinds(&ev).contains(&"tool_call"));
     assert!(
         !kinds(&ev).contains(&"tool_dispatched") && !kinds(&ev).contains(&"tool_result"),
@@ -124,7 +124,7 @@ async fn the_link_from_the_email_shows_the_action_and_approving_runs_it_once() {
     assert_eq!(view.decided_how.as_deref(), Some("token"));
     assert_eq!(view.decided_by.as_deref(), Some("ops@example.com"));
     assert_eq!(view.decided_from.as_deref(), Some("127.0.0.1"));
-    let ev = events(&t.client, &id).await;
+    let ev = t.events(&id).await;
     let k = kinds(&ev);
     let decided = k.iter().position(|e| *e == "approval_decided").unwrap();
     let result = k.iter().position(|e| *e == "tool_result").unwrap();
@@ -329,7 +329,7 @@ async fn rejection_can_fail_the_run_expiry_rejects_and_cancel_ends_the_approvals
         run.output.as_deref().unwrap().contains("APPROVAL_EXPIRED"),
         "{run:?}"
     );
-    assert!(kinds(&events(&t.client, &id).await).contains(&"approval_expired"));
+    assert!(kinds(&t.events(&id).await).contains(&"approval_expired"));
     let view = approval(&t.client, &ids[0]).await;
     assert_eq!(view.state, ApprovalState::Expired);
     assert_eq!(

@@ -84,7 +84,7 @@ async fn destructive_sandbox_work_waits_and_runs_in_the_same_sandbox_once_approv
     // The approval exists once the Run committed its wait with the call
     // still PLANNED: nothing was dispatched for it.
     assert!(
-        !kinds(&events(&t.client, &second).await).contains(&"tool_dispatched"),
+        !kinds(&t.events(&second).await).contains(&"tool_dispatched"),
         "not dispatched before approval"
     );
     decide(&approver, &ids[0], "approve", "clean it")

@@ -73,11 +73,6 @@ pub async fn wait_state(c: &Client, run_id: &str, state: &str) -> RunView {
     .await
 }
 
-/// A Run's events, oldest first (its first page).
-pub async fn events(c: &Client, run_id: &str) -> Vec<EventView> {
-    c.events(run_id, 0, 0).await.unwrap().events
-}
-
 /// The events' types, in order.
 pub fn kinds(events: &[EventView]) -> Vec<&'static str> {
     events.iter().map(|e| e.kind().as_str()).collect()
@@ -98,8 +93,10 @@ pub async fn approvals_in(c: &Client, state: &str) -> Vec<ApprovalView> {
 
 /// The approvals a Run asked for, in the order it asked.
 pub async fn approvals_of(c: &Client, run_id: &str) -> Vec<String> {
-    events(c, run_id)
+    c.events(run_id, 0, 0)
         .await
+        .unwrap()
+        .events
         .into_iter()
         .filter_map(|e| match e.event {
             LogEvent::ApprovalRequested { approval_id, .. } => Some(approval_id),
