@@ -18,7 +18,8 @@ use armada_core::batch::Outcome;
 use armada_core::cas::until_written;
 use armada_core::cas::Try;
 use armada_core::error::StoreError;
-use armada_core::services::ending;
+use armada_core::services::ending::{self, EndOutcome};
+use armada_core::services::unreadable::Ending;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::collab::children;
 use armada_domain::collab::{codes as collab_codes, SlotState};
@@ -251,37 +252,23 @@ impl Dispatcher {
     }
 
     async fn cancel_child(&self, child_id: &str, tenant: &str, parent_id: &str) -> Handled {
-        let tried = until_written::<_, DispatchError, _>(|| async {
-            // Never created (the parent ended first): nothing to cancel.
-            let Some(child) = self.load(child_id, tenant).await? else {
-                return Ok(Try::Done(Outcome::Done));
-            };
-            if child.state().is_terminal() {
-                return Ok(Try::Done(Outcome::Done));
+        let by = EndNote {
+            by: Some("parent".into()),
+            parent_run_id: Some(parent_id.to_string()),
+            code: Some(collab_codes::PARENT_ENDED.into()),
+            ..EndNote::default()
+        };
+        let ending = Ending::Cancel { by: "parent" };
+        let event = RunEvent::CancelRequested;
+        match ending::end(&self.svc, child_id, tenant, event, by, ending).await? {
+            Some(EndOutcome::Ended(ended)) => {
+                tracing::info!(run_id = %child_id, parent = %parent_id, "child cancelled with its parent");
+                ending::carry_out(&self.svc, &ended.run, &ended.actions).await?;
+                Ok(Outcome::Done)
             }
-            let by = EndNote {
-                by: Some("parent".into()),
-                parent_run_id: Some(parent_id.to_string()),
-                code: Some(collab_codes::PARENT_ENDED.into()),
-                ..EndNote::default()
-            };
-            match self
-                .end_from_outside(child, RunEvent::CancelRequested, by)
-                .await
-            {
-                Ok(Ok(ended)) => {
-                    tracing::info!(run_id = %child_id, parent = %parent_id, "child cancelled with its parent");
-                    ending::carry_out(&self.svc, &ended.run, &ended.actions).await?;
-                    Ok(Try::Done(Outcome::Done))
-                }
-                Ok(Err(e)) => Ok(Try::Done(self.illegal(child_id, &e))),
-                Err(StoreError::Conflict { .. }) => Ok(Try::Again),
-                Err(e) => Err(e.into()),
-            }
-        })
-        .await?;
-        match tried {
-            Some(done) => Ok(done),
+            // Never created (the parent ended first), or ended already.
+            Some(EndOutcome::Missing | EndOutcome::AlreadyEnded(_)) => Ok(Outcome::Done),
+            Some(EndOutcome::Refused(e)) => Ok(self.illegal(child_id, &e)),
             None => Ok(Outcome::retry("the child kept changing")),
         }
     }

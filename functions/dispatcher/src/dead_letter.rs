@@ -1,14 +1,10 @@
 //! Dead letters (from either DLQ): the Run whose message kept failing is
 //! failed with the reason, so no Run stays non-terminal forever.
 
-use crate::DispatchError;
 use crate::Dispatcher;
 use crate::Handled;
 use armada_core::batch::Outcome;
-use armada_core::cas::until_written;
-use armada_core::cas::Try;
-use armada_core::error::StoreError;
-use armada_core::services::unreadable;
+use armada_core::services::ending::{self, EndOutcome};
 use armada_core::services::unreadable::Ending;
 use armada_domain::messages::DispatchMessage;
 use armada_domain::messages::HarnessMessage;
@@ -106,53 +102,24 @@ impl Dispatcher {
             return Ok(Outcome::Done);
         };
         tracing::error!(run_id, queue, what, "dead letter received");
-        // Whether the Run is ended now (and so is settled next).
-        let ended = until_written::<_, DispatchError, _>(|| async {
-            let run = match self.load(&run_id, &tenant).await {
-                Ok(Some(run)) => run,
-                Ok(None) => return Ok(Try::Done(false)),
-                // Its document cannot be read (which is likely why every
-                // delivery failed): it is rebuilt from its head and ended.
-                Err(StoreError::Corrupt(why)) => {
-                    return match unreadable::end(&self.svc, &run_id, &tenant, &why, Ending::Fail)
-                        .await
-                    {
-                        Ok(_) => Ok(Try::Done(true)),
-                        Err(StoreError::Conflict { .. }) => Ok(Try::Again),
-                        Err(e) => Err(e.into()),
-                    };
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if run.state().is_terminal() {
-                return Ok(Try::Done(true));
+        let error = RunError::new(
+            "DEAD_LETTERED",
+            format!("the run's {what} message failed on every delivery and was moved to {queue}"),
+        );
+        let note = EndNote {
+            receives: Some(receives),
+            ..EndNote::default()
+        };
+        // A Run whose document cannot be read (which is likely why every
+        // delivery failed) is rebuilt from its head and failed.
+        let event = RunEvent::Failed { error };
+        match ending::end(&self.svc, &run_id, &tenant, event, note, Ending::Fail).await? {
+            // Announcing its end is settling it, next.
+            Some(EndOutcome::Ended(_) | EndOutcome::AlreadyEnded(_)) => {
+                self.settle(&run_id, &tenant).await
             }
-            let error = RunError::new(
-                "DEAD_LETTERED",
-                format!(
-                    "the run's {what} message failed on every delivery and was moved to {queue}"
-                ),
-            );
-            let event = RunEvent::Failed { error };
-            let note = EndNote {
-                receives: Some(receives),
-                ..EndNote::default()
-            };
-            match self.end_from_outside(run, event, note).await {
-                // Announcing its end is settling it, next.
-                Ok(Ok(_)) => Ok(Try::Done(true)),
-                Ok(Err(e)) => {
-                    self.illegal(&run_id, &e);
-                    Ok(Try::Done(false))
-                }
-                Err(StoreError::Conflict { .. }) => Ok(Try::Again),
-                Err(e) => Err(e.into()),
-            }
-        })
-        .await?;
-        match ended {
-            Some(true) => self.settle(&run_id, &tenant).await,
-            Some(false) => Ok(Outcome::Done),
+            Some(EndOutcome::Missing) => Ok(Outcome::Done),
+            Some(EndOutcome::Refused(e)) => Ok(self.illegal(&run_id, &e)),
             None => Ok(Outcome::retry("the run kept changing")),
         }
     }

@@ -4,12 +4,11 @@
 
 use armada_api::runs::RunCancelled;
 use armada_api::ApiError;
-use armada_core::cas::{until_written, Try};
 use armada_core::error::StoreError;
-use armada_core::services::ending::{self, Ended};
+use armada_core::services::ending::{self, EndOutcome, Ended};
 use armada_core::services::unreadable::{self, Ending};
 use armada_core::Services;
-use armada_domain::run::{EndNote, Run, RunEvent, RunHead};
+use armada_domain::run::{EndNote, Run, RunEvent, RunHead, RunState};
 
 /// A Run of the caller's tenant (another tenant's is `404`, as one that
 /// does not exist).
@@ -25,7 +24,7 @@ pub(crate) async fn load_run(svc: &Services, tenant: &str, run_id: &str) -> Resu
 /// what its item says beside it.
 pub(crate) enum Loaded {
     Run(Box<Run>),
-    Unreadable { head: RunHead, why: String },
+    Unreadable(RunHead),
 }
 
 pub(crate) async fn load_any(
@@ -38,8 +37,8 @@ pub(crate) async fn load_any(
         // Another tenant's Run does not exist for this caller.
         Ok(Some(run)) if run.tenant == tenant => Ok(Loaded::Run(Box::new(run))),
         Ok(_) => Err(not_found()),
-        Err(StoreError::Corrupt(why)) => match unreadable::head_of(svc, run_id, tenant).await? {
-            Some(head) => Ok(Loaded::Unreadable { head, why }),
+        Err(StoreError::Corrupt(_)) => match unreadable::head_of(svc, run_id, tenant).await? {
+            Some(head) => Ok(Loaded::Unreadable(head)),
             None => Err(not_found()),
         },
         Err(e) => Err(e.into()),
@@ -67,41 +66,26 @@ pub(crate) async fn cancel_run_by(
         by: Some(by.to_string()),
         ..EndNote::default()
     };
-    let ended = until_written(|| async {
-        let run = match load_any(svc, tenant, run_id).await? {
-            Loaded::Run(run) => *run,
-            Loaded::Unreadable { head, why } => {
-                if head.state.is_terminal() {
-                    return Err(ApiError::conflict(
-                        "RUN_TERMINAL",
-                        format!("the run is already {}", head.state),
-                    ));
-                }
-                match unreadable::end(svc, run_id, tenant, &why, Ending::Cancel { by }).await {
-                    Ok(Some(ended)) => {
-                        return Ok(Try::Done(ended));
-                    }
-                    Ok(None) => return Err(ApiError::not_found(&format!("run '{run_id}'"))),
-                    Err(StoreError::Conflict { .. }) => return Ok(Try::Again),
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        };
-        if run.state().is_terminal() {
-            return Err(ApiError::conflict(
-                "RUN_TERMINAL",
-                format!("the run is already {}", run.state()),
-            ));
+    let ended = ending::end(
+        svc,
+        run_id,
+        tenant,
+        RunEvent::CancelRequested,
+        note,
+        Ending::Cancel { by },
+    )
+    .await?;
+    let terminal =
+        |state: RunState| ApiError::conflict("RUN_TERMINAL", format!("the run is already {state}"));
+    let ended = match ended {
+        Some(EndOutcome::Ended(ended)) => *ended,
+        Some(EndOutcome::Missing) => return Err(ApiError::not_found(&format!("run '{run_id}'"))),
+        Some(EndOutcome::AlreadyEnded(state)) => return Err(terminal(state)),
+        Some(EndOutcome::Refused(e)) => {
+            return Err(ApiError::conflict("RUN_TERMINAL", e.to_string()))
         }
-        match ending::end_from_outside(svc, run, RunEvent::CancelRequested, note.clone()).await {
-            Ok(Ok(ended)) => Ok(Try::Done(ended)),
-            Ok(Err(e)) => Err(ApiError::conflict("RUN_TERMINAL", e.to_string())),
-            Err(StoreError::Conflict { .. }) => Ok(Try::Again),
-            Err(e) => Err(e.into()),
-        }
-    })
-    .await?
-    .ok_or_else(|| ApiError::unavailable("the run is changing quickly; retry"))?;
+        None => return Err(ApiError::unavailable("the run is changing quickly; retry")),
+    };
     carry_out(svc, &ended).await;
     Ok(RunCancelled {
         run_id: run_id.to_string(),

@@ -197,7 +197,7 @@ pub(crate) async fn get_run(
 ) -> Result<Json<RunView>, ApiError> {
     match load_any(&svc, tenant(&who)?, &run_id).await? {
         Loaded::Run(run) => Ok(Json(run_view(&svc, &run).await)),
-        Loaded::Unreadable { head, .. } => Ok(Json(unreadable_view(&head))),
+        Loaded::Unreadable(head) => Ok(Json(unreadable_view(&head))),
     }
 }
 

@@ -5,9 +5,11 @@
 //! end event is written with the change, conditional on the stamp read.
 
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
-use armada_domain::run::{EndNote, IllegalTransition, Run, RunAction, RunEvent};
+use armada_domain::run::{EndNote, IllegalTransition, Run, RunAction, RunEvent, RunState};
 
+use crate::cas::{until_written, Try};
 use crate::error::StoreError;
+use crate::services::unreadable::{self, Ending};
 use crate::Services;
 
 /// A Run ended and written, with what its machine decided to do next
@@ -38,6 +40,73 @@ pub async fn end_from_outside(
     let ended: Vec<_> = next.push_end_event(note, now).into_iter().collect();
     svc.runs.save(prev, &next, &ended, vec![]).await?;
     Ok(Ok(Ended { run: next, actions }))
+}
+
+/// How [`end`] went.
+#[derive(Debug)]
+#[must_use = "an ended Run's actions must be carried out"]
+pub enum EndOutcome {
+    /// There is no such Run of the tenant.
+    Missing,
+    /// It had ended already, in this state (nothing written, unless its
+    /// unreadable document was rewritten readable).
+    AlreadyEnded(RunState),
+    /// Its machine refused the event (nothing written).
+    Refused(IllegalTransition),
+    /// Ended and written.
+    Ended(Box<Ended>),
+}
+
+/// Ends the Run `run_id` of `tenant` with `event` and `note`: read, ended
+/// through its machine, written conditional on the stamp read, read and
+/// decided again when another writer came first. A Run whose document
+/// cannot be read is rebuilt from its head and ended as `if_unreadable`
+/// says. `None` when every try met another writer.
+pub async fn end(
+    svc: &Services,
+    run_id: &str,
+    tenant: &str,
+    event: RunEvent,
+    note: EndNote,
+    if_unreadable: Ending<'_>,
+) -> Result<Option<EndOutcome>, StoreError> {
+    until_written(|| async {
+        let (run, event, note) = match svc.runs.get(run_id).await {
+            Ok(Some(run)) if run.tenant == tenant => (run, event.clone(), note.clone()),
+            Ok(Some(run)) => {
+                tracing::error!(run_id, tenant, owner = %run.tenant, "security: an end names another tenant's run; refused");
+                return Ok(Try::Done(EndOutcome::Missing));
+            }
+            Ok(None) => return Ok(Try::Done(EndOutcome::Missing)),
+            Err(StoreError::Corrupt(why)) => {
+                let Some(head) = unreadable::head_of(svc, run_id, tenant).await? else {
+                    return Ok(Try::Done(EndOutcome::Missing));
+                };
+                tracing::error!(run_id, tenant, why, "a run whose record could not be read is rebuilt from its head");
+                match unreadable::rebuilt(&head, &why, if_unreadable) {
+                    (run, Some((event, note))) => (run, event, note),
+                    (run, None) => {
+                        return match svc.runs.save(run.stamp(), &run, &[], vec![]).await {
+                            Ok(()) => Ok(Try::Done(EndOutcome::AlreadyEnded(run.state()))),
+                            Err(StoreError::Conflict { .. }) => Ok(Try::Again),
+                            Err(e) => Err(e),
+                        };
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        if run.state().is_terminal() {
+            return Ok(Try::Done(EndOutcome::AlreadyEnded(run.state())));
+        }
+        match end_from_outside(svc, run, event, note).await {
+            Ok(Ok(ended)) => Ok(Try::Done(EndOutcome::Ended(Box::new(ended)))),
+            Ok(Err(refused)) => Ok(Try::Done(EndOutcome::Refused(refused))),
+            Err(StoreError::Conflict { .. }) => Ok(Try::Again),
+            Err(e) => Err(e),
+        }
+    })
+    .await
 }
 
 /// Carries out, once a Run's change is committed, what its machine
