@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::json;
 
-use armada_tests::{RunState, TestStack};
+use armada_tests::{error_code, error_message, RunState, TestStack};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scenario_a_single_answer_and_an_inline_tool() {
@@ -171,11 +171,8 @@ async fn bad_input_gets_clear_errors() {
     for (path, key, body, status, code, field) in cases {
         let (s, v) = t.raw(Method::POST, path, key, body.as_deref(), &[]).await;
         assert_eq!(s, status, "{path} {body:?} -> {v}");
-        assert_eq!(v["error"]["code"], code, "{v}");
-        assert!(
-            v["error"]["message"].as_str().unwrap().contains(field),
-            "{v}"
-        );
+        assert_eq!(error_code(&v).as_deref(), Some(code), "{v}");
+        assert!(error_message(&v).contains(field), "{v}");
     }
     // Over the body limit.
     let big = format!(
@@ -184,7 +181,7 @@ async fn bad_input_gets_clear_errors() {
     );
     let (s, v) = t.raw(Method::POST, "/v1/runs", k, Some(&big), &[]).await;
     assert_eq!(
-        (s, v["error"]["code"].as_str()),
+        (s, error_code(&v).as_deref()),
         (413, Some("PAYLOAD_TOO_LARGE"))
     );
     // Unknown run, unknown route, admin-only route with a tenant key.
@@ -193,7 +190,7 @@ async fn bad_input_gets_clear_errors() {
     let (s, _) = t.raw(Method::GET, "/v1/nothing-here", k, None, &[]).await;
     assert_eq!(s, 404);
     let (s, v) = t.raw(Method::PUT, "/v1/agents/x", k, Some("{}"), &[]).await;
-    assert_eq!((s, v["error"]["code"].as_str()), (403, Some("FORBIDDEN")));
+    assert_eq!((s, error_code(&v).as_deref()), (403, Some("FORBIDDEN")));
     let (s, v) = t.raw(Method::GET, "/v1/health", None, None, &[]).await;
     assert_eq!((s, v["status"].as_str()), (200, Some("ok")));
     t.stack.stop().await;
@@ -323,7 +320,7 @@ async fn idempotency_key_gives_one_run() {
         )
         .await;
     assert_eq!(s3, 409);
-    assert_eq!(v3["error"]["code"], "IDEMPOTENCY_KEY_REUSED");
+    assert_eq!(error_code(&v3).as_deref(), Some("IDEMPOTENCY_KEY_REUSED"));
     let run_id = v1["run_id"].as_str().unwrap();
     t.wait_closed(run_id).await;
     // One Run, answered once.
@@ -378,10 +375,7 @@ async fn cancel_ends_a_run_and_fences_its_worker() {
             &[],
         )
         .await;
-    assert_eq!(
-        (s, v["error"]["code"].as_str()),
-        (409, Some("RUN_TERMINAL"))
-    );
+    assert_eq!((s, error_code(&v).as_deref()), (409, Some("RUN_TERMINAL")));
     // The worker comes back from the model and its commit is refused.
     armada_tests::wait::eventually("the worker's commit is refused", || async {
         fenced.load(std::sync::atomic::Ordering::Relaxed) > 0
@@ -453,7 +447,7 @@ async fn a_tenant_past_its_runs_per_minute_is_told_when_to_retry() {
         .unwrap();
     assert!((1..=60).contains(&wait), "{wait}");
     let body: serde_json::Value = resp.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "RATE_LIMITED", "{body}");
+    assert_eq!(error_code(&body).as_deref(), Some("RATE_LIMITED"), "{body}");
     t.stack.stop().await;
 }
 
@@ -491,7 +485,7 @@ async fn a_stale_if_match_write_of_a_definition_is_refused() {
     assert_eq!(first["version"], json!(version + 1));
     let (status, second) = put(format!("\"{version}\"")).await;
     assert_eq!(status, 412, "{second}");
-    assert_eq!(second["error"]["code"], "PRECONDITION_FAILED");
+    assert_eq!(error_code(&second).as_deref(), Some("PRECONDITION_FAILED"));
     let now = t
         .admin
         .call(Method::GET, "/v1/agents/assistant", None, true)
@@ -530,7 +524,11 @@ async fn a_tenant_with_its_quota_of_active_runs_is_told_to_wait() {
     assert_eq!(resp.status().as_u16(), 429);
     assert_eq!(resp.headers()["retry-after"].to_str().unwrap(), "30");
     let body: serde_json::Value = resp.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "TOO_MANY_ACTIVE_RUNS", "{body}");
+    assert_eq!(
+        error_code(&body).as_deref(),
+        Some("TOO_MANY_ACTIVE_RUNS"),
+        "{body}"
+    );
 
     let v = t
         .client
@@ -600,7 +598,11 @@ async fn a_tenant_with_its_long_polls_all_waiting_is_told_to_retry() {
     assert_eq!(refused.status().as_u16(), 429);
     assert_eq!(refused.headers()["retry-after"].to_str().unwrap(), "5");
     let body: serde_json::Value = refused.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "TOO_MANY_LONG_POLLS", "{body}");
+    assert_eq!(
+        error_code(&body).as_deref(),
+        Some("TOO_MANY_LONG_POLLS"),
+        "{body}"
+    );
     assert_eq!(without_wait, 200, "a poll without wait needs no slot");
     let first = first.unwrap();
     assert_eq!(first.status().as_u16(), 200);
@@ -633,25 +635,26 @@ async fn the_api_describes_itself_and_answers_wrong_methods_with_allow() {
     let allow = wrong.headers()["allow"].to_str().unwrap().to_string();
     assert!(allow.contains("POST"), "{allow}");
     let body: serde_json::Value = wrong.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "METHOD_NOT_ALLOWED", "{body}");
+    assert_eq!(
+        error_code(&body).as_deref(),
+        Some("METHOD_NOT_ALLOWED"),
+        "{body}"
+    );
     let (s, v) = t.raw(Method::DELETE, "/v1/approvals", k, None, &[]).await;
     assert_eq!(
-        (s, v["error"]["code"].as_str()),
+        (s, error_code(&v).as_deref()),
         (405, Some("METHOD_NOT_ALLOWED"))
     );
 
     let (s, v) = t.raw(Method::GET, "/v1/runs/a%20b", k, None, &[]).await;
     assert_eq!(s, 404);
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("'a b'"),
+        error_message(&v).contains("'a b'"),
         "the id is decoded: {v}"
     );
     let (s, v) = t
         .raw(Method::GET, "/v1/runs/run_x/events?after=-1", k, None, &[])
         .await;
-    assert_eq!(
-        (s, v["error"]["code"].as_str()),
-        (400, Some("INVALID_QUERY"))
-    );
+    assert_eq!((s, error_code(&v).as_deref()), (400, Some("INVALID_QUERY")));
     t.stack.stop().await;
 }

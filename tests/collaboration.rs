@@ -14,7 +14,9 @@ use armada_api::collab::{ChildView, ChildrenView, TraceEntry, TraceView};
 use armada_domain::collab::RunKind;
 use armada_domain::messages::DispatchMessage;
 use armada_tests::wait::eventually;
-use armada_tests::{outcome, params, EventKind, LogEvent, RunState, RunView, TestStack};
+use armada_tests::{
+    error_code, error_message, outcome, params, EventKind, LogEvent, RunState, RunView, TestStack,
+};
 
 /// Registers a scripted agent with these skills and limits.
 async fn put_agent(t: &TestStack, name: &str, skills: &[&str], timeout_s: u32) {
@@ -403,18 +405,15 @@ async fn bad_collaboration_input_is_refused_naming_what_is_wrong() {
     };
     let (status, body) = post(json!({"team": "ghosts", "input": "x"})).await;
     assert_eq!(
-        (status, body["error"]["code"].clone()),
-        (404, json!("NOT_FOUND"))
+        (status, error_code(&body)),
+        (404, Some("NOT_FOUND".to_string()))
     );
-    assert!(text(&body["error"]["message"]).contains("ghosts"));
+    assert!(error_message(&body).contains("ghosts"));
     let (status, body) = post(json!({"input": "@team:ghosts x"})).await;
     assert_eq!(status, 404, "{body}");
     let (status, body) = post(json!({"chain": [], "input": "x"})).await;
     assert_eq!(status, 400, "{body}");
-    assert!(
-        text(&body["error"]["message"]).starts_with("chain"),
-        "{body}"
-    );
+    assert!(error_message(&body).starts_with("chain"), "{body}");
     let steps: Vec<&str> = vec!["assistant"; 17];
     let (status, _) = post(json!({"chain": steps, "input": "x"})).await;
     assert_eq!(status, 400);
@@ -432,7 +431,7 @@ async fn bad_collaboration_input_is_refused_naming_what_is_wrong() {
         .unwrap();
     let (status, body) = post(json!({"team": "shaky", "input": "x"})).await;
     assert_eq!(status, 404, "{body}");
-    assert!(text(&body["error"]["message"]).contains("temp"), "{body}");
+    assert!(error_message(&body).contains("temp"), "{body}");
     for (team, field) in [
         (json!({"members": [], "strategy": "fan_out"}), "members"),
         (
@@ -450,7 +449,7 @@ async fn bad_collaboration_input_is_refused_naming_what_is_wrong() {
             )
             .await;
         assert_eq!(status, 400, "{body}");
-        assert!(text(&body["error"]["message"]).starts_with(field), "{body}");
+        assert!(error_message(&body).starts_with(field), "{body}");
     }
     t.stack.stop().await;
 }
@@ -581,7 +580,7 @@ async fn one_roots_descendants_are_bounded_across_levels() {
         )
         .await;
     assert_eq!(
-        (status, v["error"]["code"].as_str()),
+        (status, error_code(&v).as_deref()),
         (400, Some("TOO_MANY_DESCENDANTS")),
         "{v}"
     );

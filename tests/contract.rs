@@ -12,7 +12,7 @@ use serde_json::json;
 
 use armada_cli::local::emulator;
 use armada_tests::approvals::{approvals_of, put_agent, put_launch, wait_state};
-use armada_tests::{root, TestStack};
+use armada_tests::{error_code, root, TestStack};
 
 /// The fuzzer and its dependencies, pinned.
 const SCHEMATHESIS_VERSION: &str = "4.32.5";
@@ -111,7 +111,7 @@ async fn every_operation_on_a_tenants_id_is_not_found_for_another_tenant() {
                 .raw(m, &url, Some(&keys[scheme.as_str()]), body, &[])
                 .await;
             assert_eq!(
-                (s, v["error"]["code"].as_str()),
+                (s, error_code(&v).as_deref()),
                 (404, Some("NOT_FOUND")),
                 "{method} {path} with another tenant's {scheme}: {v}"
             );

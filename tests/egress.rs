@@ -9,8 +9,8 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use armada_tests::{
-    callback_receiver, emulator_endpoint, outcome, params, put_fetcher, EventKind, LogEvent,
-    RunView, TestStack,
+    callback_receiver, emulator_endpoint, error_code, error_message, outcome, params, put_fetcher,
+    EventKind, LogEvent, RunView, TestStack,
 };
 
 fn fetch(url: &str) -> String {
@@ -102,14 +102,8 @@ async fn without_an_operator_listing_loopback_is_refused_and_failures_are_coarse
             )
             .await;
         assert_eq!(status, 400, "{url}: {v}");
-        assert_eq!(v["error"]["code"], "INVALID_FIELD");
-        assert!(
-            v["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("EGRESS_REFUSED"),
-            "{v}"
-        );
+        assert_eq!(error_code(&v).as_deref(), Some("INVALID_FIELD"));
+        assert!(error_message(&v).contains("EGRESS_REFUSED"), "{v}");
     }
 
     // A name that resolves to loopback is refused when it is sent, and the
@@ -201,8 +195,8 @@ async fn a_typo_in_any_definition_is_refused_naming_the_field() {
     ] {
         let (status, v) = t.raw(Method::PUT, path, Some(&admin), Some(&body), &[]).await;
         assert_eq!(status, 400, "{path} {body}: {v}");
-        assert_eq!(v["error"]["code"], "INVALID_FIELD", "{v}");
-        let msg = v["error"]["message"].as_str().unwrap();
+        assert_eq!(error_code(&v).as_deref(), Some("INVALID_FIELD"), "{v}");
+        let msg = error_message(&v);
         assert!(msg.starts_with(&format!("{field}:")), "{field}: {msg}");
     }
     let (status, _) = t

@@ -8,7 +8,8 @@ use reqwest::Method;
 use serde_json::json;
 
 use armada_tests::{
-    callback_receiver, outcome, CallbackReport, EventKind, LogEvent, RunState, TestStack,
+    callback_receiver, error_message, outcome, CallbackReport, EventKind, LogEvent, RunState,
+    TestStack,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -99,13 +100,7 @@ async fn agents_are_registered_updated_and_listed() {
         )
         .await;
     assert_eq!(s, 400);
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("model.provider"),
-        "{v}"
-    );
+    assert!(error_message(&v).contains("model.provider"), "{v}");
     // The budget of one model turn stops a tool round.
     let (_, run) = t.ask("terse", "/tool current_time {}").await;
     assert_eq!(outcome(&run), "FAILED", "{run:?}");

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use armada_api::collab::{ChainView, TraceView};
 use armada_domain::collab::chain::ChainState;
 use armada_domain::collab::RunKind;
-use armada_tests::{callback_receiver, wait, TestStack};
+use armada_tests::{callback_receiver, error_code, wait, TestStack};
 
 fn text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_string()
@@ -201,8 +201,8 @@ async fn cancelling_a_chain_cancels_its_running_step_and_skips_the_rest() {
         )
         .await;
     assert_eq!(
-        (status, body["error"]["code"].clone()),
-        (409, json!("CHAIN_ENDED"))
+        (status, error_code(&body)),
+        (409, Some("CHAIN_ENDED".to_string()))
     );
     let (status, _) = t
         .raw(

@@ -17,7 +17,7 @@ use armada_domain::agent::AgentDefinition;
 use armada_domain::sandbox::hand::{HandMessage, Invocation};
 use armada_domain::skills::MountDecl;
 use armada_tests::sandbox::*;
-use armada_tests::{dataplane_mode, outcome, RunView};
+use armada_tests::{dataplane_mode, error_code, error_message, outcome, RunView};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn coder_runs_a_command_in_its_own_sandbox() {
@@ -395,14 +395,8 @@ async fn a_forbidden_mount_is_refused_and_a_rw_mount_needs_approval() {
         )
         .await;
     assert_eq!(status, 400, "{body}");
-    assert_eq!(body["error"]["code"], "INVALID_FIELD");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("sandbox.mounts[0]"),
-        "{body}"
-    );
+    assert_eq!(error_code(&body).as_deref(), Some("INVALID_FIELD"));
+    assert!(error_message(&body).contains("sandbox.mounts[0]"), "{body}");
     // A definition that got past the API (edited in the registry) still
     // cannot start: the sandbox refuses at start and the Run fails closed.
     let mut def = AgentDefinition::from_json(

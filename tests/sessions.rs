@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use armada_tests::{outcome, RunView, TestStack};
+use armada_tests::{error_code, outcome, RunView, TestStack};
 
 async fn answer(t: &TestStack, run_id: &str) -> RunView {
     t.client
@@ -158,7 +158,7 @@ async fn a_reject_session_refuses_a_message_while_busy() {
         )
         .await;
     assert_eq!(
-        (s, e["error"]["code"].as_str()),
+        (s, error_code(&e).as_deref()),
         (409, Some("SESSION_BUSY")),
         "{e}"
     );

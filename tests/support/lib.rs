@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use armada_api::error::ErrorBody;
 pub use armada_api::runs::{EventView, RunView};
 use armada_cli::client::Client;
 use armada_cli::local::dataplane::DataPlaneMode;
@@ -423,4 +424,22 @@ pub async fn callback_receiver(
         }
     });
     (url, rx)
+}
+
+/// The code of an error answer, read as the API's `ErrorBody`: `None`
+/// when the body is not one (so a success, or a malformed error, never
+/// passes for a refusal).
+pub fn error_code(body: &serde_json::Value) -> Option<String> {
+    serde_json::from_value::<ErrorBody>(body.clone())
+        .ok()
+        .map(|b| b.error.code)
+}
+
+/// The message of an error answer, read as the API's `ErrorBody`; the
+/// test fails when the body is not one.
+pub fn error_message(body: &serde_json::Value) -> String {
+    match serde_json::from_value::<ErrorBody>(body.clone()) {
+        Ok(b) => b.error.message,
+        Err(e) => panic!("not an error body ({e}): {body}"),
+    }
 }
