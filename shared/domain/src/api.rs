@@ -28,8 +28,10 @@ pub struct CreateRun {
     pub metadata: serde_json::Value,
 }
 
-/// Who a new Run is for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Who a new Run is for (stored as `{"agent": name}`, `{"team": name}`
+/// or `{"chain": [names]}`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RunTarget {
     Agent(String),
     /// A team from the registry (fan-out, relay or lead).
@@ -72,7 +74,7 @@ fn check_input(input: &str) -> Result<(), FieldError> {
     Ok(())
 }
 
-fn parse_target(f: &Fields<'_>, input: &mut String) -> Result<RunTarget, FieldError> {
+pub(crate) fn parse_target(f: &Fields<'_>, input: &mut String) -> Result<RunTarget, FieldError> {
     let name = |key: &str| -> Result<Option<String>, FieldError> {
         match f.opt_str(key)? {
             Some(n) if !crate::names::valid_name(n) => Err(FieldError::new(

@@ -14,13 +14,17 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// HMAC-SHA256 (RFC 2104), hex-encoded.
 pub fn hmac_sha256_hex(key: &[u8], message: &[u8]) -> String {
+    hex::encode(hmac_sha256(key, message))
+}
+
+/// HMAC-SHA256 (RFC 2104).
+pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     // Any key length is a valid HMAC key: `new_from_slice` cannot fail.
-    let mut mac = match hmac::Hmac::<Sha256>::new_from_slice(key) {
-        Ok(m) => m,
-        Err(_) => return String::new(),
+    let Ok(mut mac) = hmac::Hmac::<Sha256>::new_from_slice(key) else {
+        return [0; 32];
     };
     mac.update(message);
-    hex::encode(mac.finalize().into_bytes())
+    mac.finalize().into_bytes().into()
 }
 
 /// Whether two digests (hex strings, or any secret strings) are equal,

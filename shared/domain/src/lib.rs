@@ -12,6 +12,7 @@
 //! - [`context`]: prompt assembly and compaction
 //! - [`messages`]: queue message contracts
 //! - [`agent`], [`skills`], [`team`]: registry data
+//! - [`hook`]: inbound webhooks: the hook record, signatures, deliveries
 //! - [`sandbox`]: skill placement, limits, ports, capability profiles, mount policy
 //! - [`api`], [`fields`]: request validation, errors, API keys
 //! - [`chat`], [`scripted`]: the model port's vocabulary and the scripted model
@@ -25,6 +26,7 @@ pub mod context;
 pub mod crypto;
 pub mod egress;
 pub mod fields;
+pub mod hook;
 pub mod ledger;
 pub mod machine;
 pub mod messages;
