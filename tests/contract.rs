@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use reqwest::Method;
 use serde_json::json;
 
+use armada_api::hooks::{HookCreated, HookView};
+
 use armada_cli::local::emulator;
 use armada_tests::approvals::{approvals_of, put_agent, put_launch, wait_state};
 use armada_tests::{error_code, root, TestStack};
@@ -56,6 +58,15 @@ async fn every_operation_on_a_tenants_id_is_not_found_for_another_tenant() {
         .await
         .unwrap();
     let chain_id = chain["chain_id"].as_str().unwrap().to_string();
+    let hook: HookCreated = t
+        .client
+        .typed(
+            Method::POST,
+            "/v1/hooks",
+            Some(&json!({"kind": "github", "agent": "ops"})),
+        )
+        .await
+        .unwrap();
     let ids: HashMap<&str, String> = HashMap::from([
         ("run_id", run_id.clone()),
         ("approval_id", approval_id.clone()),
@@ -63,6 +74,7 @@ async fn every_operation_on_a_tenants_id_is_not_found_for_another_tenant() {
         ("chain_id", chain_id),
         ("tenant", t.stack.tenant.clone()),
         ("agent", "ops".to_string()),
+        ("hook_id", hook.hook_id.clone()),
     ]);
     let keys = HashMap::from([
         ("member_key", mint(&t, "intruder", "member").await),
@@ -103,7 +115,7 @@ async fn every_operation_on_a_tenants_id_is_not_found_for_another_tenant() {
             let body = match (method.as_str(), path.as_str()) {
                 ("post", p) if p.ends_with("/messages") => Some(r#"{"input": "hello"}"#),
                 ("post", p) if p.ends_with("/decision") => Some(r#"{"decision": "approve"}"#),
-                ("post", _) => Some("{}"),
+                ("post" | "patch", _) => Some("{}"),
                 _ => None,
             };
             let m = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
@@ -128,6 +140,12 @@ async fn every_operation_on_a_tenants_id_is_not_found_for_another_tenant() {
         .await
         .unwrap();
     assert_eq!(a["state"], "pending", "{a}");
+    let h: HookView = t
+        .client
+        .typed(Method::GET, &format!("/v1/hooks/{}", hook.hook_id), None)
+        .await
+        .unwrap();
+    assert_eq!((h.enabled, h.version), (true, 1), "{h:?}");
     t.stack.stop().await;
 }
 

@@ -24,6 +24,8 @@ mod egress;
 mod fargate_mode;
 #[path = "faults.rs"]
 mod faults;
+#[path = "hooks.rs"]
+mod hooks;
 #[path = "identity.rs"]
 mod identity;
 #[path = "layout.rs"]

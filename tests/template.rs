@@ -70,7 +70,7 @@ async fn local_resources_are_exactly_the_templates() {
     let aws = &t.stack.aws;
 
     let tables = declared(&doc, "AWS::DynamoDB::Table", "TableName", &stack);
-    assert_eq!(tables.len(), 8, "eight tables are declared");
+    assert_eq!(tables.len(), 9, "nine tables are declared");
     // A page holds 100 names, and the emulator holds every stack of this
     // test process: every page is read.
     let mut listed: BTreeSet<String> = BTreeSet::new();

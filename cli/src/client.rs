@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 
+use armada_api::error::ErrorBody;
 use armada_api::runs::{EventsPage, RunAccepted, RunView};
 use armada_api::sessions::SessionCreated;
 
@@ -116,18 +117,16 @@ impl Client {
             serde_json::from_str(&text).unwrap_or(json!({"raw": text}))
         };
         if status >= 400 {
+            // Every error the API answers is an `ErrorBody`; anything else
+            // (a proxy's page) is shown as it came.
+            let (code, message) = match serde_json::from_value::<ErrorBody>(v.clone()) {
+                Ok(b) => (b.error.code, b.error.message),
+                Err(_) => ("HTTP_ERROR".to_string(), text),
+            };
             return Err(ApiFailure {
                 status,
-                code: v
-                    .pointer("/error/code")
-                    .and_then(Value::as_str)
-                    .unwrap_or("HTTP_ERROR")
-                    .to_string(),
-                message: v
-                    .pointer("/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or(&text)
-                    .to_string(),
+                code,
+                message,
             }
             .into());
         }

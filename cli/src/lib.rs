@@ -12,6 +12,7 @@
 pub mod bench;
 pub mod client;
 pub mod demo;
+pub mod hooks;
 pub mod local;
 pub mod openapi;
 pub mod tree;

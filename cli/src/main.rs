@@ -114,6 +114,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ProfilesCmd,
     },
+    /// Inbound webhooks of the tenant: GitHub, Standard Webhooks, Alertmanager.
+    Hooks {
+        #[command(subcommand)]
+        cmd: armada_cli::hooks::HooksCmd,
+    },
     /// Mint an admin key and print it with its SHA-256 (for `sam deploy`).
     Keygen,
     /// Print the API's OpenAPI 3.1 document (as in docs/openapi.json).
@@ -463,6 +468,11 @@ async fn run(cli: Cli) -> Result<()> {
                     .await?,
                 ),
             }
+            Ok(())
+        }
+        Cmd::Hooks { cmd } => {
+            let c = Client::from_env(root().as_deref())?;
+            print(&armada_cli::hooks::run(&c, cmd).await?);
             Ok(())
         }
         Cmd::Profiles { cmd } => {

@@ -167,6 +167,50 @@ pub fn install_isolated_tool(
     Ok(bin)
 }
 
+/// Installs pinned npm packages into a folder of their own
+/// (`.armada/tools/npm-<name>`), with the machine's Node.js and npm, and
+/// returns the folder (scripts placed there resolve its `node_modules`).
+/// `packages` are exact `name@version` pins; `--ignore-scripts`: nothing
+/// a package brings runs at install time.
+pub fn install_npm_tool(root: &Path, name: &str, packages: &[&str]) -> Result<PathBuf> {
+    let dir = ensure_state_dir(root)?.join("tools");
+    std::fs::create_dir_all(&dir)?;
+    let folder = dir.join(format!("npm-{name}"));
+    let pins = packages.join(" ");
+    let marker = folder.join(".installed");
+    if std::fs::read_to_string(&marker).is_ok_and(|m| m == pins) {
+        return Ok(folder);
+    }
+    let _guard = crate::local::process::FileLock::acquire(&dir.join("install.lock"))?;
+    if std::fs::read_to_string(&marker).is_ok_and(|m| m == pins) {
+        return Ok(folder);
+    }
+    eprintln!("armada: installing {pins} into {}", folder.display());
+    std::fs::create_dir_all(&folder)?;
+    std::fs::write(
+        folder.join("package.json"),
+        format!("{{\"name\": \"armada-{name}\", \"private\": true}}\n"),
+    )?;
+    let status = Command::new("npm")
+        .args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--ignore-scripts",
+            "--save-exact",
+            "--loglevel=error",
+        ])
+        .args(packages)
+        .current_dir(&folder)
+        .status()
+        .context("running npm (install Node.js and npm)")?;
+    if !status.success() {
+        bail!("npm install {pins} failed");
+    }
+    std::fs::write(&marker, &pins)?;
+    Ok(folder)
+}
+
 /// Whether something answers HTTP at `endpoint`.
 pub async fn answers(endpoint: &str) -> bool {
     let client = reqwest::Client::builder()

@@ -112,6 +112,7 @@ impl Dispatcher {
         };
         let created = LogEvent::RunCreated(Created {
             agent: agent.to_string(),
+            trigger: Some(next.trigger()),
             chain_id: link.as_ref().map(|l| l.chain_id.clone()),
             index: link.as_ref().map(|l| l.index),
             previous_run_id: Some(run.run_id.clone()),

@@ -101,6 +101,7 @@ impl Dispatcher {
             let lineage = child.lineage();
             let created = LogEvent::RunCreated(Created {
                 agent: child.agent.clone(),
+                trigger: Some(child.trigger()),
                 parent_run_id: Some(parent.run_id.clone()),
                 kind: Some(lineage.kind),
                 depth: Some(lineage.depth),

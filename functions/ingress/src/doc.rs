@@ -27,6 +27,7 @@ use armada_api::ErrorBody;
         (name = "registry", description = "Agents, teams, skills and sandbox profiles (admin writes)"),
         (name = "sandboxes", description = "A tenant's per-agent sandboxes"),
         (name = "keys", description = "API keys and callback secrets"),
+        (name = "hooks", description = "Inbound webhooks: GitHub, Standard Webhooks, Alertmanager"),
         (name = "meta", description = "Health and this document"),
     )
 )]

@@ -25,7 +25,8 @@ pub use armada_api::server::MAX_BODY_BYTES;
 /// Every route of the API, each with its entry in the document.
 fn api() -> OpenApiRouter<Arc<Services>> {
     use routes::{
-        agents, collab, health, keys, profiles, runs, sandboxes, sessions, skills, teams,
+        agents, collab, health, hooks, inbound, keys, profiles, runs, sandboxes, sessions, skills,
+        teams,
     };
     OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
         .routes(routes!(health::health))
@@ -62,6 +63,15 @@ fn api() -> OpenApiRouter<Arc<Services>> {
         .routes(routes!(keys::mint_key))
         .routes(routes!(keys::rotate_callback_secret))
         .routes(routes!(keys::revoke_key))
+        .routes(routes!(hooks::create_hook, hooks::list_hooks))
+        .routes(routes!(
+            hooks::get_hook,
+            hooks::patch_hook,
+            hooks::delete_hook,
+            inbound::deliver
+        ))
+        .routes(routes!(hooks::rotate_hook))
+        .routes(routes!(hooks::hook_deliveries))
 }
 
 /// The API's router, ready to serve.

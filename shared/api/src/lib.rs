@@ -8,6 +8,7 @@ pub mod approvals;
 pub mod collab;
 pub mod definitions;
 pub mod error;
+pub mod hooks;
 pub mod keys;
 pub mod registry;
 pub mod runs;

@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use armada_domain::collab::RunKind;
-use armada_domain::run::{EventKind, LogEvent, RunError, RunState, Usage};
+use armada_domain::run::{EventKind, LogEvent, RunError, RunState, Trigger, Usage};
 
 /// `POST /v1/runs`: exactly one of `agent`, `team` and `chain`, or none
 /// when `input` begins with a mention (`@agent …`, `@team:name …`).
@@ -99,6 +99,10 @@ pub struct RunView {
     /// The agents of the chain's steps after this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain_remaining: Option<Vec<String>>,
+    /// What started it: `api`, `session`, `hook` (with the hook, event and
+    /// delivery), `child` or `chain`. Absent when its record cannot be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<Trigger>,
 }
 
 /// `GET /v1/runs/{run_id}/events`.

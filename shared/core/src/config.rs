@@ -32,6 +32,9 @@ pub struct Config {
     /// DynamoDB table of what each tenant holds at once: its active Runs,
     /// its long-polls (`ARMADA_QUOTAS_TABLE`).
     pub quotas_table: String,
+    /// DynamoDB table of what starts Runs without a key: hooks, their
+    /// deliveries (`ARMADA_TRIGGERS_TABLE`).
+    pub triggers_table: String,
     /// Name of the dispatch queue (`ARMADA_DISPATCH_QUEUE`); URLs are resolved at start.
     pub dispatch_queue: String,
     /// Name of the dispatch dead-letter queue (`ARMADA_DISPATCH_DLQ`).
@@ -223,6 +226,7 @@ impl Config {
             registry_table: req("ARMADA_REGISTRY_TABLE")?,
             idempotency_table: req("ARMADA_IDEMPOTENCY_TABLE")?,
             quotas_table: req("ARMADA_QUOTAS_TABLE")?,
+            triggers_table: req("ARMADA_TRIGGERS_TABLE")?,
             dispatch_queue: req("ARMADA_DISPATCH_QUEUE")?,
             dispatch_dlq: req("ARMADA_DISPATCH_DLQ")?,
             delivery_queue: req("ARMADA_DELIVERY_QUEUE")?,

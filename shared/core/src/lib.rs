@@ -34,6 +34,7 @@ use crate::adapters::dynamo::registry::Registry as RegistryTable;
 use crate::adapters::dynamo::runs::RunStore;
 use crate::adapters::dynamo::sandboxes::SandboxStore;
 use crate::adapters::dynamo::sessions::SessionStore;
+use crate::adapters::dynamo::triggers::TriggerStore;
 use crate::adapters::ecs::SandboxProvider;
 use crate::adapters::models::Models;
 use crate::adapters::s3::Payloads;
@@ -46,7 +47,7 @@ use crate::services::egress::Egress;
 use crate::services::tools::InlineTools;
 
 pub use crate::ports::{
-    Also, Approvals, Blobs, Idempotency, Mail, Model, Provider, Queues, Quotas, Registry,
+    Also, Approvals, Blobs, Hooks, Idempotency, Mail, Model, Provider, Queues, Quotas, Registry,
     RunEvents, Runs, SandboxReports, Sandboxes, SandboxesExt, Sessions,
 };
 
@@ -63,6 +64,7 @@ pub struct Services {
     pub run_events: Arc<dyn RunEvents>,
     pub sessions: Arc<dyn Sessions>,
     pub approvals: Arc<dyn Approvals>,
+    pub hooks: Arc<dyn Hooks>,
     pub registry: Arc<dyn Registry>,
     pub sandboxes: Arc<dyn Sandboxes>,
     pub provider: Arc<dyn Provider>,
@@ -90,6 +92,9 @@ pub struct Counters {
     /// Moves the domain refused (a Run or tool-call transition that is not
     /// legal from where the record is); each is logged with its Run.
     pub illegal_transitions: std::sync::atomic::AtomicU64,
+    /// Hook deliveries refused because their signature, token or
+    /// timestamp did not verify (their bodies are not kept).
+    pub unverified_deliveries: std::sync::atomic::AtomicU64,
 }
 
 impl Services {
@@ -116,6 +121,7 @@ impl Services {
                 payloads.clone(),
             )),
             approvals: Arc::new(ApprovalStore::new(aws.dynamo.clone(), &cfg.approvals_table)),
+            hooks: Arc::new(TriggerStore::new(aws.dynamo.clone(), &cfg.triggers_table)),
             registry: Arc::new(RegistryTable::new(aws.dynamo.clone(), &cfg.registry_table)),
             sandboxes: Arc::new(SandboxStore::new(aws.dynamo.clone(), &cfg.sandboxes_table)),
             provider: Arc::new(SandboxProvider::new(

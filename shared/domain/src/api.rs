@@ -26,6 +26,9 @@ pub struct CreateRun {
     pub session_id: Option<String>,
     pub callback_url: Option<String>,
     pub metadata: serde_json::Value,
+    /// What starts it when not a key (a hook's delivery): set by the
+    /// stack, never read from a body.
+    pub started_from: Option<crate::run::Trigger>,
 }
 
 /// Who a new Run is for (stored as `{"agent": name}`, `{"team": name}`
@@ -176,6 +179,7 @@ impl CreateRun {
             session_id,
             callback_url,
             metadata,
+            started_from: None,
         })
     }
 }

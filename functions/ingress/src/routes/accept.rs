@@ -21,7 +21,9 @@ use armada_domain::collab::chain::{step_run_id, ChainLink};
 use armada_domain::collab::{Lineage, RunKind};
 use armada_domain::crypto::sha256_hex;
 use armada_domain::messages::DispatchMessage;
-use armada_domain::run::{Created, LogEvent, NewRun as NewRunRecord, Payload, Run, RunState};
+use armada_domain::run::{
+    Created, LogEvent, NewRun as NewRunRecord, Payload, Run, RunState, Trigger,
+};
 use armada_domain::session::SessionHeader;
 use armada_domain::team::TeamDefinition;
 
@@ -77,6 +79,8 @@ pub(crate) struct NewRun<'a> {
     pub(crate) team: Option<TeamDefinition>,
     /// The first step of a relay chain (its Run id is the chain's).
     pub(crate) chain: Option<ChainLink>,
+    /// What started it from outside, when not a key (a hook's delivery).
+    pub(crate) started_from: Option<Trigger>,
 }
 
 impl<'a> NewRun<'a> {
@@ -100,6 +104,7 @@ impl<'a> NewRun<'a> {
             idempotency,
             team: None,
             chain: None,
+            started_from: cr.started_from,
         }
     }
 }
@@ -175,8 +180,10 @@ pub(crate) async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<RunAcce
                 ..Lineage::root(&run.run_id, &run.agent)
             });
         }
+        run.started_from = new.started_from.clone();
         let created = LogEvent::RunCreated(Created {
             agent: run.agent.clone(),
+            trigger: Some(run.trigger()),
             team: run.team.as_ref().map(|t| t.name.clone()),
             session_id: run.session_id.clone(),
             session_seq: run.session_seq,

@@ -4,6 +4,8 @@ pub(crate) mod accept;
 pub(crate) mod agents;
 pub(crate) mod collab;
 pub(crate) mod health;
+pub(crate) mod hooks;
+pub(crate) mod inbound;
 pub(crate) mod keys;
 pub(crate) mod owned;
 pub(crate) mod profiles;

@@ -59,6 +59,7 @@ fn unreadable_view(head: &RunHead) -> RunView {
         chain_id: None,
         chain_index: None,
         chain_remaining: None,
+        trigger: None,
     }
 }
 
@@ -104,6 +105,7 @@ pub async fn run_view(svc: &Services, run: &Run) -> RunView {
         chain_id: run.chain.as_ref().map(|c| c.chain_id.clone()),
         chain_index: run.chain.as_ref().map(|c| c.index as u64),
         chain_remaining: run.chain.as_ref().map(|c| c.remaining().to_vec()),
+        trigger: Some(run.trigger()),
     }
 }
 

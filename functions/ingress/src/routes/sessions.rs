@@ -126,6 +126,7 @@ pub(crate) async fn session_message(
             idempotency: idem,
             team: None,
             chain: None,
+            started_from: None,
         },
     )
     .await?;

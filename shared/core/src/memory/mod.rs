@@ -9,6 +9,7 @@
 //! - this file: [`Memory`], [`Services::in_memory`], runs, events, sessions,
 //!   idempotency
 //! - [`others`]: registry, sandboxes, provider, queues, blobs, the model
+//! - [`triggers`]: hooks and their deliveries
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +20,8 @@ use armada_domain::agent::AgentDefinition;
 use armada_domain::approval::{Approval, ApprovalState};
 use armada_domain::chat::Role;
 use armada_domain::context::HistoryTurn;
+use armada_domain::hook::inbound::Delivery;
+use armada_domain::hook::Hook;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
 use armada_domain::run::{Payload, Run, RunEventRecord, RunHead, Stamp};
 use armada_domain::sandbox::hand::HandMessage;
@@ -43,6 +46,7 @@ use crate::{Counters, Services};
 
 pub mod fixtures;
 mod others;
+mod triggers;
 
 /// The tables, queues and tasks of an in-memory deployment.
 #[derive(Debug, Default)]
@@ -71,6 +75,11 @@ pub struct State {
     /// tenant → the salt of its callback signing secret.
     pub callback_salts: HashMap<String, String>,
     pub approvals: BTreeMap<String, Approval>,
+    pub hooks: HashMap<String, Hook>,
+    /// Answered hook deliveries, as recorded.
+    pub deliveries: Vec<Delivery>,
+    /// (hook, hour) → Runs started (the hook's `max_runs_per_hour`).
+    pub hook_starts: HashMap<(String, i64), u32>,
     /// Emails sent: (to, subject, text).
     pub mails: Vec<(String, String, String)>,
     /// Sends that fail before one succeeds (a provider outage).
@@ -138,6 +147,7 @@ pub fn test_config() -> Config {
         ("ARMADA_REGISTRY_TABLE", "registry"),
         ("ARMADA_IDEMPOTENCY_TABLE", "idempotency"),
         ("ARMADA_QUOTAS_TABLE", "quotas"),
+        ("ARMADA_TRIGGERS_TABLE", "triggers"),
         ("ARMADA_DISPATCH_QUEUE", "dispatch"),
         ("ARMADA_DISPATCH_DLQ", "dispatch-dlq"),
         ("ARMADA_DELIVERY_QUEUE", "delivery"),
@@ -172,6 +182,7 @@ impl Services {
             run_events: mem.clone(),
             sessions: mem.clone(),
             approvals: mem.clone(),
+            hooks: mem.clone(),
             registry: mem.clone(),
             sandboxes: mem.clone(),
             provider: mem.clone(),

@@ -10,6 +10,7 @@
 
 pub mod approvals;
 pub mod blobs;
+pub mod hooks;
 pub mod idempotency;
 pub mod mail;
 pub mod model;
@@ -23,6 +24,7 @@ pub mod sessions;
 
 pub use approvals::Approvals;
 pub use blobs::{Blobs, Bounded};
+pub use hooks::Hooks;
 pub use idempotency::{IdemRecord, Idempotency};
 pub use mail::Mail;
 pub use model::Model;

@@ -51,7 +51,7 @@ pub fn default_template(kind: HookKind) -> &'static str {
             "Payload:\n{{ payload | tojson(indent=2) }}\n",
         ),
         HookKind::Standard => concat!(
-            "A webhook sent a {{ event }} event.\n\n",
+            "Webhook event: {{ event }}.\n\n",
             "Payload:\n{{ payload | tojson(indent=2) }}\n",
         ),
         HookKind::Alertmanager => concat!(

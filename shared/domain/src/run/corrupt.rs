@@ -79,6 +79,7 @@ impl Run {
             resumed: None,
             started_by: None,
             started_by_address: None,
+            started_from: None,
             awaiting_human_since_ms: None,
         }
     }

@@ -11,7 +11,7 @@ use crate::approval::ApprovalKind;
 use crate::chat::ToolCall;
 use crate::ledger::ToolCallState;
 use crate::run::RunKind;
-use crate::run::{clip, RunError, RunState};
+use crate::run::{clip, RunError, RunState, Trigger};
 use crate::skills::Risk;
 
 /// A tool result as its event (and so the model) keeps it: whole up to
@@ -198,6 +198,9 @@ pub enum LogEvent {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Created {
     pub agent: String,
+    /// What started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<Trigger>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -520,6 +523,11 @@ mod tests {
         vec![
             LogEvent::RunCreated(Created {
                 agent: "a".into(),
+                trigger: Some(Trigger::Hook {
+                    hook_id: "h".into(),
+                    event: "push".into(),
+                    delivery_id: "d".into(),
+                }),
                 team: Some("t".into()),
                 session_id: Some("s".into()),
                 session_seq: Some(2),

@@ -20,6 +20,7 @@ mod corrupt;
 mod events;
 pub mod family;
 mod machine;
+mod trigger;
 pub use corrupt::{RunHead, CORRUPT_RECORD};
 pub use events::{
     event_result, ApprovalSettled, CallbackReport, ChildFinished, Created, EventKind, LogEvent,
@@ -28,6 +29,7 @@ pub use events::{
 pub use family::{ChainLink, Children, Lineage, ResumedFrom, RunIdentity, RunKind};
 
 pub use machine::{transition, IllegalTransition, RunAction, RunEvent, RunState, Transition};
+pub use trigger::Trigger;
 
 /// A stable error code and a human message, as recorded on a failed Run.
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
@@ -153,6 +155,10 @@ pub struct Run {
     /// let its own Run go on past an approval (approve, retry, happened).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<String>,
+    /// What started it, when something outside the stack did (a hook);
+    /// otherwise [`Run::trigger`] says it from the Run's place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_from: Option<Trigger>,
     /// The address of the person whose key started it (or whose mail did),
     /// when known: their approval links do not let it go on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -221,11 +227,36 @@ impl Run {
             resumed: None,
             started_by: None,
             started_by_address: None,
+            started_from: None,
             awaiting_human_since_ms: None,
         }
     }
 
     /// The Run's place in its tree: its own root unless it is a child.
+    /// What started it: what it records, or else its place says (a
+    /// session's message, a child, a chain's later step, or the API).
+    pub fn trigger(&self) -> Trigger {
+        if let Some(t) = &self.started_from {
+            return t.clone();
+        }
+        if let Some(session_id) = &self.session_id {
+            return Trigger::Session {
+                session_id: session_id.clone(),
+            };
+        }
+        if let Some(parent) = &self.parent_run_id {
+            return Trigger::Child {
+                parent_run_id: parent.clone(),
+            };
+        }
+        match &self.chain {
+            Some(link) if link.index > 0 => Trigger::Chain {
+                chain_id: link.chain_id.clone(),
+            },
+            _ => Trigger::Api,
+        }
+    }
+
     pub fn lineage(&self) -> Lineage {
         self.lineage
             .clone()

@@ -9,3 +9,4 @@ pub mod registry;
 pub mod runs;
 pub mod sandboxes;
 pub mod sessions;
+pub mod triggers;

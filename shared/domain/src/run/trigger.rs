@@ -1,0 +1,39 @@
+//! What started a Run: a caller with a key, a session's message, a hook's
+//! delivery, a parent, or the step before it in a relay chain. Recorded
+//! on the Run and in its `run_created`, and shown in its view.
+
+use serde::{Deserialize, Serialize};
+
+/// What started a Run.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Trigger {
+    /// `POST /v1/runs` with a key.
+    Api,
+    /// A message of a session.
+    Session { session_id: String },
+    /// A verified delivery to a hook.
+    Hook {
+        hook_id: String,
+        /// The event's name (`push`, `firing`, a payload's `type`).
+        event: String,
+        delivery_id: String,
+    },
+    /// A parent's delegation, team or plan.
+    Child { parent_run_id: String },
+    /// The step before it in a relay chain.
+    Chain { chain_id: String },
+}
+
+impl Trigger {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Trigger::Api => "api",
+            Trigger::Session { .. } => "session",
+            Trigger::Hook { .. } => "hook",
+            Trigger::Child { .. } => "child",
+            Trigger::Chain { .. } => "chain",
+        }
+    }
+}
