@@ -33,8 +33,12 @@ use crate::program::Program;
 mod relay;
 pub mod sys;
 
-/// The environment variable that carries the [`TaskSpec`] to the launcher.
+/// The environment variable that carries the [`TaskSpec`] to the launcher
+/// (as JSON), or says it comes on standard input ([`TASK_SPEC_ON_STDIN`]).
 pub const TASK_SPEC_ENV: &str = "ARMADA_TASK_SPEC";
+/// [`TASK_SPEC_ENV`]'s value when the spec is the launcher's standard
+/// input, read to its end (a spec may outgrow an environment variable).
+pub const TASK_SPEC_ON_STDIN: &str = "stdin";
 
 /// What the launcher makes of the task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,16 +55,25 @@ pub struct TaskSpec {
 /// `armada-sandbox task`: builds the task and runs the agent in it; the
 /// agent's exit code. Must run single-threaded (it forks).
 pub fn launch(program: &Program) -> i32 {
-    let spec: TaskSpec = match std::env::var(TASK_SPEC_ENV)
+    let text = std::env::var(TASK_SPEC_ENV)
         .map_err(|e| e.to_string())
-        .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
-    {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("armada-sandbox task: bad {TASK_SPEC_ENV}: {e}");
-            return 1;
-        }
-    };
+        .and_then(|s| {
+            if s != TASK_SPEC_ON_STDIN {
+                return Ok(s);
+            }
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map(|_| text)
+                .map_err(|e| format!("standard input: {e}"))
+        });
+    let spec: TaskSpec =
+        match text.and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string())) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("armada-sandbox task: bad {TASK_SPEC_ENV}: {e}");
+                return 1;
+            }
+        };
     std::env::remove_var(TASK_SPEC_ENV);
     match build(program, &spec) {
         Ok(code) => code,

@@ -38,7 +38,7 @@ use armada_domain::sandbox::lifecycle::{SandboxAction, SandboxEvent, SandboxReco
 use armada_domain::sandbox::{host_port, Limits, CONTAINER_PORTS};
 use armada_sandbox::cgroup::Cgroup;
 use armada_sandbox::env::HOST_DENY_ENV;
-use armada_sandbox::fargate::TASK_SPEC_ENV;
+use armada_sandbox::fargate::{TASK_SPEC_ENV, TASK_SPEC_ON_STDIN};
 use armada_sandbox::program::Program;
 
 /// Processes a sandbox may have at once.
@@ -230,6 +230,9 @@ impl DataPlane {
         if let Some(p) = &self.parent {
             let _ = p.destroy();
         }
+        // The stack's own directory, once its tasks took theirs with them:
+        // left behind, every later stack's tasks would hide it, one by one.
+        let _ = std::fs::remove_dir(&self.opts.root);
     }
 
     async fn tick(&mut self) -> Result<()> {
@@ -381,12 +384,18 @@ impl DataPlane {
             cmd.env(task_env::ACCESS_KEY_ID, "test")
                 .env(task_env::SECRET_ACCESS_KEY, "test");
         }
+        // The task's spec goes to the launcher on its standard input: what
+        // it hides grows with the host's other stacks and tasks, past what
+        // one environment variable may hold (128 KiB).
+        let mut spec_text = None;
         if self.opts.mode == DataPlaneMode::Fargate {
             let spec =
                 fargate::task_spec(info, &self.opts.root, &dir, &data_root, &self.opts.endpoint)?;
             // The host's paths are not in the task at all: nothing to deny.
-            cmd.env(TASK_SPEC_ENV, serde_json::to_string(&spec)?)
-                .env(HOST_DENY_ENV, "[]");
+            cmd.env(TASK_SPEC_ENV, TASK_SPEC_ON_STDIN)
+                .env(HOST_DENY_ENV, "[]")
+                .stdin(Stdio::piped());
+            spec_text = Some(serde_json::to_string(&spec)?);
         }
         let bind_group = match binds::guard(&self.stack, &id, cgroup.as_ref()) {
             Ok(g) => g,
@@ -402,7 +411,18 @@ impl DataPlane {
         }
         // Should this process die without stopping its tasks, they go too.
         armada_sandbox::sys::die_with_parent(&mut cmd);
-        let child = cmd.spawn().context("starting armada-sandbox agent")?;
+        let mut child = cmd.spawn().context("starting armada-sandbox agent")?;
+        if let (Some(text), Some(mut stdin)) = (spec_text, child.stdin.take()) {
+            // Written beside the start (a pipe holds 64 KiB; the launcher
+            // reads it all before anything else), then closed: the end.
+            let arn = info.arn.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                if let Err(e) = stdin.write_all(text.as_bytes()).await {
+                    tracing::error!(task = %arn, error = %e, "the task's spec was not handed over");
+                }
+            });
+        }
         tracing::info!(task = %info.arn, pid = child.id(), "sandbox task running locally");
         self.tasks.insert(
             info.arn.clone(),
