@@ -54,11 +54,11 @@ async fn the_link_from_the_email_shows_the_action_and_approving_runs_it_once() {
     // The chat message: three failed attempts, then a new link that works.
     let mut chat = Vec::new();
     while chat.len() < 4 {
-        let (_, _, body) = tokio::time::timeout(Duration::from_secs(60), heard.recv())
+        let request = tokio::time::timeout(Duration::from_secs(60), heard.recv())
             .await
             .expect("the chat webhook is retried")
             .unwrap();
-        chat.push(serde_json::from_str::<Value>(&body).unwrap());
+        chat.push(serde_json::from_str::<Value>(&request.body).unwrap());
     }
     let chat_link = |v: &Value| {
         let text = v["text"].as_str().unwrap();

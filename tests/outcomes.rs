@@ -4,12 +4,16 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::collections::HashMap;
+
 use reqwest::Method;
 use serde_json::json;
 
+use armada_api::runs::{CallbackRequeued, CallbackView};
+use armada_domain::callback::CallbackState;
 use armada_tests::{
-    callback_receiver, error_message, outcome, CallbackReport, EventKind, LogEvent, RunState,
-    TestStack,
+    callback_receiver, error_code, error_message, outcome, params, wait, CallbackReport, EventKind,
+    LogEvent, RunState, TestStack,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -185,9 +189,38 @@ async fn wall_clock_budget_times_the_run_out() {
     t.stack.stop().await;
 }
 
+/// Callbacks retried within seconds instead of minutes, for up to `max_age_s`.
+fn quick_callbacks(max_age_s: u32) -> HashMap<String, String> {
+    params(&[
+        ("CallbackRetryBaseSeconds", "1"),
+        ("CallbackMaxAgeSeconds", &max_age_s.to_string()),
+    ])
+}
+
+async fn start_with_callback(t: &TestStack, url: &str, input: &str) -> String {
+    let v = t
+        .client
+        .post(
+            "/v1/runs",
+            &json!({"agent": "assistant", "input": input, "callback_url": url, "metadata": {"ticket": 7}}),
+        )
+        .await
+        .unwrap();
+    v["run_id"].as_str().unwrap().to_string()
+}
+
+/// Waits until the Run's callback is delivered or failed.
+async fn callback_settled(t: &TestStack, run_id: &str) -> CallbackView {
+    wait::until("the callback to be settled", wait::PATIENCE, || async {
+        let run = t.client.run(run_id).await.unwrap();
+        run.callback.filter(|c| c.state.is_final())
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn results_are_posted_signed_to_the_callback_url() {
-    let t = TestStack::start().await;
+async fn results_are_posted_signed_to_the_callback_url_until_taken() {
+    let t = TestStack::start_with(quick_callbacks(10), None).await;
     // The tenant's own secret, shown once on rotation.
     let tenant = t.stack.tenant.clone();
     let rotated = t
@@ -197,57 +230,90 @@ async fn results_are_posted_signed_to_the_callback_url() {
         .unwrap();
     let secret = rotated["secret"].as_str().unwrap().to_string();
     assert!(secret.starts_with("whsec_"), "{rotated}");
-    let (url, mut rx) = callback_receiver(vec![503, 200]).await;
-    let v = t
-        .client
-        .post("/v1/runs", &json!({"agent": "assistant", "input": "call me", "callback_url": url, "metadata": {"ticket": 7}}))
-        .await
-        .unwrap();
-    let run_id = v["run_id"].as_str().unwrap().to_string();
+
+    // Three failures, then taken: four attempts of one delivery, the last
+    // verified by the Standard Webhooks library with the tenant's secret.
+    let (url, mut rx) = callback_receiver(vec![500, 503, 429, 200]).await;
+    let run_id = start_with_callback(&t, &url, "call me").await;
     t.wait_closed(&run_id).await;
-    // The first attempt got a 503, the second was accepted.
-    let (_, _, first) = rx.recv().await.unwrap();
-    let (sig, delivery, body) = rx.recv().await.unwrap();
-    assert_eq!(first, body);
-    assert_eq!(delivery, run_id);
-    let payload: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let mut heard = Vec::new();
+    for _ in 0..4 {
+        heard.push(rx.recv().await.unwrap());
+    }
+    let last = heard.last().unwrap().clone();
+    for h in &heard {
+        assert_eq!(
+            h.header("webhook-id"),
+            run_id,
+            "one delivery id across retries"
+        );
+        assert_eq!(h.body, last.body);
+    }
+    assert!(last.verifies_with(&secret), "{last:?}");
+    let payload: serde_json::Value = serde_json::from_str(&last.body).unwrap();
     assert_eq!(payload["state"], "COMPLETED");
     assert_eq!(payload["output"], "echo: call me");
     assert_eq!(payload["metadata"]["ticket"], 7);
-    let (ts, mac) = sig.strip_prefix("t=").unwrap().split_once(",v1=").unwrap();
-    let mac_with = |secret: &str| {
-        armada_domain::crypto::hmac_sha256_hex(secret.as_bytes(), format!("{ts}.{body}").as_bytes())
-    };
-    assert_eq!(mac, mac_with(&secret));
+    assert_eq!(payload["trigger"]["kind"], "api");
     assert_eq!(
         payload["tenant"], tenant,
         "the signed body names its tenant"
     );
-    // Delivered from the delivery queue once the Run closed, then noted
-    // on the Run.
+    let cb = callback_settled(&t, &run_id).await;
+    assert_eq!(
+        (cb.state, cb.attempts, cb.last_status),
+        (CallbackState::Delivered, 4, Some(200))
+    );
     let delivered = t
         .event_eventually(&run_id, EventKind::CallbackDelivered)
         .await;
     let LogEvent::CallbackDelivered(CallbackReport { attempts, .. }) = delivered else {
         unreachable!("an event of the kind asked for")
     };
-    assert_eq!(attempts, 2);
+    assert_eq!(attempts, 4);
 
-    // A receiver that always fails: bounded attempts, recorded, the Run still closes.
+    // 410 Gone stops at once; a redelivery asked for starts a new round.
+    let (url, mut rx) = callback_receiver(vec![410, 200]).await;
+    let run_id = start_with_callback(&t, &url, "gone").await;
+    let cb = callback_settled(&t, &run_id).await;
+    assert_eq!(
+        (cb.state, cb.attempts, cb.last_status),
+        (CallbackState::Failed, 1, Some(410))
+    );
+    t.event_eventually(&run_id, EventKind::CallbackFailed).await;
+    let path = format!("/v1/runs/{run_id}/callback/redeliver");
+    let (s, v) = t
+        .raw(Method::POST, &path, Some(&t.stack.tenant_key), None, &[])
+        .await;
+    assert_eq!(s, 202, "{v}");
+    let requeued: CallbackRequeued = serde_json::from_value(v).unwrap();
+    assert_eq!(requeued.callback.state, CallbackState::Pending);
+    let cb = callback_settled(&t, &run_id).await;
+    assert_eq!((cb.state, cb.attempts), (CallbackState::Delivered, 2));
+    assert_eq!(rx.recv().await.unwrap().header("webhook-id"), run_id);
+    let (s, v) = t
+        .raw(Method::POST, &path, Some(&t.stack.tenant_key), None, &[])
+        .await;
+    assert_eq!(
+        (s, error_code(&v).as_deref()),
+        (409, Some("CALLBACK_NOT_FAILED")),
+        "{v}"
+    );
+
+    // A receiver that always fails: tried until the policy's age, then
+    // failed (and dead-lettered); the Run closed long before.
     let (url, _rx) = callback_receiver(vec![500]).await;
-    let v = t
-        .client
-        .post(
-            "/v1/runs",
-            &json!({"agent": "assistant", "input": "nobody home", "callback_url": url}),
-        )
-        .await
-        .unwrap();
-    let run_id = v["run_id"].as_str().unwrap().to_string();
+    let run_id = start_with_callback(&t, &url, "nobody home").await;
     assert_eq!(
         t.wait_closed(&run_id).await.state,
         RunState::ClosedCompleted
     );
+    let cb = callback_settled(&t, &run_id).await;
+    assert_eq!(
+        (cb.state, cb.last_status),
+        (CallbackState::Failed, Some(500))
+    );
+    assert!(cb.attempts >= 3, "{cb:?}");
     t.event_eventually(&run_id, EventKind::CallbackFailed).await;
     t.stack.stop().await;
 }
@@ -257,7 +323,7 @@ async fn results_are_posted_signed_to_the_callback_url() {
 /// first, and the failed delivery is noted on it afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_silent_callback_endpoint_does_not_hold_a_runs_settling() {
-    let t = TestStack::start().await;
+    let t = TestStack::start_with(quick_callbacks(4), None).await;
     let tarpit = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/hook", tarpit.local_addr().unwrap());
     let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));

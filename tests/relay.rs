@@ -92,9 +92,10 @@ async fn scenario_e_each_step_gets_the_previous_output_and_the_callback_hears_th
     assert_eq!(last.output.as_deref(), Some("echo: echo: echo: the topic"));
     assert!(last.parent_run_id.is_none(), "peers: no parent");
     assert_eq!(last.chain_remaining, Some(vec![]));
-    let (_, delivery, body) = rx.recv().await.unwrap();
-    assert_eq!(delivery, chain_id);
-    let heard: Value = serde_json::from_str(&body).unwrap();
+    let request = rx.recv().await.unwrap();
+    assert_eq!(request.header("webhook-id"), chain_id);
+    assert_eq!(request.header("x-armada-delivery"), chain_id);
+    let heard: Value = serde_json::from_str(&request.body).unwrap();
     assert_eq!(heard["state"], "COMPLETED");
     assert_eq!(heard["output"], "echo: echo: echo: the topic");
     // Every message handled: a second delivery would have been sent.
@@ -159,9 +160,9 @@ async fn a_failed_or_timed_out_middle_step_breaks_the_chain_and_keeps_what_came_
         t.wait_closed(&middle_id).await;
         let types = t.event_types(&middle_id).await;
         assert!(types.contains(&"chain_broken".to_string()), "{types:?}");
-        let (_, delivery, body) = rx.recv().await.unwrap();
-        assert_eq!(delivery, chain_id);
-        let heard: Value = serde_json::from_str(&body).unwrap();
+        let request = rx.recv().await.unwrap();
+        assert_eq!(request.header("webhook-id"), chain_id);
+        let heard: Value = serde_json::from_str(&request.body).unwrap();
         assert_eq!(heard["state"], "FAILED");
         assert_eq!(heard["steps"][2]["state"], "SKIPPED");
     }

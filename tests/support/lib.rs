@@ -354,14 +354,59 @@ impl StateOf for serde_json::Value {
     }
 }
 
-/// A loopback receiver that records each callback (headers and body) and
+/// A request a [`callback_receiver`] heard: its headers and its body.
+#[derive(Debug, Clone)]
+pub struct Heard {
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Heard {
+    /// A header's value (`""` when absent).
+    pub fn header(&self, name: &str) -> String {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether the tenant's `secret` (`whsec_…`) verifies this request as
+    /// the Standard Webhooks reference library (PyPI `standardwebhooks`)
+    /// does: its own verifier, run on the headers and body as received.
+    pub fn verifies_with(&self, secret: &str) -> bool {
+        let python = armada_cli::local::emulator::install_isolated_tool(
+            &root(),
+            "standardwebhooks",
+            "1.3.0",
+            include_str!("../fixtures/hooks/standardwebhooks-requirements.txt"),
+            "python",
+        )
+        .expect("the Standard Webhooks library installs");
+        let headers = serde_json::json!({
+            "webhook-id": self.header("webhook-id"),
+            "webhook-timestamp": self.header("webhook-timestamp"),
+            "webhook-signature": self.header("webhook-signature"),
+        });
+        let mut child = std::process::Command::new(python)
+            .arg(root().join("tests/fixtures/hooks/standard-sign.py"))
+            .args([secret, "verify", &headers.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("python runs");
+        use std::io::Write;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(self.body.as_bytes()).expect("body written");
+        }
+        child.wait().expect("the verifier ends").success()
+    }
+}
+
+/// A loopback receiver that records each request (headers and body) and
 /// answers with the given statuses in turn (the last one repeats).
 pub async fn callback_receiver(
     statuses: Vec<u16>,
-) -> (
-    String,
-    tokio::sync::mpsc::UnboundedReceiver<(String, String, String)>,
-) {
+) -> (String, tokio::sync::mpsc::UnboundedReceiver<Heard>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -398,19 +443,15 @@ pub async fn callback_receiver(
                     }
                 }
             };
-            let header = |name: &str| {
-                head.lines()
-                    .find_map(|l| {
-                        let (k, v) = l.split_once(':')?;
-                        k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-                    })
-                    .unwrap_or_default()
-            };
-            let _ = tx.send((
-                header("x-armada-signature"),
-                header("x-armada-delivery"),
-                body,
-            ));
+            let headers = head
+                .lines()
+                .skip(1)
+                .filter_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    Some((k.trim().to_ascii_lowercase(), v.trim().to_string()))
+                })
+                .collect();
+            let _ = tx.send(Heard { headers, body });
             let status = statuses[n.min(statuses.len() - 1)];
             n += 1;
             let _ = s

@@ -202,6 +202,7 @@ impl Dispatcher {
 }
 
 mod approvals;
+mod callbacks;
 mod chains;
 mod children;
 mod credentials;
@@ -212,6 +213,8 @@ mod watchdog;
 
 #[cfg(test)]
 mod approval_tests;
+#[cfg(test)]
+mod callback_tests;
 #[cfg(test)]
 mod collab_tests;
 #[cfg(test)]

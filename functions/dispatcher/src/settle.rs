@@ -2,22 +2,17 @@
 //! go, its session advanced, its callback delivered (through the delivery
 //! queue), its sandbox released, its children cancelled, and it is closed.
 
-use crate::DispatchError;
 use crate::Dispatcher;
 use crate::Handled;
 use armada_core::batch::Outcome;
-use armada_core::cas::until_written;
-use armada_core::cas::Try;
 use armada_core::error::StoreError;
 use armada_core::services::sandboxing;
-use armada_domain::api::Delivery;
 use armada_domain::messages::DispatchMessage;
+use armada_domain::run::LogEvent;
 use armada_domain::run::Run;
 use armada_domain::run::RunEvent;
 use armada_domain::run::RunEventRecord;
 use armada_domain::run::Stamp;
-use armada_domain::run::{CallbackReport, LogEvent};
-use serde_json::json;
 
 impl Dispatcher {
     /// Post-terminal duties, then `CLOSED_*`.
@@ -85,132 +80,6 @@ impl Dispatcher {
             self.svc.queues.send_routed(&msg).await?;
         }
         self.close(next, events).await
-    }
-
-    /// Delivers closed Run `run_id`'s outcome to its callback URL and
-    /// records how it went on the Run (`callback_delivered` or
-    /// `callback_failed`, with the delivery id). A Run not yet closed (its
-    /// settling is under way) is looked at again later.
-    pub(crate) async fn deliver_callback(
-        &self,
-        run_id: &str,
-        tenant: &str,
-        chain: Option<armada_domain::collab::chain::ChainState>,
-        receives: u32,
-    ) -> Handled {
-        let Some(run) = self.svc.runs.get(run_id).await? else {
-            return Ok(Outcome::Done);
-        };
-        if run.tenant != tenant {
-            tracing::error!(
-                security = true,
-                run_id,
-                tenant,
-                "a callback delivery naming another tenant's Run was dropped"
-            );
-            return Ok(Outcome::Done);
-        }
-        // A chain's outcome goes to the chain's URL, its id the delivery's.
-        let (url, delivery) = match (&chain, &run.chain) {
-            (Some(_), Some(link)) => (link.callback_url.clone(), link.chain_id.clone()),
-            (Some(_), None) => (None, String::new()),
-            (None, _) => (run.callback_url.clone(), run.run_id.clone()),
-        };
-        let Some(url) = url else {
-            return Ok(Outcome::Done);
-        };
-        if !run.state().is_closed() {
-            // Its settling queued this before closing it: a few tries, then
-            // it is delivered as the Run stands.
-            if receives < 5 {
-                return Ok(Outcome::retry("the run is not closed yet".to_string()));
-            }
-        }
-        let body = match (chain, &run.chain) {
-            (Some(state), Some(link)) => self.chain_result(&run, link, state).await?,
-            _ => json!({
-                "run_id": run.run_id,
-                "agent": run.agent,
-                "state": run.state().outcome(),
-                "output": match &run.output {
-                    Some(p) => Some(self.svc.payloads.read(p).await?),
-                    None => None,
-                },
-                "error": run.error,
-                "session_id": run.session_id,
-                "metadata": run.metadata,
-            }),
-        };
-        let delivered = self.callback(&run, &url, &delivery, body).await?;
-        // Recorded on the Run as it is now (read again on a conflict); the
-        // delivery itself is never repeated for the record's sake.
-        let recorded = until_written::<_, DispatchError, _>(|| async {
-            let Some(current) = self.svc.runs.get(run_id).await? else {
-                return Ok(Try::Done(()));
-            };
-            let prev = current.stamp();
-            let mut next = current;
-            let ev = next.push_event(delivered.clone(), self.svc.clock.now_ms());
-            match self.svc.runs.save(prev, &next, &[ev], vec![]).await {
-                Ok(()) => Ok(Try::Done(())),
-                Err(StoreError::Conflict { .. }) => Ok(Try::Again),
-                Err(e) => {
-                    tracing::warn!(run_id, error = %e, "the callback's outcome was not recorded");
-                    Ok(Try::Done(()))
-                }
-            }
-        })
-        .await?;
-        if recorded.is_none() {
-            tracing::warn!(
-                run_id,
-                "the callback's outcome was not recorded: the Run kept changing"
-            );
-        }
-        Ok(Outcome::Done)
-    }
-
-    /// Delivers a callback (signed with the tenant's secret, naming the
-    /// tenant, retried) and says how it went: `callback_delivered` or
-    /// `callback_failed`, with what the event records.
-    pub(crate) async fn callback(
-        &self,
-        run: &Run,
-        url: &str,
-        delivery: &str,
-        mut body: serde_json::Value,
-    ) -> Result<LogEvent, StoreError> {
-        let secret = self
-            .svc
-            .callbacks
-            .tenant_secret(self.svc.registry.as_ref(), &run.tenant)
-            .await?;
-        body["tenant"] = json!(run.tenant);
-        let now = self.svc.clock.now_ms();
-        let report = self
-            .svc
-            .callbacks
-            .deliver(
-                Delivery::Callback,
-                url,
-                delivery,
-                &secret,
-                &body,
-                now / 1000,
-            )
-            .await;
-        tracing::info!(run_id = %run.run_id, delivery, delivered = report.delivered, attempts = report.attempts, "callback");
-        let recorded = CallbackReport {
-            delivery: delivery.to_string(),
-            attempts: report.attempts,
-            status: report.status,
-            error: report.error,
-        };
-        Ok(if report.delivered {
-            LogEvent::CallbackDelivered(recorded)
-        } else {
-            LogEvent::CallbackFailed(recorded)
-        })
     }
 
     pub(crate) async fn close(&self, run: Run, mut events: Vec<RunEventRecord>) -> Handled {

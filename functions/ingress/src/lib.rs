@@ -25,8 +25,8 @@ pub use armada_api::server::MAX_BODY_BYTES;
 /// Every route of the API, each with its entry in the document.
 fn api() -> OpenApiRouter<Arc<Services>> {
     use routes::{
-        agents, collab, health, hooks, inbound, keys, profiles, runs, sandboxes, sessions, skills,
-        teams,
+        agents, callbacks, collab, health, hooks, inbound, keys, profiles, runs, sandboxes,
+        sessions, skills, teams,
     };
     OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
         .routes(routes!(health::health))
@@ -35,6 +35,7 @@ fn api() -> OpenApiRouter<Arc<Services>> {
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::run_events))
         .routes(routes!(runs::cancel_run))
+        .routes(routes!(callbacks::redeliver_callback))
         .routes(routes!(collab::run_trace))
         .routes(routes!(collab::run_children))
         .routes(routes!(collab::get_chain))

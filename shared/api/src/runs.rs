@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
+use armada_domain::callback::CallbackState;
 use armada_domain::collab::RunKind;
 use armada_domain::run::{EventKind, LogEvent, RunError, RunState, Trigger, Usage};
 
@@ -103,6 +104,29 @@ pub struct RunView {
     /// delivery), `child` or `chain`. Absent when its record cannot be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<Trigger>,
+    /// Its callback, when it was started with a `callback_url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<CallbackView>,
+}
+
+/// How a Run's callback stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CallbackView {
+    pub state: CallbackState,
+    pub attempts: u32,
+    /// The last HTTP status the receiver answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_status: Option<u16>,
+    /// When it is tried next (RFC 3339), while `retrying`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<String>,
+}
+
+/// `202` to a redelivery: the callback is queued again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CallbackRequeued {
+    pub run_id: String,
+    pub callback: CallbackView,
 }
 
 /// `GET /v1/runs/{run_id}/events`.

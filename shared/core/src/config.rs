@@ -62,6 +62,11 @@ pub struct Config {
     pub harness_visibility_s: u32,
     /// First backoff for a retryable message failure (`ARMADA_RETRY_BASE_SECONDS`).
     pub retry_base_seconds: u32,
+    /// How callbacks are retried: the first delay, doubling
+    /// (`ARMADA_CALLBACK_RETRY_BASE_SECONDS`, default 30), for how long
+    /// after the first attempt (`ARMADA_CALLBACK_MAX_AGE_SECONDS`, default
+    /// a day).
+    pub callback_policy: armada_domain::callback::CallbackPolicy,
     /// Bodies above this many bytes go to S3 (`ARMADA_INLINE_LIMIT_BYTES`, default 32 KiB).
     pub inline_limit_bytes: usize,
     /// Attempts of a model call before the Run fails (`ARMADA_MODEL_ATTEMPTS`, default 3).
@@ -241,6 +246,11 @@ impl Config {
             step_lease_ms: num("ARMADA_STEP_LEASE_SECONDS", 60)? as i64 * 1000,
             harness_visibility_s: num("ARMADA_HARNESS_QUEUE_VISIBILITY_SECONDS", 60)?.max(1) as u32,
             retry_base_seconds: num("ARMADA_RETRY_BASE_SECONDS", 2)? as u32,
+            callback_policy: armada_domain::callback::CallbackPolicy {
+                base_s: num("ARMADA_CALLBACK_RETRY_BASE_SECONDS", 30)?.clamp(1, 3600) as u32,
+                max_age_s: num("ARMADA_CALLBACK_MAX_AGE_SECONDS", 86_400)?.clamp(1, 7 * 86_400)
+                    as u32,
+            },
             inline_limit_bytes: num("ARMADA_INLINE_LIMIT_BYTES", 32 * 1024)? as usize,
             model_attempts: num("ARMADA_MODEL_ATTEMPTS", 3)?.max(1) as u32,
             max_delegation_depth: num(

@@ -297,8 +297,8 @@ pub fn callback_signature(secret: &str, timestamp_s: i64, body: &str) -> String 
 /// receivers that parse the timestamp strictly).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {
-    /// A Run's outcome to its `callback_url`, signed with the tenant's
-    /// callback secret exactly as receivers verify it today.
+    /// A Run's outcome to its `callback_url`, signed per Standard Webhooks
+    /// with the tenant's callback secret (`crypto::standard_signature`).
     Callback,
     /// An approval's message to its `chat_webhook_url`, signed with
     /// [`chat_signing_secret`].

@@ -10,7 +10,8 @@ use axum::Json;
 use serde_json::Value;
 
 use armada_api::runs::{
-    CreateRunBody, EventView, EventsPage, EventsQuery, RunAccepted, RunCancelled, RunView,
+    CallbackView, CreateRunBody, EventView, EventsPage, EventsQuery, RunAccepted, RunCancelled,
+    RunView,
 };
 use armada_api::server::{JsonBody, Path, Query};
 use armada_api::{ApiError, ErrorBody};
@@ -18,6 +19,7 @@ use armada_core::clock::{new_id, rfc3339};
 use armada_core::services::auth::{Principal, TenantKey};
 use armada_core::Services;
 use armada_domain::api::{CreateRun, RunTarget};
+use armada_domain::callback::CallbackRecord;
 use armada_domain::run::{Payload, Run, RunEventRecord, RunHead, CORRUPT_RECORD};
 
 use super::accept::{agent_named, egress_checked, idempotency, start_run, NewRun};
@@ -60,6 +62,7 @@ fn unreadable_view(head: &RunHead) -> RunView {
         chain_index: None,
         chain_remaining: None,
         trigger: None,
+        callback: None,
     }
 }
 
@@ -106,7 +109,24 @@ pub async fn run_view(svc: &Services, run: &Run) -> RunView {
         chain_index: run.chain.as_ref().map(|c| c.index as u64),
         chain_remaining: run.chain.as_ref().map(|c| c.remaining().to_vec()),
         trigger: Some(run.trigger()),
+        callback: callback_view(run),
     }
+}
+
+/// How a Run's callback stands: its record, or pending while it has a
+/// URL and no attempt was made.
+pub(crate) fn callback_view(run: &Run) -> Option<CallbackView> {
+    let record = match &run.callback {
+        Some(r) => r.clone(),
+        None if run.callback_url.is_some() => CallbackRecord::new(&run.run_id, None),
+        None => return None,
+    };
+    Some(CallbackView {
+        state: record.state(),
+        attempts: record.attempts,
+        last_status: record.last_status,
+        next_attempt_at: record.next_attempt_at_ms.map(rfc3339),
+    })
 }
 
 /// Starts a Run of an agent, a team or a relay chain. With an

@@ -117,6 +117,14 @@ impl ports::Queues for Queues {
         self.send_standard(&self.delivery_url, msg, delay_s).await
     }
 
+    async fn send_dead_letter(&self, msg: &DispatchMessage) -> Result<(), StoreError> {
+        let url = self
+            .urls
+            .get(&self.dispatch_dlq)
+            .ok_or_else(|| StoreError::Terminal("no URL for the dispatch DLQ".into()))?;
+        self.send_standard(url, msg, 0).await
+    }
+
     /// Grouped by run id and deduplicated per step, so one Run's steps are
     /// delivered in order and once per five-minute window even if sent twice.
     async fn send_harness(&self, msg: &HarnessMessage) -> Result<(), StoreError> {

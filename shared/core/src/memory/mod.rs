@@ -93,6 +93,8 @@ pub struct State {
     pub harness: Vec<HarnessMessage>,
     /// Messages sent to the dispatch queue, with their delay.
     pub dispatch: Vec<(DispatchMessage, u32)>,
+    /// Messages sent to the dispatch dead-letter queue.
+    pub dead_letters: Vec<DispatchMessage>,
     /// Messages sent to hand queues: (queue URL, message).
     pub hands: Vec<(String, HandMessage)>,
     /// Tasks the provider started, by ARN.

@@ -448,6 +448,11 @@ impl Queues for Memory {
         Ok(())
     }
 
+    async fn send_dead_letter(&self, msg: &DispatchMessage) -> Result<(), StoreError> {
+        self.state().dead_letters.push(msg.clone());
+        Ok(())
+    }
+
     async fn send_harness(&self, msg: &HarnessMessage) -> Result<(), StoreError> {
         self.state().harness.push(msg.clone());
         Ok(())

@@ -24,6 +24,10 @@ pub trait Queues: Send + Sync + Debug {
     /// Sends to the delivery queue (callbacks and chat messages to a
     /// tenant's endpoints), delivered after `delay_s` (at most 900).
     async fn send_delivery(&self, msg: &DispatchMessage, delay_s: u32) -> Result<(), StoreError>;
+    /// Sends a dispatcher's message that ran out of tries to the dispatch
+    /// dead-letter queue (the delivery queue's too), where the dispatcher
+    /// records it and operators find it.
+    async fn send_dead_letter(&self, msg: &DispatchMessage) -> Result<(), StoreError>;
     /// Hides a message being handled for `seconds` more (a heartbeat).
     async fn keep_hidden(&self, queue_url: &str, receipt_handle: &str, seconds: u32);
     /// Delays the next delivery of a failed message: `base * 2^(receives-1)`

@@ -1,7 +1,9 @@
 //! Signed deliveries to a tenant's endpoints: a terminal Run's outcome to
-//! the `callback_url` its creator gave, and an approval's chat message to
-//! the agent's `chat_webhook_url`, retried a bounded number of times.
-//! Delivery is at least once: receivers deduplicate on `X-Armada-Delivery`.
+//! the `callback_url` its creator gave (signed per Standard Webhooks, tried
+//! once per message: the delivery queue and the callback's machine retry
+//! it), and an approval's chat message to the agent's `chat_webhook_url`
+//! (retried a bounded number of times). Delivery is at least once:
+//! receivers deduplicate on `webhook-id` (and `X-Armada-Delivery`).
 //! Every delivery goes through the egress guard and is signed with a key of
 //! the tenant's own secret (`POST /v1/tenants/{t}/callback-secret` rotates
 //! it), so one tenant cannot sign as another, and with a key of its kind
@@ -12,6 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use armada_domain::api::{tenant_callback_secret, Delivery};
+use armada_domain::crypto::standard_signature;
 
 use crate::error::StoreError;
 use crate::ports::Registry;
@@ -76,21 +79,37 @@ impl Callbacks {
         };
         let text = body.to_string();
         let mut last = fail(0, None, "not attempted".into());
-        for attempt in 1..=self.attempts {
-            let sig = kind.signature(secret, now_s, &text);
+        // A callback is tried once per message: its retries are the
+        // delivery queue's, spread over up to a day by its machine.
+        let attempts = match kind {
+            Delivery::Callback => 1,
+            Delivery::ChatMessage => self.attempts,
+        };
+        for attempt in 1..=attempts {
             // A target the guard refuses is refused for good: no retry.
             let req = match self.egress.request(reqwest::Method::POST, url) {
                 Ok(r) => r,
                 Err(e) => return fail(attempt - 1, None, e.code().into()),
             };
-            let resp = Egress::send(
-                req.timeout(Duration::from_secs(5))
-                    .header("content-type", "application/json")
-                    .header("x-armada-signature", sig)
-                    .header("x-armada-delivery", delivery_id)
-                    .body(text.clone()),
-            )
-            .await;
+            let req = req
+                .timeout(Duration::from_secs(5))
+                .header("content-type", "application/json")
+                .header("x-armada-delivery", delivery_id);
+            let req = match kind {
+                // Standard Webhooks: any of its libraries verifies it.
+                Delivery::Callback => req
+                    .header("webhook-id", delivery_id)
+                    .header("webhook-timestamp", now_s.to_string())
+                    .header(
+                        "webhook-signature",
+                        standard_signature(secret, delivery_id, now_s, text.as_bytes())
+                            .unwrap_or_default(),
+                    ),
+                Delivery::ChatMessage => {
+                    req.header("x-armada-signature", kind.signature(secret, now_s, &text))
+                }
+            };
+            let resp = Egress::send(req.body(text.clone())).await;
             match resp {
                 Ok(r) if r.status().is_success() => {
                     return DeliveryReport {
@@ -116,7 +135,7 @@ impl Callbacks {
                 Err(EgressError::Refused) => return fail(attempt, None, "EGRESS_REFUSED".into()),
                 Err(e) => last = fail(attempt, None, e.code().into()),
             }
-            if attempt < self.attempts {
+            if attempt < attempts {
                 tokio::time::sleep(Duration::from_millis(250 << attempt)).await;
             }
         }

@@ -13,7 +13,7 @@
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 
-use crate::crypto::{digest_eq, hmac_sha256};
+use crate::crypto::{digest_eq, hmac_sha256, standard_signature};
 use crate::hook::HookKind;
 
 /// How far a Standard Webhooks timestamp may be from now, either way.
@@ -83,16 +83,6 @@ pub fn verify(
             .is_some_and(|token| digest_eq(token.trim(), secret)),
     };
     ok.then_some(()).ok_or(Unverified)
-}
-
-/// The signature Standard Webhooks puts on `body` sent as message `id` at
-/// `timestamp` with `secret` (`whsec_…`): `v1,<base64>`. `None` when the
-/// secret is not one.
-pub fn standard_signature(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Option<String> {
-    let key = BASE64.decode(secret.strip_prefix(WHSEC)?).ok()?;
-    let mut signed = format!("{id}.{timestamp}.").into_bytes();
-    signed.extend_from_slice(body);
-    Some(format!("v1,{}", BASE64.encode(hmac_sha256(&key, &signed))))
 }
 
 fn standard_ok(secret: &str, body: &[u8], sent: &Credentials<'_>, now_s: i64) -> bool {

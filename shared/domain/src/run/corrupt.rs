@@ -80,6 +80,7 @@ impl Run {
             started_by: None,
             started_by_address: None,
             started_from: None,
+            callback: None,
             awaiting_human_since_ms: None,
         }
     }

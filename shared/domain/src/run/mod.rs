@@ -155,6 +155,10 @@ pub struct Run {
     /// let its own Run go on past an approval (approve, retry, happened).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<String>,
+    /// The delivery of its outcome to its callback URL (or its chain's),
+    /// once one was tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<crate::callback::CallbackRecord>,
     /// What started it, when something outside the stack did (a hook);
     /// otherwise [`Run::trigger`] says it from the Run's place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -228,6 +232,7 @@ impl Run {
             started_by: None,
             started_by_address: None,
             started_from: None,
+            callback: None,
             awaiting_human_since_ms: None,
         }
     }
