@@ -10,7 +10,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use armada_api::runs::{CallbackRequeued, CallbackView};
-use armada_domain::callback::CallbackState;
+use armada_domain::run::callback::CallbackState;
 use armada_tests::{
     callback_receiver, error_code, error_message, outcome, params, wait, CallbackReport, EventKind,
     LogEvent, RunState, TestStack,

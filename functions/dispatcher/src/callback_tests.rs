@@ -3,7 +3,7 @@
 //! that runs out of time is failed and dead-lettered. No emulator.
 
 use armada_core::memory::fixtures::agent;
-use armada_domain::callback::{CallbackPolicy, CallbackState};
+use armada_domain::run::callback::{CallbackPolicy, CallbackState};
 
 use super::*;
 use crate::test_stack::{Stack, TENANT};

@@ -15,10 +15,10 @@ use armada_core::cas::{until_written, Try};
 use armada_core::error::StoreError;
 use armada_core::services::callbacks::DeliveryReport;
 use armada_domain::api::Delivery;
-use armada_domain::callback::{Attempt, CallbackAction, CallbackEvent, CallbackRecord};
 use armada_domain::collab::chain::ChainState;
 use armada_domain::machine::Machine;
 use armada_domain::messages::DispatchMessage;
+use armada_domain::run::callback::{Attempt, CallbackAction, CallbackEvent, CallbackRecord};
 use armada_domain::run::{CallbackReport, LogEvent, Run};
 
 /// The longest delay SQS gives a message.

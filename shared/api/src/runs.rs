@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
-use armada_domain::callback::CallbackState;
 use armada_domain::collab::RunKind;
+use armada_domain::run::callback::CallbackState;
 use armada_domain::run::{EventKind, LogEvent, RunError, RunState, Trigger, Usage};
 
 /// `POST /v1/runs`: exactly one of `agent`, `team` and `chain`, or none

@@ -66,7 +66,7 @@ pub struct Config {
     /// (`ARMADA_CALLBACK_RETRY_BASE_SECONDS`, default 30), for how long
     /// after the first attempt (`ARMADA_CALLBACK_MAX_AGE_SECONDS`, default
     /// a day).
-    pub callback_policy: armada_domain::callback::CallbackPolicy,
+    pub callback_policy: armada_domain::run::callback::CallbackPolicy,
     /// Bodies above this many bytes go to S3 (`ARMADA_INLINE_LIMIT_BYTES`, default 32 KiB).
     pub inline_limit_bytes: usize,
     /// Attempts of a model call before the Run fails (`ARMADA_MODEL_ATTEMPTS`, default 3).
@@ -246,7 +246,7 @@ impl Config {
             step_lease_ms: num("ARMADA_STEP_LEASE_SECONDS", 60)? as i64 * 1000,
             harness_visibility_s: num("ARMADA_HARNESS_QUEUE_VISIBILITY_SECONDS", 60)?.max(1) as u32,
             retry_base_seconds: num("ARMADA_RETRY_BASE_SECONDS", 2)? as u32,
-            callback_policy: armada_domain::callback::CallbackPolicy {
+            callback_policy: armada_domain::run::callback::CallbackPolicy {
                 base_s: num("ARMADA_CALLBACK_RETRY_BASE_SECONDS", 30)?.clamp(1, 3600) as u32,
                 max_age_s: num("ARMADA_CALLBACK_MAX_AGE_SECONDS", 86_400)?.clamp(1, 7 * 86_400)
                     as u32,

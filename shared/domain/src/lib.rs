@@ -7,7 +7,6 @@
 //! - [`ledger`]: tool calls `PLANNED → DISPATCHED → DONE | FAILED | INDETERMINATE`
 //! - [`step`]: one harness step decided: budgets, deadline, which tools run where, what next
 //! - [`approval`]: human approvals: which calls need one, the record and its decisions
-//! - [`callback`]: a Run's callback, retried with backoff for up to a day
 //! - [`collab`]: delegation, teams' children and rounds, the DelegationTrace
 //! - [`session`]: AgentSession ordering
 //! - [`context`]: prompt assembly and compaction
@@ -21,7 +20,6 @@
 pub mod agent;
 pub mod api;
 pub mod approval;
-pub mod callback;
 pub mod chat;
 pub mod collab;
 pub mod context;

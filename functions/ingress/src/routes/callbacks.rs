@@ -15,9 +15,9 @@ use armada_core::cas::{until_written, Try};
 use armada_core::error::StoreError;
 use armada_core::services::auth::Principal;
 use armada_core::Services;
-use armada_domain::callback::{CallbackEvent, CallbackRecord};
 use armada_domain::machine::Machine;
 use armada_domain::messages::DispatchMessage;
+use armada_domain::run::callback::{CallbackEvent, CallbackRecord};
 
 use super::owned::load_run;
 use super::runs::callback_view;

@@ -19,7 +19,7 @@ use armada_core::clock::{new_id, rfc3339};
 use armada_core::services::auth::{Principal, TenantKey};
 use armada_core::Services;
 use armada_domain::api::{CreateRun, RunTarget};
-use armada_domain::callback::CallbackRecord;
+use armada_domain::run::callback::CallbackRecord;
 use armada_domain::run::{Payload, Run, RunEventRecord, RunHead, CORRUPT_RECORD};
 
 use super::accept::{agent_named, egress_checked, idempotency, start_run, NewRun};

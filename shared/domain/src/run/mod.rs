@@ -6,6 +6,7 @@
 //! writes that the actions name, fenced on the Run's epoch.
 //!
 //! - [`machine`]: states, events, [`transition`] and [`Run::apply`]
+//! - [`callback`]: its callback, retried with backoff for up to a day
 //! - this module: the record, [`Run::new`], how a delivery relates to it
 
 use std::collections::BTreeMap;
@@ -16,6 +17,7 @@ use crate::agent::AgentLimits;
 use crate::ledger::ToolCallRecord;
 use crate::team::TeamDefinition;
 
+pub mod callback;
 mod corrupt;
 mod events;
 pub mod family;
@@ -158,7 +160,7 @@ pub struct Run {
     /// The delivery of its outcome to its callback URL (or its chain's),
     /// once one was tried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub callback: Option<crate::callback::CallbackRecord>,
+    pub callback: Option<callback::CallbackRecord>,
     /// What started it, when something outside the stack did (a hook);
     /// otherwise [`Run::trigger`] says it from the Run's place.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -15,7 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::collab::chain::ChainState;
+use super::family::ChainState;
 use crate::crypto::sha256_hex;
 
 /// How a deployment retries callbacks.
