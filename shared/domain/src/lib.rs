@@ -13,6 +13,7 @@
 //! - [`messages`]: queue message contracts
 //! - [`agent`], [`skills`], [`team`]: registry data
 //! - [`hook`]: inbound webhooks: the hook record, signatures, deliveries
+//! - [`schedule`]: schedules: EventBridge Scheduler's expressions, the record, firings
 //! - [`sandbox`]: skill placement, limits, ports, capability profiles, mount policy
 //! - [`api`], [`fields`]: request validation, errors, API keys
 //! - [`chat`], [`scripted`]: the model port's vocabulary and the scripted model
@@ -33,6 +34,7 @@ pub mod messages;
 pub mod names;
 pub mod run;
 pub mod sandbox;
+pub mod schedule;
 pub mod scripted;
 pub mod session;
 pub mod skills;
