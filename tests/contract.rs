@@ -67,6 +67,15 @@ async fn every_operation_on_a_tenants_id_is_not_found_for_another_tenant() {
         )
         .await
         .unwrap();
+    let schedule: armada_api::schedules::ScheduleCreated = t
+        .client
+        .typed(
+            Method::POST,
+            "/v1/schedules",
+            Some(&json!({"expression": "rate(1 day)", "agent": "ops", "input": "x"})),
+        )
+        .await
+        .unwrap();
     let ids: HashMap<&str, String> = HashMap::from([
         ("run_id", run_id.clone()),
         ("approval_id", approval_id.clone()),
@@ -75,6 +84,7 @@ async fn every_operation_on_a_tenants_id_is_not_found_for_another_tenant() {
         ("tenant", t.stack.tenant.clone()),
         ("agent", "ops".to_string()),
         ("hook_id", hook.hook_id.clone()),
+        ("schedule_id", schedule.schedule_id.clone()),
     ]);
     let keys = HashMap::from([
         ("member_key", mint(&t, "intruder", "member").await),

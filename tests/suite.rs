@@ -42,6 +42,8 @@ mod sandbox_failures;
 mod sandbox_image;
 #[path = "sandboxes.rs"]
 mod sandboxes;
+#[path = "schedules.rs"]
+mod schedules;
 #[path = "sessions.rs"]
 mod sessions;
 #[path = "task_network.rs"]

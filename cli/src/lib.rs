@@ -15,5 +15,6 @@ pub mod demo;
 pub mod hooks;
 pub mod local;
 pub mod openapi;
+pub mod schedules;
 pub mod tree;
 pub mod up;

@@ -119,6 +119,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: armada_cli::hooks::HooksCmd,
     },
+    /// Schedules of the tenant: Runs at the times a cron, rate or at expression names.
+    Schedules {
+        #[command(subcommand)]
+        cmd: armada_cli::schedules::SchedulesCmd,
+    },
     /// Mint an admin key and print it with its SHA-256 (for `sam deploy`).
     Keygen,
     /// Print the API's OpenAPI 3.1 document (as in docs/openapi.json).
@@ -473,6 +478,11 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Hooks { cmd } => {
             let c = Client::from_env(root().as_deref())?;
             print(&armada_cli::hooks::run(&c, cmd).await?);
+            Ok(())
+        }
+        Cmd::Schedules { cmd } => {
+            let c = Client::from_env(root().as_deref())?;
+            print(&armada_cli::schedules::run(&c, cmd).await?);
             Ok(())
         }
         Cmd::Profiles { cmd } => {

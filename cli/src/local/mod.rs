@@ -11,6 +11,7 @@ pub mod process;
 pub mod provision;
 pub mod supervisor;
 pub mod template;
+pub mod timers;
 
 #[cfg(test)]
 mod fixtures;
@@ -413,6 +414,20 @@ impl LocalStack {
                 shutdown_rx.clone(),
             )));
         }
+
+        // Schedules fire here as EventBridge Scheduler would fire them.
+        let queues: HashMap<String, String> = provisioned
+            .queue_urls
+            .iter()
+            .filter_map(|(id, url)| Some((template.physical_name(id).ok()?, url.clone())))
+            .collect();
+        let timers = timers::LocalTimers {
+            aws: aws.clone(),
+            group: template.physical_name("ScheduleGroup")?,
+            queues,
+            poll: Duration::from_millis(500),
+        };
+        tasks.push(tokio::spawn(timers.run(shutdown_rx.clone())));
 
         Ok(LocalStack {
             api_url,

@@ -118,6 +118,24 @@ pub async fn provision(aws: &AwsClients, t: &Template) -> Result<Provisioned> {
     for table in t.tables()? {
         create_table(aws, &table).await?;
     }
+    for group in t.schedule_groups()? {
+        match aws
+            .scheduler
+            .create_schedule_group()
+            .name(&group)
+            .send()
+            .await
+        {
+            Ok(_) => {}
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|se| se.is_conflict_exception()) => {}
+            Err(e) => {
+                return Err(anyhow::Error::new(e))
+                    .with_context(|| format!("creating schedule group {group}"))
+            }
+        }
+    }
     let mut out = Provisioned::default();
     let queues = t.queues()?;
     for q in &queues {

@@ -428,6 +428,13 @@ impl Template {
             .collect()
     }
 
+    /// EventBridge Scheduler's groups (schedules' timers live in them).
+    pub fn schedule_groups(&self) -> Result<Vec<String>> {
+        self.of_type("AWS::Scheduler::ScheduleGroup")
+            .map(|(id, _)| self.physical_name(id))
+            .collect()
+    }
+
     pub fn buckets(&self) -> Result<Vec<String>> {
         self.of_type("AWS::S3::Bucket")
             .map(|(id, _)| self.physical_name(id))

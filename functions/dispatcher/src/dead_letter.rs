@@ -57,6 +57,19 @@ impl Dispatcher {
                 DispatchMessage::SpawnChildren { run_id, tenant, .. } => {
                     (run_id, tenant, "children's start".to_string())
                 }
+                DispatchMessage::FireSchedule {
+                    schedule_id,
+                    scheduled_at,
+                    ..
+                } => {
+                    tracing::error!(
+                        schedule_id,
+                        scheduled_at,
+                        queue,
+                        "a schedule's firing failed on every delivery"
+                    );
+                    return Ok(Outcome::Done);
+                }
                 DispatchMessage::DeliverCallback { run_id, .. } => {
                     tracing::error!(
                         run_id,

@@ -126,6 +126,20 @@ impl Dispatcher {
                     }
                     self.notify(&approval_id, &tenant, &recipient).await
                 }
+                DispatchMessage::FireSchedule {
+                    schedule_id,
+                    tenant,
+                    scheduled_at,
+                    ..
+                } => {
+                    if !sealed {
+                        self.svc.counters.forged_drops.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(security = true, %schedule_id, %tenant, "a schedule's firing not sealed by the control plane was dropped");
+                        return Ok(Outcome::Done);
+                    }
+                    self.fire_schedule(&schedule_id, &tenant, &scheduled_at)
+                        .await
+                }
                 DispatchMessage::DeliverCallback {
                     run_id,
                     tenant,
@@ -207,6 +221,7 @@ mod chains;
 mod children;
 mod credentials;
 mod dead_letter;
+mod schedules;
 mod settle;
 mod start;
 mod watchdog;
@@ -217,6 +232,8 @@ mod approval_tests;
 mod callback_tests;
 #[cfg(test)]
 mod collab_tests;
+#[cfg(test)]
+mod schedule_tests;
 #[cfg(test)]
 mod test_stack;
 #[cfg(test)]

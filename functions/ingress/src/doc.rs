@@ -28,6 +28,7 @@ use armada_api::ErrorBody;
         (name = "sandboxes", description = "A tenant's per-agent sandboxes"),
         (name = "keys", description = "API keys and callback secrets"),
         (name = "hooks", description = "Inbound webhooks: GitHub, Standard Webhooks, Alertmanager"),
+        (name = "schedules", description = "Runs at the times an EventBridge Scheduler expression names"),
         (name = "meta", description = "Health and this document"),
     )
 )]

@@ -26,7 +26,7 @@ pub use armada_api::server::MAX_BODY_BYTES;
 fn api() -> OpenApiRouter<Arc<Services>> {
     use routes::{
         agents, callbacks, collab, health, hooks, inbound, keys, profiles, runs, sandboxes,
-        sessions, skills, teams,
+        schedules, sessions, skills, teams,
     };
     OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
         .routes(routes!(health::health))
@@ -73,6 +73,16 @@ fn api() -> OpenApiRouter<Arc<Services>> {
         ))
         .routes(routes!(hooks::rotate_hook))
         .routes(routes!(hooks::hook_deliveries))
+        .routes(routes!(
+            schedules::create_schedule,
+            schedules::list_schedules
+        ))
+        .routes(routes!(
+            schedules::get_schedule,
+            schedules::patch_schedule,
+            schedules::delete_schedule
+        ))
+        .routes(routes!(schedules::schedule_firings))
 }
 
 /// The API's router, ready to serve.
@@ -86,6 +96,10 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 }
 
 #[cfg(test)]
+mod hook_tests;
+#[cfg(test)]
 mod limit_tests;
+#[cfg(test)]
+mod schedule_tests;
 #[cfg(test)]
 mod tests;

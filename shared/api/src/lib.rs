@@ -13,6 +13,7 @@ pub mod keys;
 pub mod registry;
 pub mod runs;
 pub mod sandboxes;
+pub mod schedules;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod sessions;

@@ -35,6 +35,10 @@ pub struct Config {
     /// DynamoDB table of what starts Runs without a key: hooks, their
     /// deliveries (`ARMADA_TRIGGERS_TABLE`).
     pub triggers_table: String,
+    /// Where schedules' timers live and what they send: EventBridge
+    /// Scheduler's group, the role it assumes, the dispatch queue it sends
+    /// to and the dead-letter queue of firings it could not send.
+    pub timers: TimerConfig,
     /// Name of the dispatch queue (`ARMADA_DISPATCH_QUEUE`); URLs are resolved at start.
     pub dispatch_queue: String,
     /// Name of the dispatch dead-letter queue (`ARMADA_DISPATCH_DLQ`).
@@ -118,6 +122,23 @@ pub struct Config {
     pub platform_urls: Vec<String>,
     /// Where sandbox tasks run.
     pub sandbox: SandboxConfig,
+}
+
+/// EventBridge Scheduler, as schedules' timers use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimerConfig {
+    /// The stack's schedule group (`ARMADA_SCHEDULE_GROUP`).
+    pub group: String,
+    /// The role the scheduler assumes to send (`ARMADA_SCHEDULER_ROLE_ARN`).
+    pub role_arn: String,
+    /// Where firings go (`ARMADA_DISPATCH_QUEUE_ARN`).
+    pub dispatch_queue_arn: String,
+    /// Firings the scheduler could not send (`ARMADA_SCHEDULES_DLQ_ARN`).
+    pub dead_letter_arn: String,
+    /// How late a firing may still start a Run
+    /// (`ARMADA_SCHEDULE_MAX_EVENT_AGE_SECONDS`, default an hour, as
+    /// EventBridge retries): an older one is recorded missed.
+    pub max_event_age_s: u32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -232,6 +253,27 @@ impl Config {
             idempotency_table: req("ARMADA_IDEMPOTENCY_TABLE")?,
             quotas_table: req("ARMADA_QUOTAS_TABLE")?,
             triggers_table: req("ARMADA_TRIGGERS_TABLE")?,
+            timers: TimerConfig {
+                group: vars
+                    .get("ARMADA_SCHEDULE_GROUP")
+                    .filter(|v| !v.is_empty())
+                    .cloned()
+                    .unwrap_or_else(|| "default".into()),
+                role_arn: vars
+                    .get("ARMADA_SCHEDULER_ROLE_ARN")
+                    .cloned()
+                    .unwrap_or_default(),
+                dispatch_queue_arn: vars
+                    .get("ARMADA_DISPATCH_QUEUE_ARN")
+                    .cloned()
+                    .unwrap_or_default(),
+                dead_letter_arn: vars
+                    .get("ARMADA_SCHEDULES_DLQ_ARN")
+                    .cloned()
+                    .unwrap_or_default(),
+                max_event_age_s: num("ARMADA_SCHEDULE_MAX_EVENT_AGE_SECONDS", 3600)?
+                    .clamp(60, 86_400) as u32,
+            },
             dispatch_queue: req("ARMADA_DISPATCH_QUEUE")?,
             dispatch_dlq: req("ARMADA_DISPATCH_DLQ")?,
             delivery_queue: req("ARMADA_DELIVERY_QUEUE")?,

@@ -38,6 +38,7 @@ use crate::adapters::dynamo::triggers::TriggerStore;
 use crate::adapters::ecs::SandboxProvider;
 use crate::adapters::models::Models;
 use crate::adapters::s3::Payloads;
+use crate::adapters::scheduler::EventBridgeTimers;
 use crate::adapters::sqs::Queues as SqsQueues;
 use crate::clock::Clock;
 use crate::config::Config;
@@ -48,7 +49,7 @@ use crate::services::tools::InlineTools;
 
 pub use crate::ports::{
     Also, Approvals, Blobs, Hooks, Idempotency, Mail, Model, Provider, Queues, Quotas, Registry,
-    RunEvents, Runs, SandboxReports, Sandboxes, SandboxesExt, Sessions,
+    RunEvents, Runs, SandboxReports, Sandboxes, SandboxesExt, Schedules, Sessions, Timers,
 };
 
 /// Everything a handler needs, built once per process: the ports (AWS
@@ -65,6 +66,9 @@ pub struct Services {
     pub sessions: Arc<dyn Sessions>,
     pub approvals: Arc<dyn Approvals>,
     pub hooks: Arc<dyn Hooks>,
+    pub schedules: Arc<dyn Schedules>,
+    /// The timers that fire schedules (EventBridge Scheduler).
+    pub timers: Arc<dyn Timers>,
     pub registry: Arc<dyn Registry>,
     pub sandboxes: Arc<dyn Sandboxes>,
     pub provider: Arc<dyn Provider>,
@@ -111,6 +115,7 @@ impl Services {
             &cfg.quotas_table,
         ));
         let egress = Egress::of(&cfg);
+        let triggers = Arc::new(TriggerStore::new(aws.dynamo.clone(), &cfg.triggers_table));
         Ok(Arc::new(Services {
             counters: Arc::default(),
             runs: runs.clone(),
@@ -121,7 +126,9 @@ impl Services {
                 payloads.clone(),
             )),
             approvals: Arc::new(ApprovalStore::new(aws.dynamo.clone(), &cfg.approvals_table)),
-            hooks: Arc::new(TriggerStore::new(aws.dynamo.clone(), &cfg.triggers_table)),
+            hooks: triggers.clone(),
+            schedules: triggers,
+            timers: Arc::new(EventBridgeTimers::new(aws.scheduler.clone(), &cfg)),
             registry: Arc::new(RegistryTable::new(aws.dynamo.clone(), &cfg.registry_table)),
             sandboxes: Arc::new(SandboxStore::new(aws.dynamo.clone(), &cfg.sandboxes_table)),
             provider: Arc::new(SandboxProvider::new(

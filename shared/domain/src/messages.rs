@@ -61,6 +61,18 @@ pub enum DispatchMessage {
         requested_at_ms: i64,
         seal: String,
     },
+    /// Schedule `schedule_id` fires for `scheduled_at` (RFC 3339, as
+    /// EventBridge Scheduler fills in `<aws.scheduler.scheduled-time>`).
+    /// Sent by the scheduler with the `Input` the stack gave it when it
+    /// made the schedule; `seal` is [`schedule_seal`], so no sandbox can
+    /// fire a tenant's schedule.
+    FireSchedule {
+        schedule_id: String,
+        tenant: String,
+        scheduled_at: String,
+        #[serde(default)]
+        seal: String,
+    },
     /// Deliver the outcome of closed Run `run_id` to the `callback_url` it
     /// was started with. On the delivery queue, consumed apart from the
     /// dispatch queue: a slow or silent endpoint holds a delivery slot,
@@ -91,6 +103,17 @@ pub fn delivery_seal(
     hmac_sha256_hex(
         key.as_bytes(),
         format!("{run_id}\n{tenant}\n{chain}").as_bytes(),
+    )
+}
+
+/// The seal of a schedule's firings: an HMAC of the schedule and its
+/// tenant under a key of its own (the scheduled time is the scheduler's
+/// to fill in, so it is not sealed; a firing is recorded once per time).
+pub fn schedule_seal(secret: &str, schedule_id: &str, tenant: &str) -> String {
+    let key = hmac_sha256_hex(secret.as_bytes(), b"armada-schedule-firings");
+    hmac_sha256_hex(
+        key.as_bytes(),
+        format!("{schedule_id}\n{tenant}").as_bytes(),
     )
 }
 
@@ -157,7 +180,23 @@ impl DispatchMessage {
         }
     }
 
-    /// Whether a `NotifyApproval` or a `DeliverCallback` was sealed by the
+    /// A schedule's firing message, sealed, with the scheduler's
+    /// placeholder for the time (or a time, when the stack fires it).
+    pub fn fire_schedule(
+        secret: &str,
+        schedule_id: &str,
+        tenant: &str,
+        scheduled_at: &str,
+    ) -> Self {
+        DispatchMessage::FireSchedule {
+            schedule_id: schedule_id.to_string(),
+            tenant: tenant.to_string(),
+            scheduled_at: scheduled_at.to_string(),
+            seal: schedule_seal(secret, schedule_id, tenant),
+        }
+    }
+
+    /// Whether a `NotifyApproval`, `DeliverCallback` or `FireSchedule` was sealed by the
     /// control plane (any other message: true, it is judged on its own
     /// terms).
     pub fn sealed_by_control_plane(&self, secret: &str) -> bool {
@@ -174,6 +213,12 @@ impl DispatchMessage {
                 recipient,
                 seal,
             } => digest_eq(seal, &notice_seal(secret, approval_id, tenant, recipient)),
+            DispatchMessage::FireSchedule {
+                schedule_id,
+                tenant,
+                seal,
+                ..
+            } => digest_eq(seal, &schedule_seal(secret, schedule_id, tenant)),
             DispatchMessage::StartRun { .. }
             | DispatchMessage::RunTerminal { .. }
             | DispatchMessage::SpawnChildren { .. }
@@ -194,6 +239,7 @@ impl DispatchMessage {
             | DispatchMessage::DeliverCallback { run_id, .. } => run_id,
             DispatchMessage::NotifyApproval { approval_id, .. } => approval_id,
             DispatchMessage::RenewCredentials { agent, .. } => agent,
+            DispatchMessage::FireSchedule { schedule_id, .. } => schedule_id,
         }
     }
 }

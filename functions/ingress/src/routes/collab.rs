@@ -14,116 +14,18 @@ use axum::Json;
 use armada_api::collab::{
     ChainCancelled, ChainView, ChildView, ChildrenView, TraceEntry, TraceView,
 };
-use armada_api::runs::RunAccepted;
 use armada_api::server::Path;
 use armada_api::{ApiError, ErrorBody};
-use armada_core::clock::{new_id, rfc3339};
-use armada_core::services::auth::{Principal, TenantKey};
+use armada_core::clock::rfc3339;
+use armada_core::services::auth::Principal;
 use armada_core::Services;
-use armada_domain::api::CreateRun;
-use armada_domain::collab::chain::{self, step_run_id, ChainLink};
+use armada_domain::collab::chain::{self, step_run_id};
 use armada_domain::collab::SlotState;
 use armada_domain::run::{Run, RunState};
-use armada_domain::team::Strategy;
 
-use super::accept::agent_named;
-use super::accept::{start_run, NewRun};
 use super::owned::{cancel_run_by, load_run};
 use super::tenant;
 use armada_api::error::KeyRefusals;
-
-/// A sequential relay chain: its first step's Run, carrying the chain's
-/// link (every step's agent, the chain's callback); the dispatcher starts
-/// each next step as the one before completes.
-pub(crate) async fn create_chain(
-    svc: &Services,
-    key: &TenantKey,
-    cr: CreateRun,
-    steps: Vec<String>,
-    team: Option<String>,
-    idempotency: Option<(String, String)>,
-) -> Result<RunAccepted, ApiError> {
-    // Every step after the first is a Run of the chain's tree.
-    within_descendants(
-        svc,
-        steps.len().saturating_sub(1),
-        "the chain's steps after the first",
-    )?;
-    for (i, a) in steps.iter().enumerate() {
-        agent_named(svc, a)
-            .await
-            .map_err(|_| ApiError::not_found(&format!("agent '{a}' (chain step {i})")))?;
-    }
-    let first = agent_named(svc, &steps[0]).await?;
-    let link = ChainLink {
-        chain_id: new_id("chain"),
-        index: 0,
-        steps,
-        // The chain's end is heard once, by its callback (not each step's).
-        callback_url: cr.callback_url.clone(),
-        team,
-    };
-    let new = NewRun {
-        callback_url: None,
-        chain: Some(link),
-        ..NewRun::of(key, &first, cr, idempotency)
-    };
-    start_run(svc, new).await
-}
-
-/// A team's Run: every agent the team names must still be registered; a
-/// fan-out team's Run is its aggregator's (the dispatcher expands it into
-/// the members), a lead team's its lead's.
-pub(crate) async fn create_team_run(
-    svc: &Services,
-    key: &TenantKey,
-    cr: CreateRun,
-    name: &str,
-    idempotency: Option<(String, String)>,
-) -> Result<RunAccepted, ApiError> {
-    let team = svc
-        .registry
-        .team(name)
-        .await?
-        .ok_or_else(|| ApiError::not_found(&format!("team '{name}'")))?;
-    for a in team.agents() {
-        agent_named(svc, a)
-            .await
-            .map_err(|_| ApiError::not_found(&format!("agent '{a}' of team '{name}'")))?;
-    }
-    let runs_as = match team.strategy {
-        Strategy::FanOut => {
-            within_descendants(svc, team.members.len(), "the team's members")?;
-            team.aggregator().to_string()
-        }
-        Strategy::Lead => team.lead.clone().unwrap_or_else(|| team.members[0].clone()),
-        Strategy::Relay => {
-            let steps = team.members.clone();
-            return create_chain(svc, key, cr, steps, Some(team.name), idempotency).await;
-        }
-    };
-    let agent = agent_named(svc, &runs_as).await?;
-    let new = NewRun {
-        team: Some(team),
-        ..NewRun::of(key, &agent, cr, idempotency)
-    };
-    start_run(svc, new).await
-}
-
-/// Refuses a start that would need more Runs below its root than the
-/// deployment's bound (`MaxDescendantsPerRoot`) before anything is
-/// written: the tree could never hold them.
-fn within_descendants(svc: &Services, runs: usize, what: &str) -> Result<(), ApiError> {
-    let max = svc.cfg.max_descendants_per_root;
-    if runs <= max as usize {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        400,
-        armada_domain::collab::codes::TOO_MANY_DESCENDANTS,
-        format!("{what} are {runs} runs below one root; this deployment allows {max}"),
-    ))
-}
 
 /// The most Runs one trace lists (a tree is bounded by team sizes and the
 /// depth limit; this is a guard, reported when reached).

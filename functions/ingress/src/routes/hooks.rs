@@ -18,29 +18,20 @@ use armada_api::server::{JsonBody, Path, Query};
 use armada_api::{ApiError, ErrorBody};
 use armada_core::cas::{change, Changed};
 use armada_core::clock::{new_id, rfc3339};
-use armada_core::services::auth::{Principal, TenantKey};
+use armada_core::services::auth::Principal;
+use armada_core::services::starting;
 use armada_core::Services;
-use armada_domain::api::KeyRole;
 use armada_domain::api::RunTarget;
 use armada_domain::hook::inbound::Delivery;
 use armada_domain::hook::verify::hook_secret;
 use armada_domain::hook::{Hook, HookEvent, HookKind, HookPatch, HookRefusal, HookSpec};
 
-use super::accept::{agent_named, egress_checked};
-use super::tenant_key;
+use super::accept::{egress_checked, refused};
+use super::{member, tenant_key};
 
 /// How many hooks or deliveries a list shows unless asked for fewer.
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 200;
-
-/// A member key of a tenant: only those change hooks.
-fn member(who: &Principal) -> Result<&TenantKey, ApiError> {
-    let key = tenant_key(who)?;
-    if key.role != KeyRole::Member {
-        return Err(ApiError::forbidden("an approver key cannot change hooks"));
-    }
-    Ok(key)
-}
 
 /// Where a hook's sender posts.
 pub(crate) fn hook_url(svc: &Services, hook_id: &str) -> String {
@@ -88,21 +79,9 @@ pub(crate) fn hook_view(svc: &Services, h: &Hook) -> HookView {
 /// would only reject every delivery), and its callback is one the stack
 /// may call.
 async fn check_spec(svc: &Services, spec: &HookSpec) -> Result<(), ApiError> {
-    match &spec.target {
-        RunTarget::Agent(a) => {
-            agent_named(svc, a).await?;
-        }
-        RunTarget::Team(t) => {
-            if svc.registry.team(t).await?.is_none() {
-                return Err(ApiError::not_found(&format!("team '{t}'")));
-            }
-        }
-        RunTarget::Chain(steps) => {
-            for a in steps {
-                agent_named(svc, a).await?;
-            }
-        }
-    }
+    starting::target_exists(svc, &spec.target)
+        .await
+        .map_err(refused)?;
     if let Some(url) = &spec.callback_url {
         egress_checked(svc, "callback_url", url)?;
     }

@@ -19,7 +19,7 @@ use armada_api::{ApiError, ErrorBody};
 use armada_core::clock::new_id;
 use armada_core::services::auth::TenantKey;
 use armada_core::Services;
-use armada_domain::api::{CreateRun, KeyRole, RunTarget};
+use armada_domain::api::{CreateRun, KeyRole};
 use armada_domain::hook::inbound::{
     self, Delivery, DeliveryEvent, Headers, Inbound, Outcome, Verdict,
 };
@@ -29,8 +29,7 @@ use armada_domain::hook::{codes, Hook};
 use armada_domain::machine::Machine;
 use armada_domain::run::Trigger;
 
-use super::accept::{agent_named, start_run, NewRun};
-use super::collab::{create_chain, create_team_run};
+use super::accept::start_target;
 use super::hooks::secret_of;
 
 /// The hour `now_ms` falls in (its start, in seconds) and how many
@@ -300,14 +299,7 @@ async fn start(
     };
     // The dedup key is the fingerprint too: a repeat is always the same.
     let idem = Some((idem_key, read.dedup_key.clone()));
-    match cr.target.clone() {
-        RunTarget::Agent(name) => {
-            let agent = agent_named(svc, &name).await?;
-            start_run(svc, NewRun::of(&as_hook, &agent, cr, idem)).await
-        }
-        RunTarget::Team(name) => create_team_run(svc, &as_hook, cr, &name, idem).await,
-        RunTarget::Chain(steps) => create_chain(svc, &as_hook, cr, steps, None, idem).await,
-    }
+    start_target(svc, &as_hook, cr, idem).await
 }
 
 /// Records how a verified delivery was answered. The answer stands when

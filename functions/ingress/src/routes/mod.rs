@@ -12,12 +12,14 @@ pub(crate) mod owned;
 pub(crate) mod profiles;
 pub(crate) mod runs;
 pub(crate) mod sandboxes;
+pub(crate) mod schedules;
 pub(crate) mod sessions;
 pub(crate) mod skills;
 pub(crate) mod teams;
 
 use armada_api::ApiError;
 use armada_core::services::auth::{Principal, TenantKey};
+use armada_domain::api::KeyRole;
 
 /// The tenant a tenant key acts for (`403` for the admin key).
 pub(crate) fn tenant(who: &Principal) -> Result<&str, ApiError> {
@@ -27,4 +29,14 @@ pub(crate) fn tenant(who: &Principal) -> Result<&str, ApiError> {
 /// The key, if it is a tenant's.
 pub(crate) fn tenant_key(who: &Principal) -> Result<&TenantKey, ApiError> {
     who.tenant_key()
+}
+
+/// A member key of a tenant: only those change hooks and schedules (an
+/// approver key reads them).
+pub(crate) fn member(who: &Principal) -> Result<&TenantKey, ApiError> {
+    let key = tenant_key(who)?;
+    if key.role != KeyRole::Member {
+        return Err(ApiError::forbidden("an approver key cannot change this"));
+    }
+    Ok(key)
 }

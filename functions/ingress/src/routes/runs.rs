@@ -22,8 +22,7 @@ use armada_domain::api::{CreateRun, RunTarget};
 use armada_domain::run::callback::CallbackRecord;
 use armada_domain::run::{Payload, Run, RunEventRecord, RunHead, CORRUPT_RECORD};
 
-use super::accept::{agent_named, egress_checked, idempotency, start_run, NewRun};
-use super::collab::{create_chain, create_team_run};
+use super::accept::{agent_named, egress_checked, idempotency, start_run, start_target, NewRun};
 use super::owned::{cancel_run_by, load_any, Loaded};
 use super::sessions::session_for;
 use super::{tenant, tenant_key};
@@ -176,10 +175,9 @@ async fn start_requested(
         egress_checked(svc, "callback_url", url)?;
     }
     let idem = idempotency(headers, "POST /v1/runs", body)?;
-    let name = match cr.target.clone() {
-        RunTarget::Agent(name) => name,
-        RunTarget::Team(name) => return create_team_run(svc, key, cr, &name, idem).await,
-        RunTarget::Chain(steps) => return create_chain(svc, key, cr, steps, None, idem).await,
+    // A team's or a chain's Run takes no session: started as it asks.
+    let RunTarget::Agent(name) = cr.target.clone() else {
+        return start_target(svc, key, cr, idem).await;
     };
     let agent = agent_named(svc, &name).await?;
     let session = match &cr.session_id {

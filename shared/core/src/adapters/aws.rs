@@ -21,6 +21,8 @@ pub struct AwsClients {
     pub ecs: aws_sdk_ecs::Client,
     pub ses: aws_sdk_sesv2::Client,
     pub sts: aws_sdk_sts::Client,
+    /// EventBridge Scheduler: the timers of schedules.
+    pub scheduler: aws_sdk_scheduler::Client,
     pub sdk_config: aws_config::SdkConfig,
     pub calls: CallCounter,
 }
@@ -71,6 +73,11 @@ impl AwsClients {
                 .interceptor(calls.clone())
                 .build(),
         );
+        let scheduler = aws_sdk_scheduler::Client::from_conf(
+            aws_sdk_scheduler::config::Builder::from(&sdk_config)
+                .interceptor(calls.clone())
+                .build(),
+        );
         AwsClients {
             dynamo,
             sqs,
@@ -78,6 +85,7 @@ impl AwsClients {
             ecs,
             ses,
             sts,
+            scheduler,
             sdk_config,
             calls,
         }

@@ -8,5 +8,6 @@ pub mod dynamo;
 pub mod ecs;
 pub mod models;
 pub mod s3;
+pub mod scheduler;
 pub mod ses;
 pub mod sqs;

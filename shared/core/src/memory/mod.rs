@@ -10,6 +10,7 @@
 //!   idempotency
 //! - [`others`]: registry, sandboxes, provider, queues, blobs, the model
 //! - [`triggers`]: hooks and their deliveries
+//! - [`schedules`]: schedules, their firings and timers
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,6 +28,7 @@ use armada_domain::run::{Payload, Run, RunEventRecord, RunHead, Stamp};
 use armada_domain::sandbox::hand::HandMessage;
 use armada_domain::sandbox::lifecycle::SandboxRecord;
 use armada_domain::sandbox::ProfileDef;
+use armada_domain::schedule::{FiringRecord, Schedule};
 use armada_domain::session::{OnBusy, SessionHeader};
 use armada_domain::skills::SkillManifest;
 use armada_domain::team::TeamDefinition;
@@ -46,6 +48,7 @@ use crate::{Counters, Services};
 
 pub mod fixtures;
 mod others;
+mod schedules;
 mod triggers;
 
 /// The tables, queues and tasks of an in-memory deployment.
@@ -80,6 +83,11 @@ pub struct State {
     pub deliveries: Vec<Delivery>,
     /// (hook, hour) → Runs started (the hook's `max_runs_per_hour`).
     pub hook_starts: HashMap<(String, i64), u32>,
+    pub schedules: HashMap<String, Schedule>,
+    /// (schedule, scheduled at) → its firing, in order.
+    pub firings: BTreeMap<(String, i64), FiringRecord>,
+    /// schedule → its timer: what it fires, and the message it sends.
+    pub timers: HashMap<String, (Schedule, String)>,
     /// Emails sent: (to, subject, text).
     pub mails: Vec<(String, String, String)>,
     /// Sends that fail before one succeeds (a provider outage).
@@ -185,6 +193,8 @@ impl Services {
             sessions: mem.clone(),
             approvals: mem.clone(),
             hooks: mem.clone(),
+            schedules: mem.clone(),
+            timers: mem.clone(),
             registry: mem.clone(),
             sandboxes: mem.clone(),
             provider: mem.clone(),

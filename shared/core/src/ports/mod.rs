@@ -20,6 +20,7 @@ pub mod quotas;
 pub mod registry;
 pub mod runs;
 pub mod sandboxes;
+pub mod schedules;
 pub mod sessions;
 
 pub use approvals::Approvals;
@@ -36,4 +37,5 @@ pub use runs::{Also, RunEvents, Runs};
 pub use sandboxes::{
     CallRef, Change, SandboxReports, Sandboxes, SandboxesExt, StoredMark, FIRST_SANDBOX_UID,
 };
+pub use schedules::{Schedules, Timers};
 pub use sessions::Sessions;

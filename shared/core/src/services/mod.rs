@@ -6,5 +6,6 @@ pub mod callbacks;
 pub mod egress;
 pub mod ending;
 pub mod sandboxing;
+pub mod starting;
 pub mod tools;
 pub mod unreadable;

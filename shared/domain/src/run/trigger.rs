@@ -20,6 +20,11 @@ pub enum Trigger {
         event: String,
         delivery_id: String,
     },
+    /// A schedule's firing for `scheduled_at` (RFC 3339).
+    Schedule {
+        schedule_id: String,
+        scheduled_at: String,
+    },
     /// A parent's delegation, team or plan.
     Child { parent_run_id: String },
     /// The step before it in a relay chain.
@@ -32,6 +37,7 @@ impl Trigger {
             Trigger::Api => "api",
             Trigger::Session { .. } => "session",
             Trigger::Hook { .. } => "hook",
+            Trigger::Schedule { .. } => "schedule",
             Trigger::Child { .. } => "child",
             Trigger::Chain { .. } => "chain",
         }

@@ -276,6 +276,28 @@ impl SchedulePatch {
     }
 }
 
+/// How a firing was answered.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FiringOutcome {
+    Started,
+    Skipped,
+    Missed,
+}
+
+/// The record of one firing of a schedule: written once per scheduled
+/// time (a second message for the same time finds it and starts nothing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FiringRecord {
+    pub schedule_id: String,
+    pub scheduled_at_ms: i64,
+    pub fired_at_ms: i64,
+    pub outcome: FiringOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
 /// How a firing at `scheduled_at` was decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Firing {

@@ -1,78 +1,34 @@
-//! The triggers table: what starts Runs without an API key. One
-//! partition per hook (`pk = hook#<id>`): the hook itself (`sk = hook`), its
-//! answered deliveries (`sk = delivery#<received at>#<id>`, newest last,
-//! kept 30 days) and its hourly start counters (`sk = count#<hour>`).
-//! Hooks carry `list_key = hook#<tenant>` and `created_at` for the
-//! `by_owner` index (GET /v1/hooks); nothing else does, so the index holds
-//! hooks only. Every hook write after creation is conditional on the
-//! version its writer read.
+//! Hooks, their deliveries and their hourly counters in the triggers table.
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::Client;
 
 use armada_domain::hook::inbound::Delivery;
 use armada_domain::hook::{Hook, HookState};
 
-use super::item::{get_json, json, n, put_new, s, ttl_after, written, Item};
+use super::super::item::{get_json, json, n, put_new, s, ttl_after, written, Item};
+use super::{TriggerStore, KEEP_DAYS};
 use crate::error::{classify, StoreError};
 use crate::ports::Hooks;
-
-/// How long an answered delivery is kept.
-const DELIVERY_DAYS: i64 = 30;
-
-#[derive(Debug, Clone)]
-pub struct TriggerStore {
-    dynamo: Client,
-    table: String,
-}
 
 fn hook_pk(hook_id: &str) -> String {
     format!("hook#{hook_id}")
 }
 
-impl TriggerStore {
-    pub fn new(dynamo: Client, table: &str) -> Self {
-        TriggerStore {
-            dynamo,
-            table: table.to_string(),
-        }
-    }
-
-    fn hook_item(h: &Hook) -> Item {
-        let mut item = Item::new();
-        item.insert("pk".into(), s(hook_pk(&h.hook_id)));
-        item.insert("sk".into(), s("hook"));
-        item.insert("list_key".into(), s(format!("hook#{}", h.tenant)));
-        item.insert("created_at".into(), n(h.created_at_ms));
-        item.insert("version".into(), n(h.version));
-        item.insert("doc".into(), json(h));
-        item
-    }
-
-    /// Reads every page of a query, as documents in `doc`, up to `limit`.
-    async fn documents<T: serde::de::DeserializeOwned>(
-        &self,
-        query: aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
-        limit: usize,
-    ) -> Result<Vec<T>, StoreError> {
-        let mut out = Vec::new();
-        let mut pages = query.into_paginator().send();
-        while let Some(page) = pages.next().await {
-            for item in page.map_err(classify)?.items() {
-                out.push(get_json(item, "doc")?);
-                if out.len() >= limit {
-                    return Ok(out);
-                }
-            }
-        }
-        Ok(out)
-    }
+fn hook_item(h: &Hook) -> Item {
+    let mut item = Item::new();
+    item.insert("pk".into(), s(hook_pk(&h.hook_id)));
+    item.insert("sk".into(), s("hook"));
+    item.insert("list_key".into(), s(format!("hook#{}", h.tenant)));
+    item.insert("created_at".into(), n(h.created_at_ms));
+    item.insert("version".into(), n(h.version));
+    item.insert("doc".into(), json(h));
+    item
 }
 
 #[async_trait]
 impl Hooks for TriggerStore {
     async fn create(&self, hook: &Hook) -> Result<(), StoreError> {
-        put_new(&self.dynamo, &self.table, Self::hook_item(hook), "pk").await
+        put_new(&self.dynamo, &self.table, hook_item(hook), "pk").await
     }
 
     async fn get(&self, hook_id: &str) -> Result<Option<Hook>, StoreError> {
@@ -107,7 +63,7 @@ impl Hooks for TriggerStore {
         self.dynamo
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(Self::hook_item(hook)))
+            .set_item(Some(hook_item(hook)))
             .condition_expression(condition)
             .expression_attribute_values(":v", n(prev_version))
             .send()
@@ -139,10 +95,7 @@ impl Hooks for TriggerStore {
             )),
         );
         item.insert("doc".into(), json(d));
-        item.insert(
-            "purge_at".into(),
-            ttl_after(d.received_at_ms, DELIVERY_DAYS),
-        );
+        item.insert("purge_at".into(), ttl_after(d.received_at_ms, KEEP_DAYS));
         put_new(&self.dynamo, &self.table, item, "pk").await
     }
 
