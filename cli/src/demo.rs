@@ -3,7 +3,8 @@
 //! (F), code in a sandbox, a destructive command approved by a person
 //! through the emailed link (B), delegation (C), a fan-out team with round
 //! 2 (D), a relay chain (E) and a lead-driven team (G), each collaboration
-//! drawn as its tree.
+//! drawn as its tree, and unattended agents (H): a signed GitHub push
+//! starting a review through a hook, and a schedule firing.
 
 use std::path::Path;
 use std::time::Duration;
@@ -12,8 +13,11 @@ use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
 
 use armada_api::collab::ChainView;
+use armada_api::hooks::{DeliveryAnswer, HookCreated};
+use armada_api::schedules::{FiringsPage, ScheduleCreated};
 use armada_api::runs::{RunAccepted, RunView};
 use armada_domain::collab::chain::ChainState;
+use armada_domain::crypto::hmac_sha256_hex;
 use reqwest::Method;
 
 use crate::client::Client;
@@ -194,6 +198,62 @@ pub async fn run(c: &Client, outbox: Option<&Path>) -> Result<()> {
         "orchestrator",
     )
     .await?;
+    webhook(c).await?;
     println!();
     Ok(())
+}
+
+/// Scenario H: a GitHub push, signed as GitHub signs it, starts a review
+/// through a hook; no API key is sent with it.
+async fn webhook(c: &Client) -> Result<()> {
+    println!("\n== Scenario H: a signed GitHub push starts a review through a hook");
+    let body = json!({"kind": "github", "agent": "assistant", "events": ["push"],
+        "input_template": "Review the push to {{ payload.repository.full_name }} at {{ payload.after }}."});
+    let hook: HookCreated = c.typed(Method::POST, "/v1/hooks", Some(&body)).await?;
+    println!("  hook      {} ({})", hook.hook_id, hook.url);
+    let push = json!({"ref": "refs/heads/main", "after": "5f2c9e1",
+        "repository": {"full_name": "octo/hello"}})
+    .to_string();
+    let signature = hmac_sha256_hex(hook.secret.as_bytes(), push.as_bytes());
+    let resp = reqwest::Client::new()
+        .post(&hook.url)
+        .header("x-github-event", "push")
+        .header("x-github-delivery", armada_core::clock::new_id("demo"))
+        .header("x-hub-signature-256", format!("sha256={signature}"))
+        .body(push)
+        .send()
+        .await?;
+    let status = resp.status().as_u16();
+    let answer: DeliveryAnswer = resp.json().await?;
+    let Some(run_id) = answer.run_id else {
+        bail!("the push started nothing ({status}): {answer:?}");
+    };
+    let run = c.wait_run(&run_id, Duration::from_secs(60)).await?;
+    println!("  github    push to octo/hello ({status})");
+    println!("  input     {}", run.input.as_deref().unwrap_or_default());
+    println!("  assistant {}   [{run_id} {}]", out(&run), run.state);
+    schedule(c).await
+}
+
+/// Scenario H, on a timer: an `at` schedule two seconds ahead fires once
+/// (the local stack fires EventBridge Scheduler's schedules itself).
+async fn schedule(c: &Client) -> Result<()> {
+    println!("\n== Scenario H: a schedule fires");
+    let at = chrono::Utc::now() + chrono::Duration::seconds(2);
+    let expression = format!("at({})", at.format("%Y-%m-%dT%H:%M:%S"));
+    let body = json!({"expression": expression, "agent": "assistant", "input": "the nightly summary"});
+    let created: ScheduleCreated = c.typed(Method::POST, "/v1/schedules", Some(&body)).await?;
+    println!("  schedule  {} {expression} (next {:?})", created.schedule_id, created.next);
+    let path = format!("/v1/schedules/{}/firings", created.schedule_id);
+    for _ in 0..600 {
+        let page: FiringsPage = c.typed(Method::GET, &path, None).await?;
+        if let Some(run_id) = page.firings.first().and_then(|f| f.run_id.clone()) {
+            let run = c.wait_run(&run_id, Duration::from_secs(60)).await?;
+            println!("  fired     {}", page.firings[0].scheduled_at);
+            println!("  assistant {}   [{run_id} {}]", out(&run), run.state);
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("the schedule never fired")
 }
