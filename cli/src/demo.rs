@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 
 use armada_api::collab::ChainView;
 use armada_api::hooks::{DeliveryAnswer, HookCreated};
-use armada_api::schedules::{FiringsPage, ScheduleCreated};
 use armada_api::runs::{RunAccepted, RunView};
+use armada_api::schedules::{FiringsPage, ScheduleCreated};
 use armada_domain::collab::chain::ChainState;
 use armada_domain::crypto::hmac_sha256_hex;
 use reqwest::Method;
@@ -241,9 +241,13 @@ async fn schedule(c: &Client) -> Result<()> {
     println!("\n== Scenario H: a schedule fires");
     let at = chrono::Utc::now() + chrono::Duration::seconds(2);
     let expression = format!("at({})", at.format("%Y-%m-%dT%H:%M:%S"));
-    let body = json!({"expression": expression, "agent": "assistant", "input": "the nightly summary"});
+    let body =
+        json!({"expression": expression, "agent": "assistant", "input": "the nightly summary"});
     let created: ScheduleCreated = c.typed(Method::POST, "/v1/schedules", Some(&body)).await?;
-    println!("  schedule  {} {expression} (next {:?})", created.schedule_id, created.next);
+    println!(
+        "  schedule  {} {expression} (next {:?})",
+        created.schedule_id, created.next
+    );
     let path = format!("/v1/schedules/{}/firings", created.schedule_id);
     for _ in 0..600 {
         let page: FiringsPage = c.typed(Method::GET, &path, None).await?;
