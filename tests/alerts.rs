@@ -156,7 +156,7 @@ async fn a_real_alertmanager_starts_one_run_per_firing_and_none_for_repeats_or_r
     assert_eq!(s, 201, "{v}");
     let hook: HookCreated = serde_json::from_value(v).unwrap();
     let id = hook.hook_id.clone();
-    let am = Alertmanager::start(&hook.url, &hook.secret).await;
+    let am = Alertmanager::start(&hook.url, hook.secret.as_deref().unwrap()).await;
 
     // It fires: one notification, one Run, with the alert in its input.
     let started = std::time::SystemTime::now();

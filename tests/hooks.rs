@@ -151,7 +151,7 @@ async fn a_signed_github_push_starts_one_review_and_nothing_else_does() {
                "input_template": "Review the push to {{ payload.repository.full_name }} at {{ payload.after }} ({{ event }})."}),
     )
     .await;
-    assert_eq!(hook.secret.len(), 64, "32 bytes in hex");
+    assert_eq!(hook.secret.as_deref().unwrap().len(), 64, "32 bytes in hex");
     assert!(
         hook.url.ends_with(&format!("/v1/hooks/{}", hook.hook_id)),
         "{}",
@@ -160,7 +160,7 @@ async fn a_signed_github_push_starts_one_review_and_nothing_else_does() {
     let id = &hook.hook_id;
 
     // A real push, signed by GitHub's library: one Run, its input rendered.
-    let (body, signature) = github_delivery(&hook.secret, "push", 0);
+    let (body, signature) = github_delivery(hook.secret.as_deref().unwrap(), "push", 0);
     let payload: Value = serde_json::from_str(&body).unwrap();
     let headers = [
         ("x-github-event", "push"),
@@ -215,7 +215,7 @@ async fn a_signed_github_push_starts_one_review_and_nothing_else_does() {
 
     // A ping, and an event the hook does not take: answered, nothing started.
     for (event, delivery) in [("ping", "d-ping"), ("pull_request", "d-pr")] {
-        let (body, signature) = github_delivery(&hook.secret, event, 0);
+        let (body, signature) = github_delivery(hook.secret.as_deref().unwrap(), event, 0);
         let h = [
             ("x-github-event", event),
             ("x-github-delivery", delivery),
@@ -282,8 +282,8 @@ async fn a_signed_github_push_starts_one_review_and_nothing_else_does() {
         .await;
     assert_eq!(s, 200, "{v}");
     let rotated: HookSecret = serde_json::from_value(v).unwrap();
-    assert_ne!(rotated.secret, hook.secret);
-    let (body, old) = github_delivery(&hook.secret, "push", 1);
+    assert_ne!(Some(&rotated.secret), hook.secret.as_ref());
+    let (body, old) = github_delivery(hook.secret.as_deref().unwrap(), "push", 1);
     let h = |sig| {
         [
             ("x-github-event", "push"),
@@ -349,7 +349,8 @@ async fn standard_webhooks_signed_by_the_reference_library_start_runs_within_the
         json!({"kind": "standard", "agent": "assistant", "max_runs_per_hour": 1}),
     )
     .await;
-    assert!(hook.secret.starts_with("whsec_"), "{}", hook.secret);
+    let secret = hook.secret.clone().unwrap();
+    assert!(secret.starts_with("whsec_"), "{secret}");
     let id = &hook.hook_id;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -359,7 +360,7 @@ async fn standard_webhooks_signed_by_the_reference_library_start_runs_within_the
         let body = json!({"type": "invoice.paid", "timestamp": "2026-12-05T10:00:00Z",
                           "data": {"invoice": msg}})
         .to_string();
-        let sig = standard_signature(&hook.secret, msg, at, &body);
+        let sig = standard_signature(&secret, msg, at, &body);
         (body, sig, at.to_string())
     };
 
@@ -460,7 +461,7 @@ async fn hooks_are_their_tenants_and_their_templates_are_checked() {
         json!({"kind": "github", "agent": "assistant", "input_template": "{{ payload.pull_request.title }}"}),
     )
     .await;
-    let (body, signature) = github_delivery(&hook.secret, "push", 0);
+    let (body, signature) = github_delivery(hook.secret.as_deref().unwrap(), "push", 0);
     let h = [
         ("x-github-event", "push"),
         ("x-github-delivery", "d-1"),
@@ -500,7 +501,7 @@ async fn hooks_are_their_tenants_and_their_templates_are_checked() {
             &[],
         )
         .await;
-    assert!(!listed.to_string().contains(&hook.secret));
+    assert!(!listed.to_string().contains(hook.secret.as_deref().unwrap()));
     let page: HooksPage = serde_json::from_value(listed).unwrap();
     assert_eq!(page.hooks.len(), 1);
 

@@ -4,6 +4,8 @@
 //! resources). `emulator.rs` and `restart.rs` stay binaries of their own:
 //! one measures its emulator's CPU, the other restarts it.
 
+#[path = "alarms.rs"]
+mod alarms;
 #[path = "alerts.rs"]
 mod alerts;
 #[path = "api.rs"]

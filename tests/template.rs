@@ -323,8 +323,8 @@ fn queues_outlast_their_consumers_and_report_batch_failures() {
     let mappings = t.event_source_mappings();
     assert_eq!(
         mappings.len(),
-        5,
-        "dispatch, delivery, both dead-letter queues, harness"
+        6,
+        "dispatch, delivery, alarms, both dead-letter queues, harness"
     );
     for m in mappings {
         let q = &queues[&m.queue_logical_id];

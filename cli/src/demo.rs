@@ -214,7 +214,10 @@ async fn webhook(c: &Client) -> Result<()> {
     let push = json!({"ref": "refs/heads/main", "after": "5f2c9e1",
         "repository": {"full_name": "octo/hello"}})
     .to_string();
-    let signature = hmac_sha256_hex(hook.secret.as_bytes(), push.as_bytes());
+    let secret = hook
+        .secret
+        .ok_or_else(|| anyhow!("a github hook came without its secret"))?;
+    let signature = hmac_sha256_hex(secret.as_bytes(), push.as_bytes());
     let resp = reqwest::Client::new()
         .post(&hook.url)
         .header("x-github-event", "push")

@@ -14,9 +14,10 @@ use crate::client::Client;
 
 #[derive(Subcommand)]
 pub enum HooksCmd {
-    /// Create a hook; prints its URL and its secret (shown this once).
+    /// Create a hook; prints its URL and its secret (shown this once), or
+    /// for a cloudwatch hook the SNS topic its alarms' actions name.
     Create {
-        /// github, standard or alertmanager.
+        /// github, standard, alertmanager or cloudwatch.
         #[arg(long)]
         kind: String,
         #[arg(long, conflicts_with_all = ["team", "chain"])]
@@ -34,7 +35,11 @@ pub enum HooksCmd {
         /// github: the events that start a Run, comma-separated.
         #[arg(long, value_delimiter = ',')]
         events: Option<Vec<String>>,
-        /// alertmanager: `run` to start a Run for resolved notifications too.
+        /// cloudwatch: the alarms that start a Run, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        alarm_names: Option<Vec<String>>,
+        /// alertmanager, cloudwatch: `run` to start a Run for resolved
+        /// notifications (an alarm back to OK) too.
         #[arg(long)]
         on_resolved: Option<String>,
         #[arg(long)]
@@ -74,6 +79,7 @@ pub async fn run(c: &Client, cmd: HooksCmd) -> Result<Value> {
             template,
             callback_url,
             events,
+            alarm_names,
             on_resolved,
             max_runs_per_hour,
             disabled,
@@ -85,6 +91,7 @@ pub async fn run(c: &Client, cmd: HooksCmd) -> Result<Value> {
                 ("chain", chain.map(Value::from)),
                 ("callback_url", callback_url.map(Value::from)),
                 ("events", events.map(Value::from)),
+                ("alarm_names", alarm_names.map(Value::from)),
                 ("on_resolved", on_resolved.map(Value::from)),
                 ("max_runs_per_hour", max_runs_per_hour.map(Value::from)),
                 ("enabled", disabled.then_some(Value::Bool(false))),

@@ -417,9 +417,9 @@ impl LocalStack {
 
         // Schedules fire here as EventBridge Scheduler would fire them.
         let queues: HashMap<String, String> = provisioned
-            .queue_urls
+            .queue_arns
             .iter()
-            .filter_map(|(id, url)| Some((template.physical_name(id).ok()?, url.clone())))
+            .filter_map(|(id, arn)| Some((arn.clone(), provisioned.queue_urls.get(id)?.clone())))
             .collect();
         let timers = timers::LocalTimers {
             aws: aws.clone(),

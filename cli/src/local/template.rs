@@ -229,6 +229,16 @@ impl Template {
                         .ok_or_else(|| anyhow!("the role {res} needs the stack's account"))?,
                     self.physical_name(res)?
                 )),
+                // A queue's ARN, as the emulator makes it: SNS delivers to it
+                // and EventBridge Scheduler's targets name it.
+                "Arn" if ty == Some("AWS::SQS::Queue") => Ok(format!(
+                    "arn:aws:sqs:{}:{}:{}",
+                    self.region,
+                    self.parameters
+                        .get(ACCOUNT_ID)
+                        .ok_or_else(|| anyhow!("the queue {res} needs the stack's account"))?,
+                    self.physical_name(res)?
+                )),
                 "QueueName" | "Arn" => self.physical_name(res),
                 other => bail!("GetAtt {res}.{other} is not supported locally"),
             };

@@ -29,7 +29,7 @@ const MAX_LATE: usize = 5;
 pub struct LocalTimers {
     pub aws: AwsClients,
     pub group: String,
-    /// Queue name (a local target ARN) → URL.
+    /// Queue ARN → URL.
     pub queues: HashMap<String, String>,
     pub poll: Duration,
 }

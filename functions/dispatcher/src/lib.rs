@@ -80,6 +80,9 @@ impl Dispatcher {
         let queue = source_queue(&msg);
         let receives = receive_count(&msg);
         let body = msg.body.unwrap_or_default();
+        if !self.svc.cfg.alarms.queue.is_empty() && queue == self.svc.cfg.alarms.queue {
+            return self.alarm(&body).await.unwrap_or_else(Outcome::from);
+        }
         if self.svc.queues.is_dead_letter_queue(&queue) {
             return self
                 .dead_letter(&queue, &body, receives)
@@ -215,6 +218,7 @@ impl Dispatcher {
     }
 }
 
+mod alarms;
 mod approvals;
 mod callbacks;
 mod chains;

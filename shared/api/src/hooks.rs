@@ -37,7 +37,13 @@ pub struct CreateHookBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(min_items = 1, max_items = 64)]
     pub events: Option<Vec<String>>,
-    /// `alertmanager` only: what a resolved notification does.
+    /// `cloudwatch` only: the alarms that start a Run (default: every
+    /// alarm whose actions name the hook's topic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_items = 1, max_items = 64)]
+    pub alarm_names: Option<Vec<String>>,
+    /// `alertmanager` and `cloudwatch`: what a resolved notification (an
+    /// alarm back to `OK`) does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_resolved: Option<OnResolved>,
     /// Default 60.
@@ -70,6 +76,9 @@ pub struct PatchHookBody {
     #[schema(nullable)]
     pub events: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable)]
+    pub alarm_names: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_resolved: Option<OnResolved>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_runs_per_hour: Option<u32>,
@@ -97,7 +106,12 @@ pub struct HookView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alarm_names: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_resolved: Option<OnResolved>,
+    /// `cloudwatch`: the SNS topic its alarms' actions name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_arn: Option<String>,
     pub max_runs_per_hour: u32,
     pub enabled: bool,
     pub created_at: String,
@@ -105,7 +119,8 @@ pub struct HookView {
     pub version: u64,
 }
 
-/// `201`: the hook, and its secret, shown in this answer only.
+/// `201`: the hook, and its secret, shown in this answer only (a
+/// cloudwatch hook has none: its topic instead).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct HookCreated {
     pub hook_id: String,
@@ -113,7 +128,11 @@ pub struct HookCreated {
     /// `github`: paste into GitHub's "Secret" field. `standard`: the
     /// `whsec_…` signing secret. `alertmanager`: the receiver's bearer
     /// token. Not stored; not shown again.
-    pub secret: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// `cloudwatch`: the SNS topic to name in alarms' actions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_arn: Option<String>,
     pub hook: HookView,
 }
 

@@ -39,6 +39,8 @@ pub struct Config {
     /// Scheduler's group, the role it assumes, the dispatch queue it sends
     /// to and the dead-letter queue of firings it could not send.
     pub timers: TimerConfig,
+    /// Where cloudwatch hooks' alarms arrive.
+    pub alarms: AlarmConfig,
     /// Name of the dispatch queue (`ARMADA_DISPATCH_QUEUE`); URLs are resolved at start.
     pub dispatch_queue: String,
     /// Name of the dispatch dead-letter queue (`ARMADA_DISPATCH_DLQ`).
@@ -122,6 +124,16 @@ pub struct Config {
     pub platform_urls: Vec<String>,
     /// Where sandbox tasks run.
     pub sandbox: SandboxConfig,
+}
+
+/// Where cloudwatch hooks' alarms arrive: each hook's SNS topic
+/// (`ARMADA_ALARM_TOPIC_PREFIX` and the hook's id) delivers to the alarms
+/// queue (`ARMADA_ALARMS_QUEUE`, `ARMADA_ALARMS_QUEUE_ARN`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlarmConfig {
+    pub queue: String,
+    pub queue_arn: String,
+    pub topic_prefix: String,
 }
 
 /// EventBridge Scheduler, as schedules' timers use it.
@@ -253,6 +265,18 @@ impl Config {
             idempotency_table: req("ARMADA_IDEMPOTENCY_TABLE")?,
             quotas_table: req("ARMADA_QUOTAS_TABLE")?,
             triggers_table: req("ARMADA_TRIGGERS_TABLE")?,
+            alarms: AlarmConfig {
+                queue: vars.get("ARMADA_ALARMS_QUEUE").cloned().unwrap_or_default(),
+                queue_arn: vars
+                    .get("ARMADA_ALARMS_QUEUE_ARN")
+                    .cloned()
+                    .unwrap_or_default(),
+                topic_prefix: vars
+                    .get("ARMADA_ALARM_TOPIC_PREFIX")
+                    .filter(|v| !v.is_empty())
+                    .cloned()
+                    .unwrap_or_else(|| "armada-alarms-".into()),
+            },
             timers: TimerConfig {
                 group: vars
                     .get("ARMADA_SCHEDULE_GROUP")

@@ -39,6 +39,7 @@ use crate::adapters::ecs::SandboxProvider;
 use crate::adapters::models::Models;
 use crate::adapters::s3::Payloads;
 use crate::adapters::scheduler::EventBridgeTimers;
+use crate::adapters::sns::AlarmTopics;
 use crate::adapters::sqs::Queues as SqsQueues;
 use crate::clock::Clock;
 use crate::config::Config;
@@ -49,7 +50,7 @@ use crate::services::tools::InlineTools;
 
 pub use crate::ports::{
     Also, Approvals, Blobs, Hooks, Idempotency, Mail, Model, Provider, Queues, Quotas, Registry,
-    RunEvents, Runs, SandboxReports, Sandboxes, SandboxesExt, Schedules, Sessions, Timers,
+    RunEvents, Runs, SandboxReports, Sandboxes, SandboxesExt, Schedules, Sessions, Timers, Topics,
 };
 
 /// Everything a handler needs, built once per process: the ports (AWS
@@ -66,6 +67,8 @@ pub struct Services {
     pub sessions: Arc<dyn Sessions>,
     pub approvals: Arc<dyn Approvals>,
     pub hooks: Arc<dyn Hooks>,
+    /// The alarm topics of cloudwatch hooks (SNS).
+    pub topics: Arc<dyn Topics>,
     pub schedules: Arc<dyn Schedules>,
     /// The timers that fire schedules (EventBridge Scheduler).
     pub timers: Arc<dyn Timers>,
@@ -127,6 +130,7 @@ impl Services {
             )),
             approvals: Arc::new(ApprovalStore::new(aws.dynamo.clone(), &cfg.approvals_table)),
             hooks: triggers.clone(),
+            topics: Arc::new(AlarmTopics::new(aws.sns.clone(), &cfg)),
             schedules: triggers,
             timers: Arc::new(EventBridgeTimers::new(aws.scheduler.clone(), &cfg)),
             registry: Arc::new(RegistryTable::new(aws.dynamo.clone(), &cfg.registry_table)),

@@ -24,7 +24,9 @@ use armada_core::Services;
 use armada_domain::api::RunTarget;
 use armada_domain::hook::inbound::Delivery;
 use armada_domain::hook::verify::hook_secret;
-use armada_domain::hook::{Hook, HookEvent, HookKind, HookPatch, HookRefusal, HookSpec};
+use armada_domain::hook::{
+    Hook, HookAction, HookEvent, HookKind, HookPatch, HookRefusal, HookSpec,
+};
 
 use super::accept::{egress_checked, refused};
 use super::{member, tenant_key};
@@ -66,7 +68,10 @@ pub(crate) fn hook_view(svc: &Services, h: &Hook) -> HookView {
         input_template: s.input_template.clone(),
         callback_url: s.callback_url.clone(),
         events: s.events.clone(),
-        on_resolved: (s.kind == HookKind::Alertmanager).then_some(s.on_resolved),
+        alarm_names: s.alarm_names.clone(),
+        topic_arn: h.topic_arn.clone(),
+        on_resolved: matches!(s.kind, HookKind::Alertmanager | HookKind::Cloudwatch)
+            .then_some(s.on_resolved),
         max_runs_per_hour: s.max_runs_per_hour,
         enabled: h.enabled(),
         created_at: rfc3339(h.created_at_ms),
@@ -112,13 +117,28 @@ async fn change_hook(
     )
     .await?;
     let not_found = || ApiError::not_found(&format!("hook '{hook_id}'"));
-    match changed {
-        Some(Changed::Written(h, _)) => Ok(h),
-        Some(Changed::Missing | Changed::Left(_)) => Err(not_found()),
-        Some(Changed::Refused(_, HookRefusal::Deleted)) => Err(not_found()),
-        Some(Changed::Refused(_, HookRefusal::Invalid(e))) => Err(e.into()),
-        None => Err(ApiError::unavailable("the hook is changing quickly; retry")),
+    let (hook, actions) = match changed {
+        Some(Changed::Written(h, actions)) => (h, actions),
+        Some(Changed::Missing | Changed::Left(_)) => return Err(not_found()),
+        Some(Changed::Refused(_, HookRefusal::Deleted)) => return Err(not_found()),
+        Some(Changed::Refused(_, HookRefusal::Invalid(e))) => return Err(e.into()),
+        Some(Changed::Refused(_, e @ HookRefusal::NoSecret)) => {
+            return Err(ApiError::conflict("HOOK_HAS_NO_SECRET", e.to_string()))
+        }
+        None => return Err(ApiError::unavailable("the hook is changing quickly; retry")),
+    };
+    for action in actions {
+        match action {
+            HookAction::DeleteTopic(arn) => {
+                if let Err(e) = svc.topics.delete(&arn).await {
+                    // The hook is gone: an alarm reaching its topic finds none.
+                    tracing::warn!(hook_id, topic = %arn, error = %e, "a deleted hook's topic was left");
+                }
+            }
+            HookAction::ShowSecret => {}
+        }
     }
+    Ok(hook)
 }
 
 fn limit(q: &ListQuery) -> Result<usize, ApiError> {
@@ -157,7 +177,7 @@ pub(crate) async fn create_hook(
     let key = member(&who)?;
     let (spec, enabled) = HookSpec::parse(&body)?;
     check_spec(&svc, &spec).await?;
-    let hook = Hook::new(
+    let mut hook = Hook::new(
         &new_id("hook"),
         &key.tenant,
         &key.key_id,
@@ -166,6 +186,10 @@ pub(crate) async fn create_hook(
         "",
         svc.clock.now_ms(),
     );
+    if hook.spec.kind == HookKind::Cloudwatch {
+        // Its topic first: a hook whose topic was never made is not kept.
+        hook.topic_arn = Some(svc.topics.create(&hook.hook_id).await?);
+    }
     svc.hooks.create(&hook).await?;
     tracing::info!(hook_id = %hook.hook_id, tenant = %hook.tenant, kind = hook.spec.kind.as_str(), "hook created");
     Ok((
@@ -173,7 +197,8 @@ pub(crate) async fn create_hook(
         Json(HookCreated {
             hook_id: hook.hook_id.clone(),
             url: hook_url(&svc, &hook.hook_id),
-            secret: secret_of(&svc, &hook),
+            secret: (hook.spec.kind != HookKind::Cloudwatch).then(|| secret_of(&svc, &hook)),
+            topic_arn: hook.topic_arn.clone(),
             hook: hook_view(&svc, &hook),
         }),
     ))
@@ -276,6 +301,7 @@ pub(crate) async fn delete_hook(
     responses(
         (status = 200, description = "Rotated: the new secret.", body = HookSecret),
         (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
+        (status = 409, description = "`HOOK_HAS_NO_SECRET`: a cloudwatch hook.", body = ErrorBody),
         KeyRefusals,
     ),
     security(("member_key" = [])))]

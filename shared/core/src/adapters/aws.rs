@@ -23,6 +23,8 @@ pub struct AwsClients {
     pub sts: aws_sdk_sts::Client,
     /// EventBridge Scheduler: the timers of schedules.
     pub scheduler: aws_sdk_scheduler::Client,
+    /// SNS: the alarm topics of cloudwatch hooks.
+    pub sns: aws_sdk_sns::Client,
     pub sdk_config: aws_config::SdkConfig,
     pub calls: CallCounter,
 }
@@ -78,7 +80,13 @@ impl AwsClients {
                 .interceptor(calls.clone())
                 .build(),
         );
+        let sns = aws_sdk_sns::Client::from_conf(
+            aws_sdk_sns::config::Builder::from(&sdk_config)
+                .interceptor(calls.clone())
+                .build(),
+        );
         AwsClients {
+            sns,
             dynamo,
             sqs,
             s3,

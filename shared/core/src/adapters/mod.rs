@@ -10,4 +10,5 @@ pub mod models;
 pub mod s3;
 pub mod scheduler;
 pub mod ses;
+pub mod sns;
 pub mod sqs;

@@ -46,13 +46,17 @@ pub struct Queues {
 impl Queues {
     pub async fn resolve(sqs: Client, cfg: &Config) -> Result<Self, StoreError> {
         let mut urls = HashMap::new();
+        let alarms = Some(&cfg.alarms.queue).filter(|q| !q.is_empty());
         for name in [
             &cfg.dispatch_queue,
             &cfg.harness_queue,
             &cfg.dispatch_dlq,
             &cfg.harness_dlq,
             &cfg.delivery_queue,
-        ] {
+        ]
+        .into_iter()
+        .chain(alarms)
+        {
             let out = sqs
                 .get_queue_url()
                 .queue_name(name)

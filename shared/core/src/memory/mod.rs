@@ -83,6 +83,8 @@ pub struct State {
     pub deliveries: Vec<Delivery>,
     /// (hook, hour) → Runs started (the hook's `max_runs_per_hour`).
     pub hook_starts: HashMap<(String, i64), u32>,
+    /// Alarm topics made, by ARN.
+    pub topics: std::collections::HashSet<String>,
     pub schedules: HashMap<String, Schedule>,
     /// (schedule, scheduled at) → its firing, in order.
     pub firings: BTreeMap<(String, i64), FiringRecord>,
@@ -193,6 +195,7 @@ impl Services {
             sessions: mem.clone(),
             approvals: mem.clone(),
             hooks: mem.clone(),
+            topics: mem.clone(),
             schedules: mem.clone(),
             timers: mem.clone(),
             registry: mem.clone(),

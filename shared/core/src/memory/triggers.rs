@@ -7,7 +7,7 @@ use armada_domain::hook::{Hook, HookState};
 
 use super::{conflict, Memory};
 use crate::error::StoreError;
-use crate::ports::Hooks;
+use crate::ports::{Hooks, Topics};
 
 #[async_trait]
 impl Hooks for Memory {
@@ -85,5 +85,26 @@ impl Hooks for Memory {
         }
         *n += 1;
         Ok(true)
+    }
+}
+
+/// Topics in memory: `arn:memory:sns:alarms-<hook_id>`.
+#[async_trait]
+impl Topics for Memory {
+    async fn create(&self, hook_id: &str) -> Result<String, StoreError> {
+        let arn = format!("arn:memory:sns:alarms-{hook_id}");
+        self.state().topics.insert(arn.clone());
+        Ok(arn)
+    }
+
+    async fn delete(&self, topic_arn: &str) -> Result<(), StoreError> {
+        self.state().topics.remove(topic_arn);
+        Ok(())
+    }
+
+    fn hook_of(&self, topic_arn: &str) -> Option<String> {
+        topic_arn
+            .strip_prefix("arn:memory:sns:alarms-")
+            .map(str::to_string)
     }
 }

@@ -49,3 +49,16 @@ impl<T: Hooks + ?Sized> Versioned<Hook> for T {
         self.update(*read, hook).await
     }
 }
+
+/// The alarm topics of cloudwatch hooks: one SNS topic per hook, which
+/// alarms' actions name, delivering to the stack's alarms queue.
+#[async_trait]
+pub trait Topics: Send + Sync + Debug {
+    /// Makes hook `hook_id`'s topic, subscribed to the alarms queue and
+    /// open to CloudWatch; its ARN.
+    async fn create(&self, hook_id: &str) -> Result<String, StoreError>;
+    /// Deletes a topic (gone already is fine).
+    async fn delete(&self, topic_arn: &str) -> Result<(), StoreError>;
+    /// The hook a topic of this stack is for.
+    fn hook_of(&self, topic_arn: &str) -> Option<String>;
+}

@@ -25,7 +25,7 @@ pub mod sessions;
 
 pub use approvals::Approvals;
 pub use blobs::{Blobs, Bounded};
-pub use hooks::Hooks;
+pub use hooks::{Hooks, Topics};
 pub use idempotency::{IdemRecord, Idempotency};
 pub use mail::Mail;
 pub use model::Model;

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod callbacks;
+pub mod deliveries;
 pub mod egress;
 pub mod ending;
 pub mod sandboxing;

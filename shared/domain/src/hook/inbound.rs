@@ -99,7 +99,59 @@ pub fn read(
             })
         }
         HookKind::Alertmanager => alertmanager(spec, payload),
+        HookKind::Cloudwatch => alarm(spec, payload),
     }
+}
+
+/// A CloudWatch alarm's state change, as its SNS message carries it
+/// (docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/AlarmThatSendsEmail.html).
+/// Every field but the name, the new state and the time of the change is
+/// optional: `AlarmDescription`, for one, is `null` when the alarm has
+/// none. The dedup key is the alarm (its ARN, or its account, region and
+/// name) and the time of the change: SNS's retries of one change share
+/// it, the next change does not.
+fn alarm(spec: &HookSpec, payload: &Value) -> Result<Inbound, Unreadable> {
+    let text = |name: &str| payload.get(name).and_then(Value::as_str);
+    let required = |name: &str| {
+        text(name)
+            .ok_or_else(|| Unreadable(format!("{name}: must be a string (a CloudWatch alarm)")))
+    };
+    let name = required("AlarmName")?;
+    let state = required("NewStateValue")?;
+    let changed = required("StateChangeTime")?;
+    let alarm = match text("AlarmArn") {
+        Some(arn) => arn.to_string(),
+        None => format!(
+            "{}:{}:{name}",
+            text("AWSAccountId").unwrap_or_default(),
+            text("Region").unwrap_or_default()
+        ),
+    };
+    let verdict = if spec
+        .alarm_names
+        .as_ref()
+        .is_some_and(|names| !names.iter().any(|n| n == name))
+    {
+        Verdict::Filtered {
+            reason: format!("the hook does not start runs for the alarm '{name}'"),
+        }
+    } else {
+        match state {
+            "ALARM" => Verdict::Start,
+            "OK" if spec.on_resolved == OnResolved::Run => Verdict::Start,
+            "OK" => Verdict::Filtered {
+                reason: "the alarm is OK again (the hook's on_resolved is 'ignore')".into(),
+            },
+            other => Verdict::Filtered {
+                reason: format!("the alarm's state is {other}"),
+            },
+        }
+    };
+    Ok(Inbound {
+        event: state.to_string(),
+        dedup_key: sha256_hex(format!("{alarm}\n{changed}").as_bytes()),
+        verdict,
+    })
 }
 
 fn header<'a>(value: Option<&'a str>, name: &str) -> Result<&'a str, Unreadable> {

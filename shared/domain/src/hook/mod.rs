@@ -41,16 +41,26 @@ pub enum HookKind {
     Standard,
     /// Prometheus Alertmanager's webhook receiver: a bearer token.
     Alertmanager,
+    /// CloudWatch alarms: an SNS topic of the hook's own that alarms'
+    /// actions name, delivered to a queue the stack consumes (no public
+    /// endpoint, no secret).
+    Cloudwatch,
 }
 
 impl HookKind {
-    pub const ALL: [HookKind; 3] = [HookKind::Github, HookKind::Standard, HookKind::Alertmanager];
+    pub const ALL: [HookKind; 4] = [
+        HookKind::Github,
+        HookKind::Standard,
+        HookKind::Alertmanager,
+        HookKind::Cloudwatch,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             HookKind::Github => "github",
             HookKind::Standard => "standard",
             HookKind::Alertmanager => "alertmanager",
+            HookKind::Cloudwatch => "cloudwatch",
         }
     }
 
@@ -97,6 +107,7 @@ pub const HOOK_FIELDS: &[&str] = &[
     "input_template",
     "callback_url",
     "events",
+    "alarm_names",
     "on_resolved",
     "max_runs_per_hour",
     "enabled",
@@ -114,6 +125,10 @@ pub struct HookSpec {
     /// GitHub events that start a Run (`None`: every event but `ping`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<String>>,
+    /// CloudWatch alarms that start a Run (`None`: every alarm whose
+    /// actions name the hook's topic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alarm_names: Option<Vec<String>>,
     #[serde(default)]
     pub on_resolved: OnResolved,
     pub max_runs_per_hour: u32,
@@ -131,6 +146,9 @@ pub struct Hook {
     state: HookState,
     /// The salt of the last rotation (`""` before the first).
     pub salt: String,
+    /// A cloudwatch hook's SNS topic, once made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_arn: Option<String>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
     /// Incremented by every write; every write is conditional on it.
@@ -156,6 +174,7 @@ impl HookSpec {
             input_template: None,
             callback_url: None,
             events: None,
+            alarm_names: None,
             on_resolved: OnResolved::Ignore,
             max_runs_per_hour: DEFAULT_MAX_RUNS_PER_HOUR,
         };
@@ -185,11 +204,20 @@ impl HookSpec {
             }
             self.events = e;
         }
+        if let Some(a) = patch.alarm_names {
+            if a.is_some() && self.kind != HookKind::Cloudwatch {
+                return Err(FieldError::new(
+                    "alarm_names",
+                    "only a cloudwatch hook filters alarms",
+                ));
+            }
+            self.alarm_names = a;
+        }
         if let Some(r) = patch.on_resolved {
-            if self.kind != HookKind::Alertmanager {
+            if !matches!(self.kind, HookKind::Alertmanager | HookKind::Cloudwatch) {
                 return Err(FieldError::new(
                     "on_resolved",
-                    "only an alertmanager hook has resolved notifications",
+                    "only an alertmanager or cloudwatch hook has resolved notifications",
                 ));
             }
             self.on_resolved = r;
@@ -216,6 +244,7 @@ pub struct HookPatch {
     pub input_template: Option<Option<String>>,
     pub callback_url: Option<Option<String>>,
     pub events: Option<Option<Vec<String>>>,
+    pub alarm_names: Option<Option<Vec<String>>>,
     pub on_resolved: Option<OnResolved>,
     pub max_runs_per_hour: Option<u32>,
     pub enabled: Option<bool>,
@@ -229,6 +258,7 @@ pub const HOOK_PATCH_FIELDS: &[&str] = &[
     "input_template",
     "callback_url",
     "events",
+    "alarm_names",
     "on_resolved",
     "max_runs_per_hour",
     "enabled",
@@ -293,6 +323,25 @@ impl HookPatch {
             None if cleared("events") => Some(None),
             None => None,
         };
+        let alarm_names = match f.opt_str_list("alarm_names")? {
+            Some(list) => {
+                if list.is_empty() || list.len() > MAX_EVENTS {
+                    return Err(FieldError::new(
+                        "alarm_names",
+                        &format!("must name between 1 and {MAX_EVENTS} alarms"),
+                    ));
+                }
+                if let Some(bad) = list.iter().find(|n| n.is_empty() || n.len() > 255) {
+                    return Err(FieldError::new(
+                        "alarm_names",
+                        &format!("'{bad}' is not an alarm name (1-255 characters)"),
+                    ));
+                }
+                Some(Some(list))
+            }
+            None if cleared("alarm_names") => Some(None),
+            None => None,
+        };
         let on_resolved = match f.opt_str("on_resolved")? {
             Some("ignore") => Some(OnResolved::Ignore),
             Some("run") => Some(OnResolved::Run),
@@ -319,6 +368,7 @@ impl HookPatch {
             input_template,
             callback_url,
             events,
+            alarm_names,
             on_resolved,
             max_runs_per_hour,
             enabled: f.opt_bool("enabled")?,
@@ -357,6 +407,7 @@ impl Hook {
                 HookState::Disabled
             },
             salt: salt.to_string(),
+            topic_arn: None,
             created_at_ms: now_ms,
             updated_at_ms: now_ms,
             version: 1,
@@ -390,6 +441,8 @@ pub enum HookEvent {
 pub enum HookAction {
     /// Show the new secret, once.
     ShowSecret,
+    /// Delete the hook's alarm topic.
+    DeleteTopic(String),
 }
 
 /// Why a hook refused a change (nothing changed).
@@ -397,6 +450,9 @@ pub enum HookAction {
 pub enum HookRefusal {
     #[error("the hook was deleted")]
     Deleted,
+    /// A cloudwatch hook has no secret: its alarms come through its topic.
+    #[error("a cloudwatch hook has no secret to rotate: its alarms come through its topic")]
+    NoSecret,
     #[error("{0}")]
     Invalid(FieldError),
 }
@@ -422,13 +478,22 @@ impl crate::machine::Machine for Hook {
                 }
                 vec![]
             }
+            (HookState::Enabled | HookState::Disabled, HookEvent::Rotate { .. })
+                if self.spec.kind == HookKind::Cloudwatch =>
+            {
+                return Err(HookRefusal::NoSecret);
+            }
             (HookState::Enabled | HookState::Disabled, HookEvent::Rotate { salt }) => {
                 self.salt = salt;
                 vec![HookAction::ShowSecret]
             }
             (HookState::Enabled | HookState::Disabled, HookEvent::Delete) => {
                 self.state = HookState::Deleted;
-                vec![]
+                self.topic_arn
+                    .clone()
+                    .map(HookAction::DeleteTopic)
+                    .into_iter()
+                    .collect()
             }
         };
         self.updated_at_ms = now_ms;

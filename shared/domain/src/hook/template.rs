@@ -54,6 +54,13 @@ pub fn default_template(kind: HookKind) -> &'static str {
             "Webhook event: {{ event }}.\n\n",
             "Payload:\n{{ payload | tojson(indent=2) }}\n",
         ),
+        HookKind::Cloudwatch => concat!(
+            "CloudWatch alarm {{ payload.AlarmName | default('(unnamed)') }} is ",
+            "{{ payload.NewStateValue | default(event) }}",
+            "{% if payload.NewStateReason is defined and payload.NewStateReason %}: ",
+            "{{ payload.NewStateReason }}{% endif %}.\n\n",
+            "Payload:\n{{ payload | tojson(indent=2) }}\n",
+        ),
         HookKind::Alertmanager => concat!(
             "Alertmanager reports {{ payload.status | default('an update') }}",
             "{% if payload.commonLabels is defined and payload.commonLabels.alertname is defined %}",
@@ -159,7 +166,7 @@ mod tests {
 
     #[test]
     fn the_default_templates_render_with_and_without_what_they_name() {
-        for kind in [HookKind::Github, HookKind::Standard, HookKind::Alertmanager] {
+        for kind in HookKind::ALL {
             for payload in [
                 json!({}),
                 json!({"repository": {"full_name": "octo/hello"}, "status": "firing",

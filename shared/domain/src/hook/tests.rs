@@ -287,3 +287,116 @@ fn a_delivery_is_answered_once() {
         .unwrap()
         .starts_with(codes::HOOK_RATE_LIMITED));
 }
+
+/// A CloudWatch alarm's SNS message as AWS documents it, its description
+/// `null` (as for an alarm that has none).
+fn cloudwatch_alarm(state: &str, changed: &str) -> Value {
+    json!({
+        "AlarmName": "Example alarm name",
+        "AlarmDescription": null,
+        "AWSAccountId": "000000000000",
+        "AlarmConfigurationUpdatedTimestamp": "2023-08-01T12:00:00.000+0000",
+        "NewStateValue": state,
+        "NewStateReason": "Threshold Crossed: 1 datapoint [10.0 (01/08/23 12:00:00)] was greater than the threshold (1.0) (minimum 1 datapoint for OK -> ALARM transition).",
+        "StateChangeTime": changed,
+        "Region": "US East (N. Virginia)",
+        "AlarmArn": "arn:aws:cloudwatch:us-east-1:000000000000:alarm:Example alarm name",
+        "OldStateValue": "OK",
+        "OKActions": [],
+        "AlarmActions": ["arn:aws:sns:us-east-1:000000000000:example-topic"],
+        "InsufficientDataActions": [],
+        "Trigger": {"MetricName": "CPUUtilization", "Namespace": "AWS/EC2", "StatisticType": "Statistic",
+                    "Statistic": "AVERAGE", "Unit": null, "Dimensions": [], "Period": 60,
+                    "EvaluationPeriods": 1, "ComparisonOperator": "GreaterThanThreshold",
+                    "Threshold": 1.0, "TreatMissingData": "missing", "EvaluateLowSampleCountPercentile": ""}
+    })
+}
+
+#[test]
+fn cloudwatch_alarms_start_on_alarm_and_repeat_nothing_for_one_change() {
+    let s = spec(json!({"kind": "cloudwatch", "agent": "a"}));
+    let read = |v: &Value| inbound::read(&s, &Headers::default(), v).unwrap();
+    let first = read(&cloudwatch_alarm("ALARM", "2023-08-01T12:00:00.000+0000"));
+    assert_eq!(
+        (first.event.as_str(), first.verdict.clone()),
+        ("ALARM", Verdict::Start)
+    );
+    // SNS delivering the same change again: the same key.
+    let again = read(&cloudwatch_alarm("ALARM", "2023-08-01T12:00:00.000+0000"));
+    assert_eq!(again.dedup_key, first.dedup_key);
+    // OK again: nothing, unless asked; the next change is another key.
+    let ok = read(&cloudwatch_alarm("OK", "2023-08-01T12:05:00.000+0000"));
+    assert!(matches!(ok.verdict, Verdict::Filtered { .. }));
+    assert_ne!(ok.dedup_key, first.dedup_key);
+    let runs = spec(json!({"kind": "cloudwatch", "agent": "a", "on_resolved": "run"}));
+    let v = cloudwatch_alarm("OK", "2023-08-01T12:05:00.000+0000");
+    assert_eq!(
+        inbound::read(&runs, &Headers::default(), &v)
+            .unwrap()
+            .verdict,
+        Verdict::Start
+    );
+    let v = cloudwatch_alarm("INSUFFICIENT_DATA", "2023-08-01T12:06:00.000+0000");
+    assert!(matches!(read(&v).verdict, Verdict::Filtered { .. }));
+    // Only the alarms it names, when it names some.
+    let named = spec(json!({"kind": "cloudwatch", "agent": "a", "alarm_names": ["Disk full"]}));
+    let v = cloudwatch_alarm("ALARM", "2023-08-01T12:00:00.000+0000");
+    assert!(matches!(
+        inbound::read(&named, &Headers::default(), &v)
+            .unwrap()
+            .verdict,
+        Verdict::Filtered { .. }
+    ));
+    assert!(inbound::read(&s, &Headers::default(), &json!({"AlarmName": "x"})).is_err());
+    // The default template reads it, its null description and all.
+    let out = template::render(
+        s.template(),
+        &template::Context {
+            event: "ALARM",
+            payload: &cloudwatch_alarm("ALARM", "2023-08-01T12:00:00.000+0000"),
+            hook: template::HookContext {
+                hook_id: "hook_1",
+                kind: HookKind::Cloudwatch,
+            },
+        },
+    )
+    .unwrap();
+    assert!(
+        out.starts_with("CloudWatch alarm Example alarm name is ALARM: Threshold Crossed"),
+        "{out}"
+    );
+    // Its URL takes nothing: alarms come through its topic.
+    let sent = verify::Credentials::default();
+    assert!(verify::verify(HookKind::Cloudwatch, "x", b"{}", &sent, 0).is_err());
+    for (body, field) in [
+        (
+            json!({"kind": "github", "agent": "a", "alarm_names": ["x"]}),
+            "alarm_names",
+        ),
+        (
+            json!({"kind": "cloudwatch", "agent": "a", "alarm_names": []}),
+            "alarm_names",
+        ),
+    ] {
+        assert!(
+            HookSpec::parse(&body).unwrap_err().field.starts_with(field),
+            "{body}"
+        );
+    }
+}
+
+#[test]
+fn a_cloudwatch_hook_has_no_secret_and_takes_its_topic_with_it() {
+    let mut h = hook(json!({"kind": "cloudwatch", "agent": "a", "alarm_names": ["DiskFull"]}));
+    h.topic_arn = Some("arn:aws:sns:us-east-1:000000000000:stack-alarms-hook_1".into());
+    assert_eq!(
+        h.apply(HookEvent::Rotate { salt: "s".into() }, 2_000),
+        Err(HookRefusal::NoSecret)
+    );
+    assert_eq!(
+        h.apply(HookEvent::Delete, 3_000),
+        Ok(vec![HookAction::DeleteTopic(
+            "arn:aws:sns:us-east-1:000000000000:stack-alarms-hook_1".into()
+        )])
+    );
+}

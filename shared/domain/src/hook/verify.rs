@@ -33,7 +33,7 @@ pub fn hook_secret(deployment_secret: &str, hook_id: &str, salt: &str, kind: Hoo
         format!("armada-hook-secret\n{hook_id}\n{salt}").as_bytes(),
     );
     match kind {
-        HookKind::Github | HookKind::Alertmanager => hex::encode(raw),
+        HookKind::Github | HookKind::Alertmanager | HookKind::Cloudwatch => hex::encode(raw),
         HookKind::Standard => format!("{WHSEC}{}", BASE64.encode(raw)),
     }
 }
@@ -77,6 +77,8 @@ pub fn verify(
                 )
             }),
         HookKind::Standard => standard_ok(secret, body, sent, now_s),
+        // Its alarms come through its topic, never to its URL.
+        HookKind::Cloudwatch => false,
         HookKind::Alertmanager => sent
             .authorization
             .and_then(|a| a.strip_prefix("Bearer "))
