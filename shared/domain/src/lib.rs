@@ -13,6 +13,7 @@
 //! - [`messages`]: queue message contracts
 //! - [`agent`], [`skills`], [`team`]: registry data
 //! - [`hook`]: inbound webhooks: the hook record, signatures, deliveries
+//! - [`mailbox`]: mailboxes: inbound mail read, who may write, threaded replies
 //! - [`schedule`]: schedules: EventBridge Scheduler's expressions, the record, firings
 //! - [`sandbox`]: skill placement, limits, ports, capability profiles, mount policy
 //! - [`api`], [`fields`]: request validation, errors, API keys
@@ -30,6 +31,7 @@ pub mod fields;
 pub mod hook;
 pub mod ledger;
 pub mod machine;
+pub mod mailbox;
 pub mod messages;
 pub mod names;
 pub mod run;
