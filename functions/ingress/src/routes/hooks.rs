@@ -29,11 +29,7 @@ use armada_domain::hook::{
 };
 
 use super::accept::{egress_checked, refused};
-use super::{member, tenant_key};
-
-/// How many hooks or deliveries a list shows unless asked for fewer.
-const DEFAULT_LIMIT: u32 = 50;
-const MAX_LIMIT: u32 = 200;
+use super::{list_limit, member, tenant_key};
 
 /// Where a hook's sender posts.
 pub(crate) fn hook_url(svc: &Services, hook_id: &str) -> String {
@@ -141,17 +137,6 @@ async fn change_hook(
     Ok(hook)
 }
 
-fn limit(q: &ListQuery) -> Result<usize, ApiError> {
-    match q.limit.unwrap_or(DEFAULT_LIMIT) {
-        n @ 1..=MAX_LIMIT => Ok(n as usize),
-        _ => Err(ApiError::new(
-            400,
-            "INVALID_QUERY",
-            format!("limit: must be between 1 and {MAX_LIMIT}"),
-        )),
-    }
-}
-
 /// Creates a hook: where GitHub, a Standard Webhooks sender or
 /// Alertmanager posts, and the secret it signs with, shown once.
 #[utoipa::path(post, path = "/v1/hooks", tag = "hooks", request_body = CreateHookBody,
@@ -218,7 +203,7 @@ pub(crate) async fn list_hooks(
     Query(q): Query<ListQuery>,
 ) -> Result<Json<HooksPage>, ApiError> {
     let key = tenant_key(&who)?;
-    let hooks = svc.hooks.of_tenant(&key.tenant, limit(&q)?).await?;
+    let hooks = svc.hooks.of_tenant(&key.tenant, list_limit(&q)?).await?;
     Ok(Json(HooksPage {
         hooks: hooks.iter().map(|h| hook_view(&svc, h)).collect(),
     }))
@@ -349,7 +334,7 @@ pub(crate) async fn hook_deliveries(
     Query(q): Query<ListQuery>,
 ) -> Result<Json<DeliveriesPage>, ApiError> {
     let key = tenant_key(&who)?;
-    let limit = limit(&q)?;
+    let limit = list_limit(&q)?;
     own_hook(&svc, &key.tenant, &hook_id).await?;
     let deliveries = svc.hooks.deliveries(&hook_id, limit).await?;
     Ok(Json(DeliveriesPage {

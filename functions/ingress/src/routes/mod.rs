@@ -40,3 +40,19 @@ pub(crate) fn member(who: &Principal) -> Result<&TenantKey, ApiError> {
     }
     Ok(key)
 }
+
+/// How many records a list shows unless asked for fewer, and the most.
+const DEFAULT_LIMIT: u32 = 50;
+const MAX_LIMIT: u32 = 200;
+
+/// A list's `limit` (default 50, at most 200; `400 INVALID_QUERY` beyond).
+pub(crate) fn list_limit(q: &armada_api::hooks::ListQuery) -> Result<usize, ApiError> {
+    match q.limit.unwrap_or(DEFAULT_LIMIT) {
+        n @ 1..=MAX_LIMIT => Ok(n as usize),
+        _ => Err(ApiError::new(
+            400,
+            "INVALID_QUERY",
+            format!("limit: must be between 1 and {MAX_LIMIT}"),
+        )),
+    }
+}

@@ -29,25 +29,10 @@ use armada_domain::schedule::{
 };
 
 use super::accept::{egress_checked, refused};
-use super::{member, tenant_key};
-
-/// How many schedules or firings a list shows unless asked for fewer.
-const DEFAULT_LIMIT: u32 = 50;
-const MAX_LIMIT: u32 = 200;
+use super::{list_limit, member, tenant_key};
 
 /// What EventBridge Scheduler fills in with each firing's time.
 const SCHEDULED_TIME: &str = "<aws.scheduler.scheduled-time>";
-
-fn limit(q: &ListQuery) -> Result<usize, ApiError> {
-    match q.limit.unwrap_or(DEFAULT_LIMIT) {
-        n @ 1..=MAX_LIMIT => Ok(n as usize),
-        _ => Err(ApiError::new(
-            400,
-            "INVALID_QUERY",
-            format!("limit: must be between 1 and {MAX_LIMIT}"),
-        )),
-    }
-}
 
 pub(crate) fn schedule_view(svc: &Services, s: &Schedule) -> ScheduleView {
     let spec = &s.spec;
@@ -218,7 +203,10 @@ pub(crate) async fn list_schedules(
     Query(q): Query<ListQuery>,
 ) -> Result<Json<SchedulesPage>, ApiError> {
     let key = tenant_key(&who)?;
-    let schedules = svc.schedules.of_tenant(&key.tenant, limit(&q)?).await?;
+    let schedules = svc
+        .schedules
+        .of_tenant(&key.tenant, list_limit(&q)?)
+        .await?;
     Ok(Json(SchedulesPage {
         schedules: schedules.iter().map(|s| schedule_view(&svc, s)).collect(),
     }))
@@ -321,7 +309,7 @@ pub(crate) async fn schedule_firings(
     Query(q): Query<ListQuery>,
 ) -> Result<Json<FiringsPage>, ApiError> {
     let key = tenant_key(&who)?;
-    let limit = limit(&q)?;
+    let limit = list_limit(&q)?;
     own_schedule(&svc, &key.tenant, &schedule_id).await?;
     let firings = svc.schedules.firings(&schedule_id, limit).await?;
     Ok(Json(FiringsPage {

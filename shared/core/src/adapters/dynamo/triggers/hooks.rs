@@ -5,88 +5,40 @@ use async_trait::async_trait;
 use armada_domain::hook::inbound::Delivery;
 use armada_domain::hook::{Hook, HookState};
 
-use super::super::item::{get_json, json, n, put_new, s, ttl_after, written, Item};
+use super::super::item::{json, n, put_new, s, ttl_after, written, Item};
 use super::{TriggerStore, KEEP_DAYS};
 use crate::error::{classify, StoreError};
 use crate::ports::Hooks;
 
-fn hook_pk(hook_id: &str) -> String {
-    format!("hook#{hook_id}")
-}
+const KIND: &str = "hook";
 
-fn hook_item(h: &Hook) -> Item {
-    let mut item = Item::new();
-    item.insert("pk".into(), s(hook_pk(&h.hook_id)));
-    item.insert("sk".into(), s("hook"));
-    item.insert("list_key".into(), s(format!("hook#{}", h.tenant)));
-    item.insert("created_at".into(), n(h.created_at_ms));
-    item.insert("version".into(), n(h.version));
-    item.insert("doc".into(), json(h));
-    item
+fn item(h: &Hook) -> Item {
+    TriggerStore::owned_item(KIND, &h.hook_id, &h.tenant, h.created_at_ms, h.version, h)
 }
 
 #[async_trait]
 impl Hooks for TriggerStore {
     async fn create(&self, hook: &Hook) -> Result<(), StoreError> {
-        put_new(&self.dynamo, &self.table, hook_item(hook), "pk").await
+        self.create_owned(item(hook)).await
     }
 
     async fn get(&self, hook_id: &str) -> Result<Option<Hook>, StoreError> {
-        let out = self
-            .dynamo
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", s(hook_pk(hook_id)))
-            .key("sk", s("hook"))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(classify)?;
-        out.item().map(|i| get_json(i, "doc")).transpose()
+        self.get_owned(KIND, hook_id).await
     }
 
     async fn update(&self, prev_version: u64, hook: &Hook) -> Result<(), StoreError> {
-        let condition = "attribute_exists(pk) AND version = :v";
-        if hook.state() == HookState::Deleted {
-            self.dynamo
-                .delete_item()
-                .table_name(&self.table)
-                .key("pk", s(hook_pk(&hook.hook_id)))
-                .key("sk", s("hook"))
-                .condition_expression(condition)
-                .expression_attribute_values(":v", n(prev_version))
-                .send()
-                .await
-                .map_err(classify)?;
-            return Ok(());
-        }
-        self.dynamo
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(hook_item(hook)))
-            .condition_expression(condition)
-            .expression_attribute_values(":v", n(prev_version))
-            .send()
+        let written = (hook.state() != HookState::Deleted).then(|| item(hook));
+        self.write_owned_if(KIND, &hook.hook_id, prev_version, written)
             .await
-            .map_err(classify)?;
-        Ok(())
     }
 
     async fn of_tenant(&self, tenant: &str, limit: usize) -> Result<Vec<Hook>, StoreError> {
-        let query = self
-            .dynamo
-            .query()
-            .table_name(&self.table)
-            .index_name("by_owner")
-            .key_condition_expression("list_key = :k")
-            .expression_attribute_values(":k", s(format!("hook#{tenant}")))
-            .scan_index_forward(false);
-        self.documents(query, limit).await
+        self.list_owned(KIND, tenant, limit).await
     }
 
     async fn record_delivery(&self, d: &Delivery) -> Result<(), StoreError> {
         let mut item = Item::new();
-        item.insert("pk".into(), s(hook_pk(&d.hook_id)));
+        item.insert("pk".into(), s(Self::pk(KIND, &d.hook_id)));
         item.insert(
             "sk".into(),
             s(format!(
@@ -100,18 +52,8 @@ impl Hooks for TriggerStore {
     }
 
     async fn deliveries(&self, hook_id: &str, limit: usize) -> Result<Vec<Delivery>, StoreError> {
-        let query = self
-            .dynamo
-            .query()
-            .table_name(&self.table)
-            .key_condition_expression("pk = :pk AND begins_with(sk, :d)")
-            .expression_attribute_values(":pk", s(hook_pk(hook_id)))
-            .expression_attribute_values(":d", s("delivery#"))
-            .scan_index_forward(false)
-            .limit(limit.clamp(1, 1000) as i32);
-        self.documents(query, limit).await
+        self.kept(KIND, hook_id, "delivery#", limit).await
     }
-
     async fn count_start(
         &self,
         hook_id: &str,
@@ -122,7 +64,7 @@ impl Hooks for TriggerStore {
             self.dynamo
                 .update_item()
                 .table_name(&self.table)
-                .key("pk", s(hook_pk(hook_id)))
+                .key("pk", s(Self::pk(KIND, hook_id)))
                 .key("sk", s(format!("count#{window_s}")))
                 .update_expression("ADD #n :one SET purge_at = :exp")
                 .condition_expression("attribute_not_exists(#n) OR #n < :limit")

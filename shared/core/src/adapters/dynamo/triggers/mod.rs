@@ -11,7 +11,10 @@
 
 use aws_sdk_dynamodb::Client;
 
-use super::item::get_json;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::item::{get_json, json, n, put_new, s, Item};
 use crate::error::{classify, StoreError};
 
 mod hooks;
@@ -51,5 +54,128 @@ impl TriggerStore {
             }
         }
         Ok(out)
+    }
+
+    /// The partition of a hook or schedule: `<kind>#<id>`.
+    fn pk(kind: &str, id: &str) -> String {
+        format!("{kind}#{id}")
+    }
+
+    /// The item of a hook or schedule (`sk = <kind>`), listed by its tenant.
+    fn owned_item<T: Serialize>(
+        kind: &str,
+        id: &str,
+        tenant: &str,
+        created_at_ms: i64,
+        version: u64,
+        doc: &T,
+    ) -> Item {
+        let mut item = Item::new();
+        item.insert("pk".into(), s(Self::pk(kind, id)));
+        item.insert("sk".into(), s(kind));
+        item.insert("list_key".into(), s(format!("{kind}#{tenant}")));
+        item.insert("created_at".into(), n(created_at_ms));
+        item.insert("version".into(), n(version));
+        item.insert("doc".into(), json(doc));
+        item
+    }
+
+    async fn create_owned(&self, item: Item) -> Result<(), StoreError> {
+        put_new(&self.dynamo, &self.table, item, "pk").await
+    }
+
+    async fn get_owned<T: DeserializeOwned>(
+        &self,
+        kind: &str,
+        id: &str,
+    ) -> Result<Option<T>, StoreError> {
+        let out = self
+            .dynamo
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(Self::pk(kind, id)))
+            .key("sk", s(kind))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        out.item().map(|i| get_json(i, "doc")).transpose()
+    }
+
+    /// Writes `item` (or, `None`, deletes the record) if the stored one is
+    /// still at `prev_version`.
+    async fn write_owned_if(
+        &self,
+        kind: &str,
+        id: &str,
+        prev_version: u64,
+        item: Option<Item>,
+    ) -> Result<(), StoreError> {
+        let condition = "attribute_exists(pk) AND version = :v";
+        match item {
+            None => {
+                self.dynamo
+                    .delete_item()
+                    .table_name(&self.table)
+                    .key("pk", s(Self::pk(kind, id)))
+                    .key("sk", s(kind))
+                    .condition_expression(condition)
+                    .expression_attribute_values(":v", n(prev_version))
+                    .send()
+                    .await
+                    .map_err(classify)?;
+            }
+            Some(item) => {
+                self.dynamo
+                    .put_item()
+                    .table_name(&self.table)
+                    .set_item(Some(item))
+                    .condition_expression(condition)
+                    .expression_attribute_values(":v", n(prev_version))
+                    .send()
+                    .await
+                    .map_err(classify)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A tenant's hooks or schedules, newest first.
+    async fn list_owned<T: DeserializeOwned>(
+        &self,
+        kind: &str,
+        tenant: &str,
+        limit: usize,
+    ) -> Result<Vec<T>, StoreError> {
+        let query = self
+            .dynamo
+            .query()
+            .table_name(&self.table)
+            .index_name("by_owner")
+            .key_condition_expression("list_key = :k")
+            .expression_attribute_values(":k", s(format!("{kind}#{tenant}")))
+            .scan_index_forward(false);
+        self.documents(query, limit).await
+    }
+
+    /// What a hook or schedule keeps beside it (`sk = <prefix>…`: its
+    /// deliveries, its firings), newest first.
+    async fn kept<T: DeserializeOwned>(
+        &self,
+        kind: &str,
+        id: &str,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<T>, StoreError> {
+        let query = self
+            .dynamo
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :p)")
+            .expression_attribute_values(":pk", s(Self::pk(kind, id)))
+            .expression_attribute_values(":p", s(prefix))
+            .scan_index_forward(false)
+            .limit(limit.clamp(1, 1000) as i32);
+        self.documents(query, limit).await
     }
 }
