@@ -197,3 +197,40 @@ async fn schedules_say_when_they_fire_in_their_time_zone_and_refuse_what_aws_wou
     assert!(gone.is_err(), "the timer is deleted with it");
     t.stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_firing_due_while_the_stack_was_down_fires_once_when_it_is_back() {
+    let name = TestStack::stack_name();
+    // The deployment keeps its secret across restarts, as a deployed
+    // stack keeps its parameter: the timers' sealed messages stay valid.
+    let deployment =
+        armada_tests::params(&[("CallbackSigningSecret", "a secret kept across restarts")]);
+    let first = TestStack::start_as(name.clone(), deployment.clone(), None, vec![]).await;
+    let at = chrono::Utc::now() + chrono::Duration::seconds(4);
+    let expression = format!("at({})", at.format("%Y-%m-%dT%H:%M:%S"));
+    let created = create(
+        &first,
+        json!({"expression": expression, "agent": "assistant", "input": "catch up"}),
+    )
+    .await;
+    // Down, as `kill -9` of the functions host, before its time comes.
+    first.stack.kill();
+    wait::until("the firing's time to pass", wait::PATIENCE, || async {
+        (chrono::Utc::now() > at + chrono::Duration::seconds(1)).then_some(())
+    })
+    .await;
+
+    let second = TestStack::start_as(name, deployment, None, vec![]).await;
+    let fired = wait::until("the late firing", wait::PATIENCE, || async {
+        let page = firings(&second, &created.schedule_id).await;
+        (!page.firings.is_empty()).then_some(page)
+    })
+    .await;
+    assert_eq!(fired.firings.len(), 1, "once: {fired:?}");
+    let firing = &fired.firings[0];
+    assert_eq!(firing.outcome, FiringOutcome::Started, "{firing:?}");
+    assert!(firing.fired_at > firing.scheduled_at, "late: {firing:?}");
+    let run = second.wait_closed(firing.run_id.as_deref().unwrap()).await;
+    assert_eq!(run.state.outcome(), RunState::Completed, "{run:?}");
+    second.stack.stop().await;
+}

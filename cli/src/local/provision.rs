@@ -119,6 +119,18 @@ pub async fn provision(aws: &AwsClients, t: &Template) -> Result<Provisioned> {
         create_table(aws, &table).await?;
     }
     for group in t.schedule_groups()? {
+        // moto replaces a group made again (and drops its schedules) where
+        // AWS would refuse: one that exists is left as it is.
+        let exists = aws
+            .scheduler
+            .get_schedule_group()
+            .name(&group)
+            .send()
+            .await
+            .is_ok();
+        if exists {
+            continue;
+        }
         match aws
             .scheduler
             .create_schedule_group()
