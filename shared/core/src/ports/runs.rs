@@ -33,12 +33,15 @@ pub enum Also {
         content: Payload,
         run_id: String,
     },
-    /// The `Idempotency-Key` of the request that created the Run; written once.
+    /// The `Idempotency-Key` of the request that created the Run (or the
+    /// key of a hook's delivery or a schedule's firing); written once,
+    /// remembered `keep_days`.
     IdempotencyKey {
         tenant: String,
         key: String,
         record: IdemRecord,
         now_ms: i64,
+        keep_days: u32,
     },
     /// An approval of one of the Run's calls, created with the commit that
     /// parks the Run; written once.

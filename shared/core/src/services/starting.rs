@@ -55,6 +55,17 @@ pub enum StartRefused {
     Store(#[from] StoreError),
 }
 
+/// How long a Run's key is remembered: a caller's `Idempotency-Key` a
+/// day; a hook delivery's or a schedule firing's a week, since senders
+/// redeliver for days (GitHub keeps a delivery three days, Standard
+/// Webhooks senders retry for more than one).
+fn dedup_days(started_from: Option<&Trigger>) -> u32 {
+    match started_from {
+        Some(Trigger::Hook { .. } | Trigger::Schedule { .. }) => 7,
+        _ => 1,
+    }
+}
+
 /// A Run started (or found again by its key).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Accepted {
@@ -232,6 +243,7 @@ pub async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<Accepted, Star
         let created = run.push_event(created, now);
         // In a conflict, `which` is 1 + the index of the `Also` that failed.
         let mut also = Vec::new();
+        let keep_days = dedup_days(new.started_from.as_ref());
         let idem_index = new.idempotency.as_ref().map(|(key, fp)| {
             also.push(Also::IdempotencyKey {
                 tenant: new.tenant.to_string(),
@@ -241,6 +253,7 @@ pub async fn start_run(svc: &Services, new: NewRun<'_>) -> Result<Accepted, Star
                     run_id: run_id.clone(),
                 },
                 now_ms: now,
+                keep_days,
             });
             also.len()
         });
@@ -451,4 +464,26 @@ pub async fn target_exists(svc: &Services, target: &RunTarget) -> Result<(), Sta
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deliverys_or_firings_key_outlives_a_callers() {
+        let hook = Trigger::Hook {
+            hook_id: "h".into(),
+            event: "push".into(),
+            delivery_id: "d".into(),
+        };
+        let firing = Trigger::Schedule {
+            schedule_id: "s".into(),
+            scheduled_at: "2026-12-05T10:00:00Z".into(),
+        };
+        assert_eq!(dedup_days(Some(&hook)), 7);
+        assert_eq!(dedup_days(Some(&firing)), 7);
+        assert_eq!(dedup_days(None), 1);
+        assert_eq!(dedup_days(Some(&Trigger::Api)), 1);
+    }
 }

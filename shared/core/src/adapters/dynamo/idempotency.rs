@@ -1,5 +1,6 @@
 //! The idempotency table: `Idempotency-Key` fingerprints, written in the same
-//! transaction as the Run they created, expiring after a day.
+//! transaction as the Run they created, expiring after a day (the keys of
+//! hooks' deliveries and schedules' firings after a week).
 
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use aws_sdk_dynamodb::Client;
@@ -10,8 +11,6 @@ use crate::error::{classify, StoreError};
 use crate::ports;
 
 use async_trait::async_trait;
-
-const TTL_DAYS: i64 = 1;
 
 #[derive(Debug, Clone)]
 pub struct IdempotencyStore {
@@ -34,20 +33,22 @@ fn idem_key(tenant: &str, key: &str) -> String {
     format!("{tenant}#{key}")
 }
 
-/// The record of a key, written once in the transaction creating its Run.
+/// The record of a key, written once in the transaction creating its Run,
+/// kept `keep_days` (then TTL removes it).
 pub(crate) fn claim_item(
     table: &str,
     tenant: &str,
     key: &str,
     rec: &IdemRecord,
     now_ms: i64,
+    keep_days: u32,
 ) -> TransactWriteItem {
     let mut item = Item::new();
     item.insert("idem_key".into(), s(idem_key(tenant, key)));
     item.insert("fingerprint".into(), s(&rec.fingerprint));
     item.insert("run_id".into(), s(&rec.run_id));
     item.insert("created_at".into(), n(now_ms));
-    item.insert("expires_at".into(), ttl_after(now_ms, TTL_DAYS));
+    item.insert("expires_at".into(), ttl_after(now_ms, i64::from(keep_days)));
     put(table, item, "attribute_not_exists(idem_key)")
 }
 

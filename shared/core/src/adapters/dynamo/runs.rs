@@ -119,6 +119,7 @@ impl RunStore {
                     key,
                     record,
                     now_ms,
+                    keep_days,
                 } => tx.push(
                     owner,
                     idempotency::claim_item(
@@ -127,6 +128,7 @@ impl RunStore {
                         &key,
                         &record,
                         now_ms,
+                        keep_days,
                     ),
                 ),
                 Also::Approval(a) => {
