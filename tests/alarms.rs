@@ -10,30 +10,12 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use armada_api::hooks::{DeliveriesPage, HookCreated};
+use armada_api::hooks::HookCreated;
 use armada_domain::hook::inbound::Outcome;
 use armada_domain::run::Trigger;
 use armada_tests::{error_code, wait, RunState, TestStack};
 
 const ALARM: &str = include_str!("fixtures/aws/cloudwatch-alarm.json");
-
-async fn outcomes(t: &TestStack, hook_id: &str) -> Vec<(Outcome, Option<String>)> {
-    let (s, v) = t
-        .raw(
-            Method::GET,
-            &format!("/v1/hooks/{hook_id}/deliveries"),
-            Some(&t.stack.tenant_key),
-            None,
-            &[],
-        )
-        .await;
-    assert_eq!(s, 200, "{v}");
-    let page: DeliveriesPage = serde_json::from_value(v).unwrap();
-    page.deliveries
-        .into_iter()
-        .map(|d| (d.outcome, d.run_id))
-        .collect()
-}
 
 async fn publish(t: &TestStack, topic: &str, alarm: &Value) {
     t.stack
@@ -69,7 +51,7 @@ async fn an_alarm_on_the_hooks_topic_starts_one_run_per_state_change() {
     let alarm: Value = serde_json::from_str(ALARM).unwrap();
     publish(&t, &topic, &alarm).await;
     let seen = wait::until("the alarm to start a run", wait::PATIENCE, || async {
-        let seen = outcomes(&t, &id).await;
+        let seen = t.hook_deliveries(&id).await;
         (!seen.is_empty()).then_some(seen)
     })
     .await;
@@ -98,7 +80,7 @@ async fn an_alarm_on_the_hooks_topic_starts_one_run_per_state_change() {
         "the repeat and the OK to be answered",
         wait::PATIENCE,
         || async {
-            let seen = outcomes(&t, &id).await;
+            let seen = t.hook_deliveries(&id).await;
             (seen.len() >= 3).then_some(seen)
         },
     )

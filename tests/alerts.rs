@@ -14,7 +14,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use armada_api::hooks::{DeliveriesPage, HookCreated};
+use armada_api::hooks::HookCreated;
 use armada_domain::hook::inbound::Outcome;
 use armada_domain::run::Trigger;
 use armada_tests::{free_port, wait, RunState, TestStack};
@@ -119,24 +119,6 @@ fn alert(name: &str, starts: &str, ends: Option<&str>) -> Value {
     a
 }
 
-async fn outcomes(t: &TestStack, hook_id: &str) -> Vec<(Outcome, Option<String>)> {
-    let (s, v) = t
-        .raw(
-            Method::GET,
-            &format!("/v1/hooks/{hook_id}/deliveries?limit=200"),
-            Some(&t.stack.tenant_key),
-            None,
-            &[],
-        )
-        .await;
-    assert_eq!(s, 200, "{v}");
-    let page: DeliveriesPage = serde_json::from_value(v).unwrap();
-    page.deliveries
-        .into_iter()
-        .map(|d| (d.outcome, d.run_id))
-        .collect()
-}
-
 fn count(seen: &[(Outcome, Option<String>)], outcome: Outcome) -> usize {
     seen.iter().filter(|(o, _)| *o == outcome).count()
 }
@@ -164,7 +146,7 @@ async fn a_real_alertmanager_starts_one_run_per_firing_and_none_for_repeats_or_r
     am.post(json!([alert("DiskFull", &first_start, None)]))
         .await;
     let seen = wait::until("the firing to start a Run", wait::PATIENCE, || async {
-        let seen = outcomes(&t, &id).await;
+        let seen = t.hook_deliveries(&id).await;
         (count(&seen, Outcome::Started) >= 1).then_some(seen)
     })
     .await;
@@ -187,7 +169,7 @@ async fn a_real_alertmanager_starts_one_run_per_firing_and_none_for_repeats_or_r
         "two repeats of the notification",
         wait::PATIENCE,
         || async {
-            let seen = outcomes(&t, &id).await;
+            let seen = t.hook_deliveries(&id).await;
             (count(&seen, Outcome::Duplicate) >= 2).then_some(seen)
         },
     )
@@ -203,7 +185,7 @@ async fn a_real_alertmanager_starts_one_run_per_firing_and_none_for_repeats_or_r
     am.post(json!([alert("DiskFull", &first_start, Some(&now))]))
         .await;
     let seen = wait::until("the resolved notification", wait::PATIENCE, || async {
-        let seen = outcomes(&t, &id).await;
+        let seen = t.hook_deliveries(&id).await;
         (count(&seen, Outcome::Filtered) >= 1).then_some(seen)
     })
     .await;
@@ -216,7 +198,7 @@ async fn a_real_alertmanager_starts_one_run_per_firing_and_none_for_repeats_or_r
         "the second firing to start a Run",
         wait::PATIENCE,
         || async {
-            let seen = outcomes(&t, &id).await;
+            let seen = t.hook_deliveries(&id).await;
             (count(&seen, Outcome::Started) >= 2).then_some(seen)
         },
     )

@@ -124,24 +124,6 @@ fn answer(v: Value) -> DeliveryAnswer {
     serde_json::from_value(v).unwrap()
 }
 
-async fn deliveries(t: &TestStack, hook_id: &str) -> Vec<(Outcome, Option<String>)> {
-    let (s, v) = t
-        .raw(
-            Method::GET,
-            &format!("/v1/hooks/{hook_id}/deliveries"),
-            Some(&t.stack.tenant_key),
-            None,
-            &[],
-        )
-        .await;
-    assert_eq!(s, 200, "{v}");
-    let page: DeliveriesPage = serde_json::from_value(v).unwrap();
-    page.deliveries
-        .into_iter()
-        .map(|d| (d.outcome, d.run_id))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_signed_github_push_starts_one_review_and_nothing_else_does() {
     let t = TestStack::start().await;
@@ -257,7 +239,7 @@ async fn a_signed_github_push_starts_one_review_and_nothing_else_does() {
         );
     }
 
-    let recorded = deliveries(&t, id).await;
+    let recorded = t.hook_deliveries(id).await;
     assert_eq!(
         recorded.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
         [
@@ -321,7 +303,7 @@ async fn a_signed_github_push_starts_one_review_and_nothing_else_does() {
         (409, Some("HOOK_DISABLED")),
         "{v}"
     );
-    assert_eq!(deliveries(&t, id).await[0].0, Outcome::Disabled);
+    assert_eq!(t.hook_deliveries(id).await[0].0, Outcome::Disabled);
     let (s, _) = t
         .raw(
             Method::DELETE,
@@ -412,7 +394,8 @@ async fn standard_webhooks_signed_by_the_reference_library_start_runs_within_the
     assert!((1..=3600).contains(&wait), "{wait}");
     let v: Value = resp.json().await.unwrap();
     assert_eq!(error_code(&v).as_deref(), Some("HOOK_RATE_LIMITED"));
-    let outcomes: Vec<Outcome> = deliveries(&t, id)
+    let outcomes: Vec<Outcome> = t
+        .hook_deliveries(id)
         .await
         .into_iter()
         .map(|(o, _)| o)

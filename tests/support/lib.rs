@@ -293,6 +293,27 @@ impl TestStack {
             .collect()
     }
 
+    /// A hook's recorded deliveries, newest first: how each was answered
+    /// and the Run it started or found.
+    pub async fn hook_deliveries(
+        &self,
+        hook_id: &str,
+    ) -> Vec<(armada_domain::hook::inbound::Outcome, Option<String>)> {
+        let page: armada_api::hooks::DeliveriesPage = self
+            .client
+            .typed(
+                reqwest::Method::GET,
+                &format!("/v1/hooks/{hook_id}/deliveries?limit=200"),
+                None,
+            )
+            .await
+            .expect("the hook's deliveries");
+        page.deliveries
+            .into_iter()
+            .map(|d| (d.outcome, d.run_id))
+            .collect()
+    }
+
     /// Waits until the Run is closed (post-terminal duties done).
     pub async fn wait_closed(&self, run_id: &str) -> RunView {
         let what = format!("run {run_id} to close");

@@ -11,7 +11,6 @@ use armada_domain::hook::{codes, Hook};
 use armada_domain::machine::Machine;
 use armada_domain::run::Trigger;
 
-use crate::error::StoreError;
 use crate::services::auth::TenantKey;
 use crate::services::starting::{self, StartRefused};
 use crate::Services;
@@ -211,7 +210,6 @@ async fn record(svc: &Services, mut delivery: Delivery, event: DeliveryEvent) {
         return;
     }
     if let Err(e) = svc.hooks.record_delivery(&delivery).await {
-        let e: StoreError = e;
         tracing::warn!(hook_id = %delivery.hook_id, delivery_id = %delivery.delivery_id, error = %e, "a delivery's record was not written");
     }
 }
