@@ -76,6 +76,15 @@ async fn every_operation_on_a_tenants_id_is_not_found_for_another_tenant() {
         )
         .await
         .unwrap();
+    let mailbox: armada_api::mailboxes::MailboxCreated = t
+        .client
+        .typed(
+            Method::POST,
+            "/v1/mailboxes",
+            Some(&json!({"name": "ops", "agent": "ops", "allow_senders": ["@example.com"]})),
+        )
+        .await
+        .unwrap();
     let ids: HashMap<&str, String> = HashMap::from([
         ("run_id", run_id.clone()),
         ("approval_id", approval_id.clone()),
@@ -85,6 +94,7 @@ async fn every_operation_on_a_tenants_id_is_not_found_for_another_tenant() {
         ("agent", "ops".to_string()),
         ("hook_id", hook.hook_id.clone()),
         ("schedule_id", schedule.schedule_id.clone()),
+        ("mailbox_id", mailbox.mailbox_id.clone()),
     ]);
     let keys = HashMap::from([
         ("member_key", mint(&t, "intruder", "member").await),

@@ -18,6 +18,7 @@ async fn the_stack_reconnects_after_the_emulator_restarts() {
     opts.emulator_port = free_port();
     opts.emulator_dies_with_us = true;
     opts.api_port = 0;
+    opts.smtp_port = 0;
     opts.poll_wait_seconds = 1;
     opts.stack = TestStack::stack_name();
     let stack = LocalStack::start(opts).await.unwrap();

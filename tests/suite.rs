@@ -34,6 +34,8 @@ mod hooks;
 mod identity;
 #[path = "layout.rs"]
 mod layout;
+#[path = "mail.rs"]
+mod mail;
 #[path = "outcomes.rs"]
 mod outcomes;
 #[path = "relay.rs"]

@@ -256,6 +256,47 @@ async fn local_resources_are_exactly_the_templates() {
     for b in buckets.keys() {
         aws.s3.head_bucket().bucket(b).send().await.unwrap();
     }
+    // Each topic, and each queue subscribed to it as declared (the mail
+    // topic hands SES's notices to the mail queue as they are: raw).
+    let topics = declared(&doc, "AWS::SNS::Topic", "TopicName", &stack);
+    assert_eq!(topics.len(), 1, "the mail topic");
+    {
+        let arn = template
+            .resolve_str(&serde_norway::from_str("Ref: MailTopic").unwrap())
+            .unwrap();
+        let name = arn.rsplit(':').next().unwrap().to_string();
+        assert!(topics.contains_key(&name), "{arn}");
+        let subs = aws
+            .sns
+            .list_subscriptions_by_topic()
+            .topic_arn(&arn)
+            .send()
+            .await
+            .unwrap();
+        let queue = template.physical_name("MailQueue").unwrap();
+        let sub = subs
+            .subscriptions()
+            .iter()
+            .find(|s| {
+                s.endpoint()
+                    .is_some_and(|e| e.ends_with(&format!(":{queue}")))
+            })
+            .unwrap_or_else(|| panic!("{queue} is subscribed to {name}"));
+        let attrs = aws
+            .sns
+            .get_subscription_attributes()
+            .subscription_arn(sub.subscription_arn().unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            attrs
+                .attributes()
+                .and_then(|a| a.get("RawMessageDelivery"))
+                .map(String::as_str),
+            Some("true")
+        );
+    }
     // The sandbox cluster and one task definition per tier, as declared.
     let clusters = declared(&doc, "AWS::ECS::Cluster", "ClusterName", &stack);
     assert_eq!(clusters.len(), 1);
@@ -323,8 +364,8 @@ fn queues_outlast_their_consumers_and_report_batch_failures() {
     let mappings = t.event_source_mappings();
     assert_eq!(
         mappings.len(),
-        6,
-        "dispatch, delivery, alarms, both dead-letter queues, harness"
+        7,
+        "dispatch, delivery, alarms, mail, both dead-letter queues, harness"
     );
     for m in mappings {
         let q = &queues[&m.queue_logical_id];

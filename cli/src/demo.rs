@@ -4,7 +4,8 @@
 //! through the emailed link (B), delegation (C), a fan-out team with round
 //! 2 (D), a relay chain (E) and a lead-driven team (G), each collaboration
 //! drawn as its tree, and unattended agents (H): a signed GitHub push
-//! starting a review through a hook, and a schedule firing.
+//! starting a review through a hook, a schedule firing, and an email
+//! answered in its thread.
 
 use std::path::Path;
 use std::time::Duration;
@@ -98,7 +99,7 @@ async fn approval(c: &Client, outbox: &Path) -> Result<()> {
     Ok(())
 }
 
-pub async fn run(c: &Client, outbox: Option<&Path>) -> Result<()> {
+pub async fn run(c: &Client, outbox: Option<&Path>, smtp: &str) -> Result<()> {
     println!("\n== Scenario A: a single-agent answer");
     let q = "What is Armada?";
     let run_id = c.create_run("assistant", q).await?;
@@ -199,6 +200,9 @@ pub async fn run(c: &Client, outbox: Option<&Path>) -> Result<()> {
     )
     .await?;
     webhook(c).await?;
+    if let Some(outbox) = outbox {
+        email(c, smtp, outbox).await?;
+    }
     println!();
     Ok(())
 }
@@ -263,4 +267,82 @@ async fn schedule(c: &Client) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     bail!("the schedule never fired")
+}
+
+/// Says one SMTP command (or the message, for `None`) and reads the
+/// answer, which must have the status `want`.
+async fn smtp_step(
+    conn: &mut tokio::io::BufReader<tokio::net::TcpStream>,
+    say: Option<&str>,
+    want: &str,
+) -> Result<String> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    if let Some(line) = say {
+        conn.get_mut().write_all(line.as_bytes()).await?;
+    }
+    let mut answer = String::new();
+    loop {
+        let mut line = String::new();
+        if conn.read_line(&mut line).await? == 0 {
+            bail!("the SMTP listener hung up");
+        }
+        answer.push_str(&line);
+        // A multi-line answer goes on while its code is followed by '-'.
+        if line.as_bytes().get(3) != Some(&b'-') {
+            break;
+        }
+    }
+    if !answer.starts_with(want) {
+        bail!("SMTP: {say:?} was answered {answer:?}");
+    }
+    Ok(answer)
+}
+
+/// Scenario H by mail: Alice writes to a mailbox over SMTP (the local
+/// stack's listener stands for SES); the answer comes back in her thread.
+async fn email(c: &Client, smtp: &str, outbox: &Path) -> Result<()> {
+    use armada_api::mailboxes::MailboxCreated;
+    use armada_domain::mailbox::mail::InboundMail;
+    println!("\n== Scenario H: an email is answered in its thread");
+    let name = format!("billing-{}", &armada_core::clock::new_id("d")[2..8]).to_lowercase();
+    let body = json!({"name": name, "agent": "assistant", "allow_senders": ["alice@example.com"],
+        "input_template": "{{ mail.text | trim }}"});
+    let mailbox: MailboxCreated = c.typed(Method::POST, "/v1/mailboxes", Some(&body)).await?;
+    println!("  mailbox   {} ({})", mailbox.address, mailbox.mailbox_id);
+    let message_id = format!("{}@example.com", armada_core::clock::new_id("demo"));
+    let message = format!(
+        "From: Alice <alice@example.com>\r\nTo: {to}\r\nSubject: March invoice\r\n\
+         Message-ID: <{message_id}>\r\n\r\nWhere is the March invoice?\r\n.\r\n",
+        to = mailbox.address
+    );
+    let stream = tokio::net::TcpStream::connect(smtp).await?;
+    let mut conn = tokio::io::BufReader::new(stream);
+    smtp_step(&mut conn, None, "220").await?;
+    smtp_step(&mut conn, Some("EHLO demo.example.com\r\n"), "250").await?;
+    smtp_step(&mut conn, Some("MAIL FROM:<alice@example.com>\r\n"), "250").await?;
+    let rcpt = format!("RCPT TO:<{}>\r\n", mailbox.address);
+    smtp_step(&mut conn, Some(&rcpt), "250").await?;
+    smtp_step(&mut conn, Some("DATA\r\n"), "354").await?;
+    let queued = smtp_step(&mut conn, Some(&message), "250").await?;
+    smtp_step(&mut conn, Some("QUIT\r\n"), "221").await?;
+    println!(
+        "  alice     Where is the March invoice?   [{}]",
+        queued.trim()
+    );
+    for _ in 0..600 {
+        let reply = std::fs::read_dir(outbox)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path()).ok())
+            .filter_map(|b| InboundMail::parse(&b, None).ok())
+            .find(|m| m.in_reply_to.contains(&message_id));
+        if let Some(r) = reply {
+            println!("  reply     {} (In-Reply-To <{message_id}>)", r.subject);
+            println!("  assistant {}", r.text.trim());
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("the email was never answered")
 }

@@ -14,6 +14,7 @@ pub mod client;
 pub mod demo;
 pub mod hooks;
 pub mod local;
+pub mod mailboxes;
 pub mod openapi;
 pub mod schedules;
 pub mod tree;

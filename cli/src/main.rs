@@ -124,6 +124,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: armada_cli::schedules::SchedulesCmd,
     },
+    /// Mailboxes of the tenant: addresses whose mail starts Runs, answered in the thread.
+    Mailboxes {
+        #[command(subcommand)]
+        cmd: armada_cli::mailboxes::MailboxesCmd,
+    },
     /// Mint an admin key and print it with its SHA-256 (for `sam deploy`).
     Keygen,
     /// Print the API's OpenAPI 3.1 document (as in docs/openapi.json).
@@ -483,6 +488,11 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Schedules { cmd } => {
             let c = Client::from_env(root().as_deref())?;
             print(&armada_cli::schedules::run(&c, cmd).await?);
+            Ok(())
+        }
+        Cmd::Mailboxes { cmd } => {
+            let c = Client::from_env(root().as_deref())?;
+            print(&armada_cli::mailboxes::run(&c, cmd).await?);
             Ok(())
         }
         Cmd::Profiles { cmd } => {

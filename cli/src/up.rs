@@ -92,7 +92,7 @@ async fn run_demo(stack: &LocalStack) -> Result<()> {
         &stack.tenant_key,
         Some(stack.admin_key.clone()),
     );
-    crate::demo::run(&c, stack.mail_outbox.as_deref()).await
+    crate::demo::run(&c, stack.mail_outbox.as_deref(), &stack.smtp_addr).await
 }
 
 pub async fn detached(root: &Path, args: &UpArgs) -> Result<()> {

@@ -182,6 +182,7 @@ impl TestStack {
         opts.endpoint = Some(ep);
         opts.stack = stack_name;
         opts.api_port = 0;
+        opts.smtp_port = 0;
         opts.poll_wait_seconds = 1;
         opts.harness_concurrency = harness_pollers;
         opts.dispatcher_concurrency = 1;
@@ -312,6 +313,23 @@ impl TestStack {
             .into_iter()
             .map(|d| (d.outcome, d.run_id))
             .collect()
+    }
+
+    /// A mailbox's recorded mail, newest first.
+    pub async fn mailbox_deliveries(
+        &self,
+        mailbox_id: &str,
+    ) -> Vec<armada_api::mailboxes::MailView> {
+        let page: armada_api::mailboxes::MailPage = self
+            .client
+            .typed(
+                reqwest::Method::GET,
+                &format!("/v1/mailboxes/{mailbox_id}/deliveries?limit=200"),
+                None,
+            )
+            .await
+            .expect("the mailbox's mail");
+        page.deliveries
     }
 
     /// Waits until the Run is closed (post-terminal duties done).

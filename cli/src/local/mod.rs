@@ -9,6 +9,7 @@ pub mod model_server;
 pub mod pollers;
 pub mod process;
 pub mod provision;
+pub mod smtp;
 pub mod supervisor;
 pub mod template;
 pub mod timers;
@@ -52,6 +53,8 @@ pub struct LocalOptions {
     pub emulator_port: u16,
     /// Port of the HTTP API (0 picks one).
     pub api_port: u16,
+    /// Port of the SMTP listener that takes mailboxes' mail (0 picks one).
+    pub smtp_port: u16,
     /// Template parameter overrides (`sam deploy --parameter-overrides`).
     pub parameters: HashMap<String, String>,
     /// Batches in flight at once per queue for the harness and the
@@ -103,6 +106,7 @@ impl LocalOptions {
                 .filter(|s| !s.is_empty()),
             emulator_port: 4566,
             api_port: 8787,
+            smtp_port: 2525,
             parameters: HashMap::new(),
             harness_concurrency: 32,
             dispatcher_concurrency: 8,
@@ -126,8 +130,10 @@ pub struct LocalStack {
     pub tenant_key: String,
     /// A key of the same tenant with the `approver` role.
     pub approver_key: String,
-    /// Where approval emails are also written (`.eml`).
+    /// Where approval emails and mail replies are also written (`.eml`).
     pub mail_outbox: Option<PathBuf>,
+    /// Where mailboxes' mail is taken (`host:port`, SMTP).
+    pub smtp_addr: String,
     pub tenant: String,
     pub model_url: String,
     pub model_stats: ModelStats,
@@ -213,6 +219,10 @@ impl LocalStack {
             .await
             .with_context(|| format!("binding the API port {}", opts.api_port))?;
         let api_url = format!("http://{}", api_listener.local_addr()?);
+        let smtp_listener = TcpListener::bind(("127.0.0.1", opts.smtp_port))
+            .await
+            .with_context(|| format!("binding the SMTP port {}", opts.smtp_port))?;
+        let smtp_addr = smtp_listener.local_addr()?.to_string();
 
         let admin_key = format!("adm_{}", ApiKey::mint().secret);
         let mut params = opts.parameters.clone();
@@ -275,6 +285,8 @@ impl LocalStack {
         let harness_svc = services("harness").await?;
         let hitl_svc = services("hitl").await?;
         provision::verify_sender(&aws, &dispatcher_svc.cfg.approval_sender).await?;
+        // Mailboxes reply from their own addresses.
+        provision::verify_sender(&aws, &dispatcher_svc.cfg.inbox.domain).await?;
 
         provision::load_agents(ingress_svc.registry.as_ref(), &opts.root).await?;
         provision::load_teams(ingress_svc.registry.as_ref(), &opts.root).await?;
@@ -428,6 +440,14 @@ impl LocalStack {
             poll: Duration::from_millis(500),
         };
         tasks.push(tokio::spawn(timers.run(shutdown_rx.clone())));
+        tasks.push(tokio::spawn(smtp::serve(
+            smtp_listener,
+            smtp::Listener {
+                svc: ingress_svc.clone(),
+                aws: aws.clone(),
+            },
+            shutdown_rx.clone(),
+        )));
 
         Ok(LocalStack {
             api_url,
@@ -436,6 +456,7 @@ impl LocalStack {
             tenant_key: key.token(),
             approver_key: approver.token(),
             mail_outbox: opts.mail_outbox.clone(),
+            smtp_addr,
             tenant,
             model_url,
             model_stats,
@@ -479,8 +500,8 @@ impl LocalStack {
     /// The contents of `.armada/local.env`.
     pub fn env_file(&self) -> String {
         format!(
-            "ARMADA_API_URL={}\nARMADA_API_KEY={}\nARMADA_APPROVER_KEY={}\nARMADA_ADMIN_KEY={}\nAWS_ENDPOINT_URL={}\nARMADA_TENANT={}\n",
-            self.api_url, self.tenant_key, self.approver_key, self.admin_key, self.endpoint, self.tenant
+            "ARMADA_API_URL={}\nARMADA_API_KEY={}\nARMADA_APPROVER_KEY={}\nARMADA_ADMIN_KEY={}\nAWS_ENDPOINT_URL={}\nARMADA_TENANT={}\nARMADA_SMTP={}\n",
+            self.api_url, self.tenant_key, self.approver_key, self.admin_key, self.endpoint, self.tenant, self.smtp_addr
         )
     }
 }

@@ -200,6 +200,30 @@ pub async fn provision(aws: &AwsClients, t: &Template) -> Result<Provisioned> {
                 .with_context(|| format!("setting the redrive policy of {}", q.name))?;
         }
     }
+    // Topics, and the queues subscribed to them (SNS delivers to a queue
+    // by its ARN, known only now).
+    for topic in t.topics()? {
+        aws.sns
+            .create_topic()
+            .name(&topic)
+            .send()
+            .await
+            .with_context(|| format!("creating topic {topic}"))?;
+    }
+    for (topic_arn, queue_arn, raw) in t.queue_subscriptions()? {
+        let mut req = aws
+            .sns
+            .subscribe()
+            .topic_arn(&topic_arn)
+            .protocol("sqs")
+            .endpoint(&queue_arn);
+        if raw {
+            req = req.attributes("RawMessageDelivery", "true");
+        }
+        req.send()
+            .await
+            .with_context(|| format!("subscribing {queue_arn} to {topic_arn}"))?;
+    }
     for cluster in t.clusters()? {
         aws.ecs
             .create_cluster()

@@ -183,6 +183,7 @@ impl Template {
             "AWS::ECS::TaskDefinition" => "Family",
             "AWS::Logs::LogGroup" => "LogGroupName",
             "AWS::IAM::Role" => "RoleName",
+            "AWS::SNS::Topic" => "TopicName",
             _ => "Name",
         };
         match self.props(r).and_then(|p| get(p, prop)) {
@@ -208,6 +209,15 @@ impl Template {
             return match r {
                 "AWS::StackName" => Ok(self.stack.clone()),
                 "AWS::Region" => Ok(self.region.clone()),
+                // A topic's Ref is its ARN, in the emulator's account.
+                other if self.type_of(other) == Some("AWS::SNS::Topic") => Ok(format!(
+                    "arn:aws:sns:{}:{}:{}",
+                    self.region,
+                    self.parameters
+                        .get(ACCOUNT_ID)
+                        .ok_or_else(|| anyhow!("the topic {other} needs the stack's account"))?,
+                    self.physical_name(other)?
+                )),
                 other if self.resources.contains_key(other) => self.physical_name(other),
                 other => bail!("Ref to unknown {other}"),
             };
@@ -442,6 +452,37 @@ impl Template {
     pub fn schedule_groups(&self) -> Result<Vec<String>> {
         self.of_type("AWS::Scheduler::ScheduleGroup")
             .map(|(id, _)| self.physical_name(id))
+            .collect()
+    }
+
+    fn type_of(&self, logical_id: &str) -> Option<&str> {
+        self.resources
+            .get(logical_id)
+            .and_then(|r| get(r, "Type"))
+            .and_then(Value::as_str)
+    }
+
+    /// SNS topics, by name.
+    pub fn topics(&self) -> Result<Vec<String>> {
+        self.of_type("AWS::SNS::Topic")
+            .map(|(id, _)| self.physical_name(id))
+            .collect()
+    }
+
+    /// SNS subscriptions of queues: (topic ARN, queue ARN, raw delivery).
+    pub fn queue_subscriptions(&self) -> Result<Vec<(String, String, bool)>> {
+        self.of_type("AWS::SNS::Subscription")
+            .filter_map(|(_, r)| self.props(r))
+            .filter(|p| get(p, "Protocol").and_then(str_of).as_deref() == Some("sqs"))
+            .map(|p| {
+                let field = |k: &str| {
+                    get(p, k)
+                        .ok_or_else(|| anyhow!("a subscription without {k}"))
+                        .and_then(|v| self.resolve_str(v))
+                };
+                let raw = get(p, "RawMessageDelivery").and_then(str_of).as_deref() == Some("true");
+                Ok((field("TopicArn")?, field("Endpoint")?, raw))
+            })
             .collect()
     }
 

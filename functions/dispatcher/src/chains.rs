@@ -14,6 +14,7 @@ use armada_domain::collab::descendants;
 use armada_domain::messages::DispatchMessage;
 use armada_domain::run::Run;
 use armada_domain::run::RunEventRecord;
+use armada_domain::run::Trigger;
 use armada_domain::run::{Created, LogEvent};
 use serde_json::json;
 
@@ -63,18 +64,23 @@ impl Dispatcher {
                     };
                     events.push(run.push_event(broken, now));
                 }
-                if link.callback_url.is_none() {
-                    return Ok(Outcome::Done);
+                let secret = &self.svc.cfg.callback_signing_secret;
+                if link.callback_url.is_some() {
+                    // Delivered from the delivery queue once this step is
+                    // closed, as a Run's own callback is.
+                    let msg = DispatchMessage::deliver_chain_callback(
+                        secret,
+                        &run.run_id,
+                        &run.tenant,
+                        state,
+                    );
+                    self.svc.queues.send_routed(&msg).await?;
                 }
-                // Delivered from the delivery queue once this step is
-                // closed, as a Run's own callback is.
-                let msg = DispatchMessage::deliver_chain_callback(
-                    &self.svc.cfg.callback_signing_secret,
-                    &run.run_id,
-                    &run.tenant,
-                    state,
-                );
-                self.svc.queues.send_routed(&msg).await?;
+                if self.mail_of(run).await?.is_some() {
+                    // The chain's mail is answered with how it ended.
+                    let msg = DispatchMessage::send_reply(secret, &run.run_id, &run.tenant);
+                    self.svc.queues.send_routed(&msg).await?;
+                }
                 Ok(Outcome::Done)
             }
         }
@@ -134,6 +140,20 @@ impl Dispatcher {
             })
             .await?;
         Ok(next_id)
+    }
+
+    /// The mail that started `run`, or the relay chain it is a step of.
+    pub(crate) async fn mail_of(&self, run: &Run) -> Result<Option<Trigger>, StoreError> {
+        let first = match (&run.started_from, &run.chain) {
+            (Some(t @ Trigger::Email { .. }), _) => return Ok(Some(t.clone())),
+            (_, Some(link)) if link.index > 0 => {
+                self.svc.runs.get(&step_run_id(&link.chain_id, 0)).await?
+            }
+            _ => None,
+        };
+        Ok(first
+            .and_then(|r| r.started_from)
+            .filter(|t| matches!(t, Trigger::Email { .. })))
     }
 
     /// What the chain's callback hears: the chain, every step, and the

@@ -70,6 +70,15 @@ impl Dispatcher {
                     );
                     return Ok(Outcome::Done);
                 }
+                DispatchMessage::SendReply { run_id, .. } => {
+                    // The Run is closed: its answer stands, its reply is lost.
+                    tracing::error!(
+                        run_id,
+                        queue,
+                        "a mail reply could not be sent on any attempt"
+                    );
+                    return Ok(Outcome::Done);
+                }
                 DispatchMessage::DeliverCallback { run_id, .. } => {
                     tracing::error!(
                         run_id,

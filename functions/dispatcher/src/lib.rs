@@ -83,6 +83,12 @@ impl Dispatcher {
         if !self.svc.cfg.alarms.queue.is_empty() && queue == self.svc.cfg.alarms.queue {
             return self.alarm(&body).await.unwrap_or_else(Outcome::from);
         }
+        if !self.svc.cfg.inbox.queue.is_empty() && queue == self.svc.cfg.inbox.queue {
+            return match armada_core::services::inbox::receive(&self.svc, &body).await {
+                Ok(()) => Outcome::Done,
+                Err(e) => Outcome::from(DispatchError::from(e)),
+            };
+        }
         if self.svc.queues.is_dead_letter_queue(&queue) {
             return self
                 .dead_letter(&queue, &body, receives)
@@ -157,6 +163,14 @@ impl Dispatcher {
                     self.deliver_callback(&run_id, &tenant, chain, receives)
                         .await
                 }
+                DispatchMessage::SendReply { run_id, tenant, .. } => {
+                    if !sealed {
+                        self.svc.counters.forged_drops.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(security = true, %run_id, %tenant, "a mail reply not sealed by the control plane was dropped");
+                        return Ok(Outcome::Done);
+                    }
+                    self.send_reply(&run_id, &tenant).await
+                }
                 DispatchMessage::RenewCredentials {
                     tenant,
                     agent,
@@ -225,6 +239,7 @@ mod chains;
 mod children;
 mod credentials;
 mod dead_letter;
+mod replies;
 mod schedules;
 mod settle;
 mod start;
@@ -236,6 +251,8 @@ mod approval_tests;
 mod callback_tests;
 #[cfg(test)]
 mod collab_tests;
+#[cfg(test)]
+mod mail_tests;
 #[cfg(test)]
 mod schedule_tests;
 #[cfg(test)]

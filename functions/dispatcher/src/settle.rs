@@ -1,6 +1,6 @@
 //! Settling a Run that reached a terminal state: its tenant's marker let
-//! go, its session advanced, its callback delivered (through the delivery
-//! queue), its sandbox released, its children cancelled, and it is closed.
+//! go, its session advanced, its callback delivered and its mail answered
+//! (through the delivery queue), its sandbox released, its children cancelled, and it is closed.
 
 use crate::Dispatcher;
 use crate::Handled;
@@ -13,6 +13,7 @@ use armada_domain::run::Run;
 use armada_domain::run::RunEvent;
 use armada_domain::run::RunEventRecord;
 use armada_domain::run::Stamp;
+use armada_domain::run::Trigger;
 
 impl Dispatcher {
     /// Post-terminal duties, then `CLOSED_*`.
@@ -73,6 +74,17 @@ impl Dispatcher {
             // the delivery id, the Run's id); delivered once the Run is
             // closed, apart from the settling of Runs.
             let msg = DispatchMessage::deliver_callback(
+                &self.svc.cfg.callback_signing_secret,
+                &next.run_id,
+                &next.tenant,
+            );
+            self.svc.queues.send_routed(&msg).await?;
+        }
+        if matches!(next.started_from, Some(Trigger::Email { .. })) && next.chain.is_none() {
+            // As the callback: queued before the close, sent once (its
+            // record, by its Message-ID, is checked before sending). A
+            // relay team's mail is answered by its chain's last step.
+            let msg = DispatchMessage::send_reply(
                 &self.svc.cfg.callback_signing_secret,
                 &next.run_id,
                 &next.tenant,

@@ -29,6 +29,7 @@ use armada_api::ErrorBody;
         (name = "keys", description = "API keys and callback secrets"),
         (name = "hooks", description = "Inbound webhooks: GitHub, Standard Webhooks, Alertmanager"),
         (name = "schedules", description = "Runs at the times an EventBridge Scheduler expression names"),
+        (name = "mailboxes", description = "Addresses whose mail starts Runs, answered in the sender's thread"),
         (name = "meta", description = "Health and this document"),
     )
 )]

@@ -25,8 +25,8 @@ pub use armada_api::server::MAX_BODY_BYTES;
 /// Every route of the API, each with its entry in the document.
 fn api() -> OpenApiRouter<Arc<Services>> {
     use routes::{
-        agents, callbacks, collab, health, hooks, inbound, keys, profiles, runs, sandboxes,
-        schedules, sessions, skills, teams,
+        agents, callbacks, collab, health, hooks, inbound, keys, mailboxes, profiles, runs,
+        sandboxes, schedules, sessions, skills, teams,
     };
     OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
         .routes(routes!(health::health))
@@ -83,6 +83,16 @@ fn api() -> OpenApiRouter<Arc<Services>> {
             schedules::delete_schedule
         ))
         .routes(routes!(schedules::schedule_firings))
+        .routes(routes!(
+            mailboxes::create_mailbox,
+            mailboxes::list_mailboxes
+        ))
+        .routes(routes!(
+            mailboxes::get_mailbox,
+            mailboxes::patch_mailbox,
+            mailboxes::delete_mailbox
+        ))
+        .routes(routes!(mailboxes::mailbox_deliveries))
 }
 
 /// The API's router, ready to serve.
@@ -99,6 +109,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 mod hook_tests;
 #[cfg(test)]
 mod limit_tests;
+#[cfg(test)]
+mod mailbox_tests;
 #[cfg(test)]
 mod schedule_tests;
 #[cfg(test)]

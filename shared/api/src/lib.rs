@@ -10,6 +10,7 @@ pub mod definitions;
 pub mod error;
 pub mod hooks;
 pub mod keys;
+pub mod mailboxes;
 pub mod registry;
 pub mod runs;
 pub mod sandboxes;

@@ -41,6 +41,8 @@ pub struct Config {
     pub timers: TimerConfig,
     /// Where cloudwatch hooks' alarms arrive.
     pub alarms: AlarmConfig,
+    /// Where mailboxes' mail arrives.
+    pub inbox: InboxConfig,
     /// Name of the dispatch queue (`ARMADA_DISPATCH_QUEUE`); URLs are resolved at start.
     pub dispatch_queue: String,
     /// Name of the dispatch dead-letter queue (`ARMADA_DISPATCH_DLQ`).
@@ -134,6 +136,18 @@ pub struct AlarmConfig {
     pub queue: String,
     pub queue_arn: String,
     pub topic_prefix: String,
+}
+
+/// Where mailboxes' mail arrives: addresses of the deployment's inbound
+/// domain (`ARMADA_INBOUND_DOMAIN`, default `armada.local`), whose mail
+/// SES stores in the payload bucket and announces on the mail topic
+/// (`ARMADA_MAIL_TOPIC_ARN`), which delivers to the mail queue
+/// (`ARMADA_MAIL_QUEUE`) the dispatcher consumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxConfig {
+    pub domain: String,
+    pub queue: String,
+    pub topic_arn: String,
 }
 
 /// EventBridge Scheduler, as schedules' timers use it.
@@ -276,6 +290,18 @@ impl Config {
                     .filter(|v| !v.is_empty())
                     .cloned()
                     .unwrap_or_else(|| "armada-alarms-".into()),
+            },
+            inbox: InboxConfig {
+                domain: vars
+                    .get("ARMADA_INBOUND_DOMAIN")
+                    .map(|d| d.trim().trim_end_matches('.').to_ascii_lowercase())
+                    .filter(|d| !d.is_empty())
+                    .unwrap_or_else(|| "armada.local".into()),
+                queue: vars.get("ARMADA_MAIL_QUEUE").cloned().unwrap_or_default(),
+                topic_arn: vars
+                    .get("ARMADA_MAIL_TOPIC_ARN")
+                    .cloned()
+                    .unwrap_or_default(),
             },
             timers: TimerConfig {
                 group: vars

@@ -49,8 +49,9 @@ use crate::services::egress::Egress;
 use crate::services::tools::InlineTools;
 
 pub use crate::ports::{
-    Also, Approvals, Blobs, Hooks, Idempotency, Mail, Model, Provider, Queues, Quotas, Registry,
-    RunEvents, Runs, SandboxReports, Sandboxes, SandboxesExt, Schedules, Sessions, Timers, Topics,
+    Also, Approvals, Blobs, Hooks, Idempotency, Mail, Mailboxes, Model, Provider, Queues, Quotas,
+    Registry, RunEvents, Runs, SandboxReports, Sandboxes, SandboxesExt, Schedules, Sessions,
+    Timers, Topics,
 };
 
 /// Everything a handler needs, built once per process: the ports (AWS
@@ -70,6 +71,7 @@ pub struct Services {
     /// The alarm topics of cloudwatch hooks (SNS).
     pub topics: Arc<dyn Topics>,
     pub schedules: Arc<dyn Schedules>,
+    pub mailboxes: Arc<dyn Mailboxes>,
     /// The timers that fire schedules (EventBridge Scheduler).
     pub timers: Arc<dyn Timers>,
     pub registry: Arc<dyn Registry>,
@@ -131,7 +133,8 @@ impl Services {
             approvals: Arc::new(ApprovalStore::new(aws.dynamo.clone(), &cfg.approvals_table)),
             hooks: triggers.clone(),
             topics: Arc::new(AlarmTopics::new(aws.sns.clone(), &cfg)),
-            schedules: triggers,
+            schedules: triggers.clone(),
+            mailboxes: triggers,
             timers: Arc::new(EventBridgeTimers::new(aws.scheduler.clone(), &cfg)),
             registry: Arc::new(RegistryTable::new(aws.dynamo.clone(), &cfg.registry_table)),
             sandboxes: Arc::new(SandboxStore::new(aws.dynamo.clone(), &cfg.sandboxes_table)),

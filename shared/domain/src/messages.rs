@@ -88,6 +88,23 @@ pub enum DispatchMessage {
         #[serde(default)]
         seal: String,
     },
+    /// Send the reply to the mail that started closed Run `run_id`, from
+    /// its mailbox, in its thread. On the delivery queue, as a callback.
+    /// Sealed by the control plane ([`reply_seal`]): no sandbox can have
+    /// replies sent again.
+    SendReply {
+        run_id: String,
+        tenant: String,
+        #[serde(default)]
+        seal: String,
+    },
+}
+
+/// The seal of a control plane's `SendReply`: an HMAC of the Run under a
+/// key of its own.
+pub fn reply_seal(secret: &str, run_id: &str, tenant: &str) -> String {
+    let key = hmac_sha256_hex(secret.as_bytes(), b"armada-mail-replies");
+    hmac_sha256_hex(key.as_bytes(), format!("{run_id}\n{tenant}").as_bytes())
 }
 
 /// The seal of a control plane's `DeliverCallback`: an HMAC of the Run
@@ -138,6 +155,15 @@ impl DispatchMessage {
         }
     }
 
+    /// The reply to the mail that started closed Run `run_id`.
+    pub fn send_reply(secret: &str, run_id: &str, tenant: &str) -> Self {
+        DispatchMessage::SendReply {
+            run_id: run_id.to_string(),
+            tenant: tenant.to_string(),
+            seal: reply_seal(secret, run_id, tenant),
+        }
+    }
+
     /// The delivery of closed Run `run_id`'s outcome to its callback URL.
     pub fn deliver_callback(secret: &str, run_id: &str, tenant: &str) -> Self {
         Self::deliver(secret, run_id, tenant, None)
@@ -169,10 +195,11 @@ impl DispatchMessage {
     }
 
     /// Whether the message goes to a tenant's endpoint (a Run's callback,
-    /// an approval's chat message): it travels on the delivery queue.
+    /// an approval's chat message, a mail's reply): it travels on the
+    /// delivery queue.
     pub fn is_delivery(&self) -> bool {
         match self {
-            DispatchMessage::DeliverCallback { .. } => true,
+            DispatchMessage::DeliverCallback { .. } | DispatchMessage::SendReply { .. } => true,
             DispatchMessage::NotifyApproval { recipient, .. } => {
                 recipient == crate::approval::CHAT_RECIPIENT
             }
@@ -219,6 +246,11 @@ impl DispatchMessage {
                 seal,
                 ..
             } => digest_eq(seal, &schedule_seal(secret, schedule_id, tenant)),
+            DispatchMessage::SendReply {
+                run_id,
+                tenant,
+                seal,
+            } => digest_eq(seal, &reply_seal(secret, run_id, tenant)),
             DispatchMessage::StartRun { .. }
             | DispatchMessage::RunTerminal { .. }
             | DispatchMessage::SpawnChildren { .. }
@@ -236,7 +268,8 @@ impl DispatchMessage {
             | DispatchMessage::RunTerminal { run_id, .. }
             | DispatchMessage::SpawnChildren { run_id, .. }
             | DispatchMessage::CheckRun { run_id, .. }
-            | DispatchMessage::DeliverCallback { run_id, .. } => run_id,
+            | DispatchMessage::DeliverCallback { run_id, .. }
+            | DispatchMessage::SendReply { run_id, .. } => run_id,
             DispatchMessage::NotifyApproval { approval_id, .. } => approval_id,
             DispatchMessage::RenewCredentials { agent, .. } => agent,
             DispatchMessage::FireSchedule { schedule_id, .. } => schedule_id,

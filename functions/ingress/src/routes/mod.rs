@@ -8,6 +8,7 @@ pub(crate) mod health;
 pub(crate) mod hooks;
 pub(crate) mod inbound;
 pub(crate) mod keys;
+pub(crate) mod mailboxes;
 pub(crate) mod owned;
 pub(crate) mod profiles;
 pub(crate) mod runs;

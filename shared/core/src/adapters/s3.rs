@@ -67,6 +67,37 @@ impl Blobs for Payloads {
     }
 
     async fn get_text_bounded(&self, key: &str, max: u64) -> Result<Bounded, StoreError> {
+        match self.get_bytes_bounded(key, max).await? {
+            Ok(bytes) => String::from_utf8(bytes)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))
+                .map(Bounded::Text),
+            Err(bytes) => Ok(Bounded::TooLarge { bytes }),
+        }
+    }
+
+    async fn put_bytes(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        content_type: &str,
+    ) -> Result<(), StoreError> {
+        self.s3
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .body(ByteStream::from(bytes.to_vec()))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    async fn get_bytes_bounded(
+        &self,
+        key: &str,
+        max: u64,
+    ) -> Result<Result<Vec<u8>, u64>, StoreError> {
         let out = self
             .s3
             .get_object()
@@ -80,7 +111,7 @@ impl Blobs for Payloads {
         // wrong (the body is what is read, not what was announced).
         if let Some(len) = out.content_length().and_then(|l| u64::try_from(l).ok()) {
             if len > max {
-                return Ok(Bounded::TooLarge { bytes: len });
+                return Ok(Err(len));
             }
         }
         let mut body = out.body;
@@ -92,12 +123,10 @@ impl Blobs for Payloads {
         {
             let read = (buf.len() + chunk.len()) as u64;
             if read > max {
-                return Ok(Bounded::TooLarge { bytes: read });
+                return Ok(Err(read));
             }
             buf.extend_from_slice(&chunk);
         }
-        String::from_utf8(buf)
-            .map_err(|e| StoreError::Corrupt(e.to_string()))
-            .map(Bounded::Text)
+        Ok(Ok(buf))
     }
 }

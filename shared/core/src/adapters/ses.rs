@@ -69,16 +69,14 @@ pub fn compose(from: &str, to: &str, subject: &str, text: &str, now_ms: i64, id:
     )
 }
 
-#[async_trait]
-impl Mail for SesMail {
-    async fn send(&self, to: &str, subject: &str, text: &str) -> Result<String, String> {
-        let now_ms = crate::clock::Clock::default().now_ms();
-        let local_id = crate::clock::new_id("msg");
-        let raw = compose(&self.from, to, subject, text, now_ms, &local_id);
+impl SesMail {
+    /// Sends `raw` through SES, then writes it to the outbox (when there
+    /// is one).
+    async fn deliver(&self, from: &str, to: &str, raw: &str) -> Result<String, String> {
         let out = self
             .ses
             .send_email()
-            .from_email_address(&self.from)
+            .from_email_address(from)
             .destination(Destination::builder().to_addresses(to).build())
             .content(
                 EmailContent::builder()
@@ -93,14 +91,35 @@ impl Mail for SesMail {
             .send()
             .await
             .map_err(|e| aws_smithy_types::error::display::DisplayErrorContext(&e).to_string())?;
-        let id = out.message_id().unwrap_or(&local_id).to_string();
+        let local_id = crate::clock::new_id("msg");
         if let Some(dir) = &self.outbox {
+            let now_ms = crate::clock::Clock::default().now_ms();
             let file = dir.join(format!("{now_ms}-{local_id}.eml"));
             if let Err(e) = write_private(dir, &file, raw.as_bytes()).await {
                 tracing::warn!(file = %file.display(), error = %e, "email sent but not written to the outbox");
             }
         }
-        Ok(id)
+        Ok(out.message_id().unwrap_or(&local_id).to_string())
+    }
+}
+
+#[async_trait]
+impl Mail for SesMail {
+    async fn send(&self, to: &str, subject: &str, text: &str) -> Result<String, String> {
+        let now_ms = crate::clock::Clock::default().now_ms();
+        let raw = compose(
+            &self.from,
+            to,
+            subject,
+            text,
+            now_ms,
+            &crate::clock::new_id("msg"),
+        );
+        self.deliver(&self.from, to, &raw).await
+    }
+
+    async fn send_raw(&self, from: &str, to: &str, message: &str) -> Result<String, String> {
+        self.deliver(from, to, message).await
     }
 }
 

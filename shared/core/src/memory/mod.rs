@@ -10,6 +10,7 @@
 //!   idempotency
 //! - [`others`]: registry, sandboxes, provider, queues, blobs, the model
 //! - [`triggers`]: hooks and their deliveries
+//! - [`mailboxes`]: mailboxes, their mail and their replies
 //! - [`schedules`]: schedules, their firings and timers
 
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +24,9 @@ use armada_domain::chat::Role;
 use armada_domain::context::HistoryTurn;
 use armada_domain::hook::inbound::Delivery;
 use armada_domain::hook::Hook;
+use armada_domain::mailbox::receipt::MailReceipt;
+use armada_domain::mailbox::reply::ReplyRecord;
+use armada_domain::mailbox::Mailbox;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
 use armada_domain::run::{Payload, Run, RunEventRecord, RunHead, Stamp};
 use armada_domain::sandbox::hand::HandMessage;
@@ -47,6 +51,7 @@ use crate::services::tools::InlineTools;
 use crate::{Counters, Services};
 
 pub mod fixtures;
+mod mailboxes;
 mod others;
 mod schedules;
 mod triggers;
@@ -83,6 +88,15 @@ pub struct State {
     pub deliveries: Vec<Delivery>,
     /// (hook, hour) → Runs started (the hook's `max_runs_per_hour`).
     pub hook_starts: HashMap<(String, i64), u32>,
+    pub mailboxes: HashMap<String, Mailbox>,
+    /// Messages received by mailboxes, as recorded.
+    pub mail_receipts: Vec<MailReceipt>,
+    /// (mailbox, hour) → Runs started.
+    pub mailbox_starts: HashMap<(String, i64), u32>,
+    /// Replies by `Message-ID`.
+    pub replies: HashMap<String, ReplyRecord>,
+    /// Whole messages sent: (from, to, message).
+    pub raw_mails: Vec<(String, String, String)>,
     /// Alarm topics made, by ARN.
     pub topics: std::collections::HashSet<String>,
     pub schedules: HashMap<String, Schedule>,
@@ -99,6 +113,8 @@ pub struct State {
     /// `host#port` → (holder, generation).
     pub ports: HashMap<String, (String, u64)>,
     pub blobs: HashMap<String, String>,
+    /// Stored bytes that are not text (attachments, messages).
+    pub files: HashMap<String, Vec<u8>>,
     /// Messages sent to the harness queue, oldest first.
     pub harness: Vec<HarnessMessage>,
     /// Messages sent to the dispatch queue, with their delay.
@@ -163,6 +179,11 @@ pub fn test_config() -> Config {
         ("ARMADA_DISPATCH_QUEUE", "dispatch"),
         ("ARMADA_DISPATCH_DLQ", "dispatch-dlq"),
         ("ARMADA_DELIVERY_QUEUE", "delivery"),
+        ("ARMADA_MAIL_QUEUE", "mail"),
+        (
+            "ARMADA_MAIL_TOPIC_ARN",
+            "arn:aws:sns:us-east-1:000000000000:mail",
+        ),
         ("ARMADA_HARNESS_QUEUE", "harness.fifo"),
         ("ARMADA_HARNESS_DLQ", "harness-dlq.fifo"),
         ("ARMADA_PAYLOAD_BUCKET", "payloads"),
@@ -197,6 +218,7 @@ impl Services {
             hooks: mem.clone(),
             topics: mem.clone(),
             schedules: mem.clone(),
+            mailboxes: mem.clone(),
             timers: mem.clone(),
             registry: mem.clone(),
             sandboxes: mem.clone(),
@@ -274,6 +296,17 @@ impl Mail for Memory {
         st.mails
             .push((to.to_string(), subject.to_string(), text.to_string()));
         Ok(format!("mem-{}", st.mails.len()))
+    }
+
+    async fn send_raw(&self, from: &str, to: &str, message: &str) -> Result<String, String> {
+        let mut st = self.state();
+        if st.mail_failures > 0 {
+            st.mail_failures -= 1;
+            return Err("the mail provider is unavailable".into());
+        }
+        st.raw_mails
+            .push((from.to_string(), to.to_string(), message.to_string()));
+        Ok(format!("mem-raw-{}", st.raw_mails.len()))
     }
 }
 

@@ -503,6 +503,31 @@ impl Blobs for Memory {
             .ok_or_else(|| StoreError::Terminal(format!("NoSuchKey: {key}")))
     }
 
+    async fn put_bytes(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        _content_type: &str,
+    ) -> Result<(), StoreError> {
+        self.state().files.insert(key.to_string(), bytes.to_vec());
+        Ok(())
+    }
+
+    async fn get_bytes_bounded(
+        &self,
+        key: &str,
+        max: u64,
+    ) -> Result<Result<Vec<u8>, u64>, StoreError> {
+        let bytes = self
+            .state()
+            .files
+            .get(key)
+            .cloned()
+            .ok_or_else(|| StoreError::Terminal(format!("NoSuchKey: {key}")))?;
+        let len = bytes.len() as u64;
+        Ok(if len > max { Err(len) } else { Ok(bytes) })
+    }
+
     async fn get_text_bounded(&self, key: &str, max: u64) -> Result<Bounded, StoreError> {
         let text = self.get_text(key).await?;
         let bytes = text.len() as u64;

@@ -1,4 +1,4 @@
-//! Large bodies in the payload bucket.
+//! Large bodies in the payload bucket, and the files that come with mail.
 
 use std::fmt::Debug;
 
@@ -28,6 +28,21 @@ pub trait Blobs: Send + Sync + Debug {
     /// than the platform wrote (a sandbox's outcomes), whose size it does
     /// not control.
     async fn get_text_bounded(&self, key: &str, max: u64) -> Result<Bounded, StoreError>;
+    /// Stores bytes that are not text (an email's attachment, the message
+    /// itself).
+    async fn put_bytes(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        content_type: &str,
+    ) -> Result<(), StoreError>;
+    /// Reads at most `max` bytes of the object: its bytes, or `Err` with
+    /// its size (or how much was read) when it is larger.
+    async fn get_bytes_bounded(
+        &self,
+        key: &str,
+        max: u64,
+    ) -> Result<Result<Vec<u8>, u64>, StoreError>;
 
     /// Inline when at most `limit` bytes, else stored under `key`.
     async fn spill(&self, key: &str, text: &str, limit: usize) -> Result<Payload, StoreError> {

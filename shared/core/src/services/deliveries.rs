@@ -41,7 +41,7 @@ pub enum Answered {
 
 /// The hour `now_ms` falls in (its start, in seconds) and how many
 /// seconds remain of it (at least 1).
-fn hour_window(now_ms: i64) -> (i64, u32) {
+pub(crate) fn hour_window(now_ms: i64) -> (i64, u32) {
     let now_s = now_ms.div_euclid(1000);
     let start = now_s - now_s.rem_euclid(3600);
     (

@@ -6,6 +6,7 @@ pub mod callbacks;
 pub mod deliveries;
 pub mod egress;
 pub mod ending;
+pub mod inbox;
 pub mod sandboxing;
 pub mod starting;
 pub mod tools;

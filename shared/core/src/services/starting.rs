@@ -61,7 +61,7 @@ pub enum StartRefused {
 /// Webhooks senders retry for more than one).
 fn dedup_days(started_from: Option<&Trigger>) -> u32 {
     match started_from {
-        Some(Trigger::Hook { .. } | Trigger::Schedule { .. }) => 7,
+        Some(Trigger::Hook { .. } | Trigger::Schedule { .. } | Trigger::Email { .. }) => 7,
         _ => 1,
     }
 }

@@ -92,8 +92,9 @@ pub fn check(source: &str) -> Result<(), TemplateError> {
         .map_err(|e| TemplateError(describe(&e)))
 }
 
-/// Renders `source` over `ctx`.
-pub fn render(source: &str, ctx: &Context<'_>) -> Result<String, TemplateError> {
+/// Renders `source` over `ctx` (a hook's [`Context`], or what a mailbox's
+/// template sees).
+pub fn render(source: &str, ctx: &impl Serialize) -> Result<String, TemplateError> {
     let env = environment();
     let template = env
         .template_from_str(source)

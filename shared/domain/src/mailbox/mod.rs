@@ -5,16 +5,28 @@
 //!
 //! - this module: the mailbox record, what creates and changes it, its machine
 //! - [`mail`]: an inbound message read, and whether it may start a Run
-//! - [`reply`]: the threaded reply
+//! - [`notice`]: what SES (or the local listener) says of a message it
+//!   received and stored
+//! - [`receipt`]: the record of a received message, and how it was answered
+//! - [`reply`]: the threaded reply, and its record
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api::{parse_target, RunTarget};
 use crate::fields::{FieldError, Fields};
+use crate::hook::{DEFAULT_MAX_RUNS_PER_HOUR, MAX_RUNS_PER_HOUR_LIMIT};
 
 pub mod mail;
+pub mod notice;
+pub mod receipt;
 pub mod reply;
+
+/// Stable codes of the mailboxes' vocabulary.
+pub mod codes {
+    /// Another mailbox (of any tenant) has the address.
+    pub const ADDRESS_TAKEN: &str = "ADDRESS_TAKEN";
+}
 
 /// The most senders a mailbox may allow.
 const MAX_SENDERS: usize = 100;
@@ -96,6 +108,7 @@ fn valid_sender(s: &str) -> bool {
 }
 
 impl MailboxSpec {
+    /// A create request, field by field (unknown fields refused).
     pub fn parse(body: &Value) -> Result<(MailboxSpec, bool), FieldError> {
         let f = Fields::new(body)?;
         f.only(MAILBOX_FIELDS)?;
@@ -106,57 +119,45 @@ impl MailboxSpec {
                 "must be 1-64 characters of a-z, 0-9, '.', '-' or '_' (an address's local part)",
             ));
         }
-        let target = parse_target(&f, &mut String::new())?;
-        if matches!(target, RunTarget::Chain(_)) {
-            return Err(FieldError::new(
-                "chain",
-                "a mailbox starts an agent or a team",
-            ));
-        }
-        let allow_senders: Vec<String> = f
-            .opt_str_list("allow_senders")?
-            .ok_or_else(|| FieldError::new("allow_senders", "is required: who may write to it"))?
-            .into_iter()
-            .map(|s| s.trim().to_ascii_lowercase())
-            .collect();
-        if allow_senders.is_empty() || allow_senders.len() > MAX_SENDERS {
+        if body.get("allow_senders").is_none() {
             return Err(FieldError::new(
                 "allow_senders",
-                &format!("must name between 1 and {MAX_SENDERS} senders"),
+                "is required: who may write to it",
             ));
         }
-        if let Some(bad) = allow_senders.iter().find(|s| !valid_sender(s)) {
-            return Err(FieldError::new(
-                "allow_senders",
-                &format!("'{bad}' is neither an address nor @domain"),
-            ));
-        }
-        let input_template = f.opt_str("input_template")?.map(str::to_string);
-        if let Some(t) = &input_template {
-            crate::hook::template::check(t)
-                .map_err(|e| FieldError::new("input_template", &e.to_string()))?;
-        }
-        let max_runs_per_hour = match f.opt_u64("max_runs_per_hour")? {
-            None => crate::hook::DEFAULT_MAX_RUNS_PER_HOUR,
-            Some(n @ 1..=3600) => n as u32,
-            Some(_) => {
-                return Err(FieldError::new(
-                    "max_runs_per_hour",
-                    "must be between 1 and 3600",
-                ))
-            }
+        let patch = MailboxPatch::parse_fields(&f, body, false)?;
+        let mut spec = MailboxSpec {
+            name,
+            target: patch
+                .target
+                .clone()
+                .ok_or_else(|| FieldError::new("agent", "name exactly one of agent or team"))?,
+            allow_senders: vec![],
+            input_template: None,
+            reply: true,
+            max_runs_per_hour: DEFAULT_MAX_RUNS_PER_HOUR,
         };
-        Ok((
-            MailboxSpec {
-                name,
-                target,
-                allow_senders,
-                input_template,
-                reply: f.opt_bool("reply")?.unwrap_or(true),
-                max_runs_per_hour,
-            },
-            f.opt_bool("enabled")?.unwrap_or(true),
-        ))
+        let enabled = patch.enabled.unwrap_or(true);
+        spec.apply(patch);
+        Ok((spec, enabled))
+    }
+
+    fn apply(&mut self, patch: MailboxPatch) {
+        if let Some(t) = patch.target {
+            self.target = t;
+        }
+        if let Some(s) = patch.allow_senders {
+            self.allow_senders = s;
+        }
+        if let Some(t) = patch.input_template {
+            self.input_template = t;
+        }
+        if let Some(r) = patch.reply {
+            self.reply = r;
+        }
+        if let Some(n) = patch.max_runs_per_hour {
+            self.max_runs_per_hour = n;
+        }
     }
 
     /// Whether `sender` (an address) may write to the mailbox.
@@ -169,6 +170,125 @@ impl MailboxSpec {
                 Some(d) => domain == Some(d),
                 None => *a == sender,
             })
+    }
+
+    /// The template its mail's inputs are rendered with.
+    pub fn template(&self) -> &str {
+        self.input_template.as_deref().unwrap_or(DEFAULT_TEMPLATE)
+    }
+}
+
+/// The input of a mailbox that gives no template: who wrote, about what,
+/// what they said, and what they attached.
+pub const DEFAULT_TEMPLATE: &str = concat!(
+    "Email from {{ mail.from }}, subject: {{ mail.subject }}\n\n",
+    "{{ mail.text }}",
+    "{% if mail.attachments %}\n\nAttachments (stored with the run):\n",
+    "{% for a in mail.attachments %}- {{ a.name }} ({{ a.content_type }}, {{ a.bytes }} bytes): {{ a.key }}\n",
+    "{% endfor %}{% endif %}",
+);
+
+/// A change to a mailbox (`PATCH /v1/mailboxes/{id}`): any field but
+/// `name` (its address); `null` clears `input_template`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MailboxPatch {
+    pub target: Option<RunTarget>,
+    pub allow_senders: Option<Vec<String>>,
+    pub input_template: Option<Option<String>>,
+    pub reply: Option<bool>,
+    pub max_runs_per_hour: Option<u32>,
+    pub enabled: Option<bool>,
+}
+
+/// The fields `PATCH /v1/mailboxes/{id}` takes.
+pub const MAILBOX_PATCH_FIELDS: &[&str] = &[
+    "agent",
+    "team",
+    "allow_senders",
+    "input_template",
+    "reply",
+    "max_runs_per_hour",
+    "enabled",
+];
+
+impl MailboxPatch {
+    pub fn parse(body: &Value) -> Result<MailboxPatch, FieldError> {
+        let f = Fields::new(body)?;
+        if body.get("name").is_some() {
+            return Err(FieldError::new(
+                "name",
+                "a mailbox's address cannot change: make a new mailbox",
+            ));
+        }
+        f.only(MAILBOX_PATCH_FIELDS)?;
+        MailboxPatch::parse_fields(&f, body, true)
+    }
+
+    fn parse_fields(f: &Fields<'_>, body: &Value, patch: bool) -> Result<MailboxPatch, FieldError> {
+        let named = ["agent", "team", "chain"]
+            .iter()
+            .any(|k| body.get(*k).is_some_and(|v| !v.is_null()));
+        let target = if named || !patch {
+            let target = parse_target(f, &mut String::new())?;
+            if matches!(target, RunTarget::Chain(_)) {
+                return Err(FieldError::new(
+                    "chain",
+                    "a mailbox starts an agent or a team",
+                ));
+            }
+            Some(target)
+        } else {
+            None
+        };
+        let allow_senders = match f.opt_str_list("allow_senders")? {
+            None => None,
+            Some(list) => {
+                let list: Vec<String> = list
+                    .into_iter()
+                    .map(|s| s.trim().to_ascii_lowercase())
+                    .collect();
+                if list.is_empty() || list.len() > MAX_SENDERS {
+                    return Err(FieldError::new(
+                        "allow_senders",
+                        &format!("must name between 1 and {MAX_SENDERS} senders"),
+                    ));
+                }
+                if let Some(bad) = list.iter().find(|s| !valid_sender(s)) {
+                    return Err(FieldError::new(
+                        "allow_senders",
+                        &format!("'{bad}' is neither an address nor @domain"),
+                    ));
+                }
+                Some(list)
+            }
+        };
+        let input_template = match f.opt_str("input_template")? {
+            Some(t) => {
+                crate::hook::template::check(t)
+                    .map_err(|e| FieldError::new("input_template", &e.to_string()))?;
+                Some(Some(t.to_string()))
+            }
+            None if patch && body.get("input_template") == Some(&Value::Null) => Some(None),
+            None => None,
+        };
+        let max_runs_per_hour = match f.opt_u64("max_runs_per_hour")? {
+            None => None,
+            Some(n) if n == 0 || n > u64::from(MAX_RUNS_PER_HOUR_LIMIT) => {
+                return Err(FieldError::new(
+                    "max_runs_per_hour",
+                    &format!("must be between 1 and {MAX_RUNS_PER_HOUR_LIMIT}"),
+                ))
+            }
+            Some(n) => Some(n as u32),
+        };
+        Ok(MailboxPatch {
+            target,
+            allow_senders,
+            input_template,
+            reply: f.opt_bool("reply")?,
+            max_runs_per_hour,
+            enabled: f.opt_bool("enabled")?,
+        })
     }
 }
 
@@ -209,12 +329,12 @@ impl Mailbox {
 /// What a mailbox's machine is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MailboxEvent {
-    Enable(bool),
-    AllowSenders(Vec<String>),
+    /// Its fields change (validated already).
+    Update(MailboxPatch),
     Delete,
 }
 
-/// Why a mailbox refused a change.
+/// Why a mailbox refused a change (nothing changed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MailboxRefusal {
     #[error("the mailbox was deleted")]
@@ -235,15 +355,13 @@ impl crate::machine::Machine for Mailbox {
     ) -> Result<Vec<Self::Action>, MailboxRefusal> {
         match (self.state, event) {
             (MailboxState::Deleted, _) => return Err(MailboxRefusal::Deleted),
-            (MailboxState::Enabled | MailboxState::Disabled, MailboxEvent::Enable(on)) => {
-                self.state = if on {
-                    MailboxState::Enabled
-                } else {
-                    MailboxState::Disabled
-                };
-            }
-            (MailboxState::Enabled | MailboxState::Disabled, MailboxEvent::AllowSenders(s)) => {
-                self.spec.allow_senders = s;
+            (MailboxState::Enabled | MailboxState::Disabled, MailboxEvent::Update(patch)) => {
+                match patch.enabled {
+                    Some(true) => self.state = MailboxState::Enabled,
+                    Some(false) => self.state = MailboxState::Disabled,
+                    None => {}
+                }
+                self.spec.apply(patch);
             }
             (MailboxState::Enabled | MailboxState::Disabled, MailboxEvent::Delete) => {
                 self.state = MailboxState::Deleted;

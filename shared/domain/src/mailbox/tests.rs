@@ -1,7 +1,11 @@
 use serde_json::json;
 
 use super::mail::{InboundMail, MailVerdict};
-use super::reply::{build, reply_subject};
+use super::notice::ReceivedNotice;
+use super::receipt::{MailOutcome, MailReceipt, ReceiptEvent};
+use super::reply::{
+    build, reply_subject, Original, ReplyEvent, ReplyRecord, ReplyState, SentAlready,
+};
 use super::*;
 use crate::machine::Machine;
 
@@ -158,7 +162,7 @@ fn a_reply_is_threaded_automatic_and_re_once() {
     assert_eq!(reply_subject("Re: RE: re:Invoice"), "Re: Invoice");
     let first = InboundMail::parse(MULTIPART.as_bytes(), None).unwrap();
     let eml = build(
-        &first,
+        &Original::from(&first),
         "support@armada.local",
         "r1@armada.local",
         "It is attached now.",
@@ -179,7 +183,7 @@ fn a_reply_is_threaded_automatic_and_re_once() {
         ["m1@example.com", "r1@armada.local", "m2@example.com"]
     );
     let next = build(
-        &answer,
+        &Original::from(&answer),
         "support@armada.local",
         "r2@armada.local",
         "You are welcome.",
@@ -195,18 +199,129 @@ fn a_reply_is_threaded_automatic_and_re_once() {
 #[test]
 fn a_mailbox_changes_only_through_its_machine() {
     let mut m = support();
-    assert_eq!(m.apply(MailboxEvent::Enable(false), 2_000), Ok(vec![]));
+    let off = MailboxPatch::parse(&json!({"enabled": false})).unwrap();
+    assert_eq!(m.apply(MailboxEvent::Update(off), 2_000), Ok(vec![]));
     assert!(!m.enabled());
-    m.apply(
-        MailboxEvent::AllowSenders(vec!["@example.com".into()]),
-        3_000,
-    )
-    .unwrap();
+    let senders =
+        MailboxPatch::parse(&json!({"allow_senders": ["@Example.com"], "input_template": null}))
+            .unwrap();
+    m.apply(MailboxEvent::Update(senders), 3_000).unwrap();
     assert!(m.spec.allows("bob@example.com"));
+    assert!(!m.spec.allows("alice@partner.example"));
     assert_eq!(m.version, 3);
+    assert_eq!(m.spec.name, "support", "the address stays");
     m.apply(MailboxEvent::Delete, 4_000).unwrap();
     assert_eq!(
-        m.apply(MailboxEvent::Enable(true), 5_000),
+        m.apply(MailboxEvent::Update(MailboxPatch::default()), 5_000),
         Err(MailboxRefusal::Deleted)
     );
+    for (body, field) in [
+        (json!({"name": "other"}), "name"),
+        (json!({"chain": ["a", "b"]}), "chain"),
+        (json!({"allow_senders": []}), "allow_senders"),
+        (json!({"max_runs_per_hour": 0}), "max_runs_per_hour"),
+        (json!({"input_template": "{% for %}"}), "input_template"),
+    ] {
+        let e = MailboxPatch::parse(&body).unwrap_err();
+        assert!(e.field.starts_with(field), "{body}: {e}");
+    }
+}
+
+#[test]
+fn a_message_is_answered_once() {
+    let mut r = MailReceipt::received(
+        "mail_1",
+        "mbx_1",
+        "acme",
+        "alice@example.com",
+        "Hi",
+        Some("m1@example.com"),
+        1_000,
+    );
+    r.apply(
+        ReceiptEvent::Started {
+            run_id: "run_1".into(),
+        },
+        2_000,
+    )
+    .unwrap();
+    assert_eq!(r.outcome(), MailOutcome::Started);
+    assert_eq!(r.run_id.as_deref(), Some("run_1"));
+    assert!(r.apply(ReceiptEvent::Disabled, 3_000).is_err());
+    assert_eq!(r.outcome(), MailOutcome::Started);
+}
+
+#[test]
+fn a_reply_is_sent_once() {
+    let mut r = ReplyRecord::sending(
+        "run_1@armada.local",
+        "mbx_1",
+        "acme",
+        "run_1",
+        Some("ses_1"),
+        "Alice@example.com",
+        1_000,
+    );
+    assert_eq!(r.to, "alice@example.com");
+    assert_eq!(r.version(), ReplyState::Sending);
+    r.apply(ReplyEvent::Sent, 2_000).unwrap();
+    assert_eq!((r.state(), r.sent_at_ms), (ReplyState::Sent, Some(2_000)));
+    assert_eq!(r.apply(ReplyEvent::Sent, 3_000), Err(SentAlready));
+}
+
+/// What SES publishes for a message its receipt rule stored (AWS's
+/// documented example of a notice for an S3 action, trimmed).
+const SES_NOTICE: &str = r#"{
+  "notificationType": "Received",
+  "receipt": {
+    "timestamp": "2015-09-11T20:32:33.936Z",
+    "processingTimeMillis": 406,
+    "recipients": ["recipient@example.com"],
+    "spamVerdict": {"status": "PASS"},
+    "virusVerdict": {"status": "PASS"},
+    "spfVerdict": {"status": "PASS"},
+    "dkimVerdict": {"status": "PASS"},
+    "dmarcVerdict": {"status": "GRAY"},
+    "action": {
+      "type": "S3",
+      "topicArn": "arn:aws:sns:us-east-1:012345678912:example-topic",
+      "bucketName": "amzn-s3-demo-bucket",
+      "objectKey": "email"
+    }
+  },
+  "mail": {
+    "timestamp": "2015-09-11T20:32:33.936Z",
+    "source": "61967230-7A45-4A9D-BEC9-87CBCF2211C9@example.com",
+    "messageId": "d6iitobk75ur44p8kdnnp7g2n800",
+    "destination": ["recipient@example.com"],
+    "headersTruncated": false
+  }
+}"#;
+
+#[test]
+fn an_ses_notice_says_where_the_message_is_and_how_its_checks_went() {
+    let n = ReceivedNotice::parse(SES_NOTICE).unwrap();
+    let stored = n.stored().unwrap();
+    assert_eq!(stored.bucket, "amzn-s3-demo-bucket");
+    assert_eq!(n.receipt.recipients, ["recipient@example.com"]);
+    assert_eq!(n.mail.message_id, "d6iitobk75ur44p8kdnnp7g2n800");
+    assert_eq!(
+        n.failed_checks().as_deref(),
+        Some("SES's checks did not pass: DMARC GRAY")
+    );
+    // Through SNS without raw delivery: the notice is the envelope's Message.
+    let wrapped = json!({"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:1:t", "Message": SES_NOTICE.replace("GRAY", "PASS")});
+    let n = ReceivedNotice::parse(&wrapped.to_string()).unwrap();
+    assert_eq!(n.failed_checks(), None);
+    // Not checked at all (the local listener) is not a failure.
+    let unchecked = SES_NOTICE
+        .replace("GRAY", "DISABLED")
+        .replace("PASS", "DISABLED");
+    assert_eq!(
+        ReceivedNotice::parse(&unchecked).unwrap().failed_checks(),
+        None
+    );
+    let bounce = json!({"notificationType": "Bounce"}).to_string();
+    assert!(ReceivedNotice::parse(&bounce).unwrap().stored().is_err());
+    assert!(ReceivedNotice::parse("{").is_err());
 }

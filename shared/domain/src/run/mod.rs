@@ -31,7 +31,7 @@ pub use events::{
 pub use family::{ChainLink, Children, Lineage, ResumedFrom, RunIdentity, RunKind};
 
 pub use machine::{transition, IllegalTransition, RunAction, RunEvent, RunState, Transition};
-pub use trigger::Trigger;
+pub use trigger::{Artifact, Trigger};
 
 /// A stable error code and a human message, as recorded on a failed Run.
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]

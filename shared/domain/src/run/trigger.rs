@@ -1,5 +1,5 @@
 //! What started a Run: a caller with a key, a session's message, a hook's
-//! delivery, a parent, or the step before it in a relay chain. Recorded
+//! delivery, a mail, a parent, or the step before it in a relay chain. Recorded
 //! on the Run and in its `run_created`, and shown in its view.
 
 use serde::{Deserialize, Serialize};
@@ -25,10 +25,36 @@ pub enum Trigger {
         schedule_id: String,
         scheduled_at: String,
     },
+    /// A message to a mailbox.
+    Email {
+        mailbox_id: String,
+        /// Its `Message-ID` (without brackets; SES's id when it has none).
+        message_id: String,
+        from: String,
+        subject: String,
+        /// The ids its reply names in `References`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        thread: Vec<String>,
+        /// Its attachments, stored with the Run.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attachments: Vec<Artifact>,
+    },
     /// A parent's delegation, team or plan.
     Child { parent_run_id: String },
     /// The step before it in a relay chain.
     Chain { chain_id: String },
+}
+
+/// A file that came with what started a Run (an email's attachment),
+/// stored in the payload bucket.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    pub name: String,
+    pub content_type: String,
+    pub bytes: u64,
+    /// Its key in the payload bucket.
+    pub key: String,
 }
 
 impl Trigger {
@@ -38,6 +64,7 @@ impl Trigger {
             Trigger::Session { .. } => "session",
             Trigger::Hook { .. } => "hook",
             Trigger::Schedule { .. } => "schedule",
+            Trigger::Email { .. } => "email",
             Trigger::Child { .. } => "child",
             Trigger::Chain { .. } => "chain",
         }

@@ -5,9 +5,9 @@ use async_trait::async_trait;
 use armada_domain::hook::inbound::Delivery;
 use armada_domain::hook::{Hook, HookState};
 
-use super::super::item::{json, n, put_new, s, ttl_after, written, Item};
+use super::super::item::{json, put_new, s, ttl_after, written, Item};
 use super::{TriggerStore, KEEP_DAYS};
-use crate::error::{classify, StoreError};
+use crate::error::StoreError;
 use crate::ports::Hooks;
 
 const KIND: &str = "hook";
@@ -60,22 +60,6 @@ impl Hooks for TriggerStore {
         window_s: i64,
         limit: u32,
     ) -> Result<bool, StoreError> {
-        written(
-            self.dynamo
-                .update_item()
-                .table_name(&self.table)
-                .key("pk", s(Self::pk(KIND, hook_id)))
-                .key("sk", s(format!("count#{window_s}")))
-                .update_expression("ADD #n :one SET purge_at = :exp")
-                .condition_expression("attribute_not_exists(#n) OR #n < :limit")
-                .expression_attribute_names("#n", "started")
-                .expression_attribute_values(":one", n(1))
-                .expression_attribute_values(":limit", n(limit))
-                // Kept a little past its hour, then TTL removes it.
-                .expression_attribute_values(":exp", n(window_s + 3600 + 600))
-                .send()
-                .await
-                .map_err(classify),
-        )
+        written(self.count_owned(KIND, hook_id, window_s, limit).await)
     }
 }

@@ -5,7 +5,8 @@
 //! per schedule (`pk = schedule#<id>`): the schedule (`sk = schedule`) and
 //! its firings (`sk = firing#<scheduled at>`, one per time, kept 30 days).
 //! Hooks and schedules carry `list_key = <kind>#<tenant>` and `created_at`
-//! for the `by_owner` index (their lists); nothing else does. Every write
+//! for the `by_owner` index (their lists); nothing else does. Mailboxes
+//! live here too ([`mailboxes`]: their mail, their addresses, their replies). Every write
 //! of a hook or schedule after creation is conditional on the version its
 //! writer read.
 
@@ -18,6 +19,7 @@ use super::item::{get_json, json, n, put_new, s, Item};
 use crate::error::{classify, StoreError};
 
 mod hooks;
+mod mailboxes;
 mod schedules;
 
 /// How long a hook's answered delivery or a schedule's firing is kept.
@@ -177,5 +179,33 @@ impl TriggerStore {
             .scan_index_forward(false)
             .limit(limit.clamp(1, 1000) as i32);
         self.documents(query, limit).await
+    }
+
+    /// Counts one start of a hook or mailbox in the hour at `window_s`
+    /// (`sk = count#<hour>`), unless `limit` were counted: a `Conflict`
+    /// then. One conditional write; the counter expires.
+    async fn count_owned(
+        &self,
+        kind: &str,
+        id: &str,
+        window_s: i64,
+        limit: u32,
+    ) -> Result<(), StoreError> {
+        self.dynamo
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(Self::pk(kind, id)))
+            .key("sk", s(format!("count#{window_s}")))
+            .update_expression("ADD #n :one SET purge_at = :exp")
+            .condition_expression("attribute_not_exists(#n) OR #n < :limit")
+            .expression_attribute_names("#n", "started")
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":limit", n(limit))
+            // Kept a little past its hour, then TTL removes it.
+            .expression_attribute_values(":exp", n(window_s + 3600 + 600))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
     }
 }
