@@ -304,7 +304,9 @@ async fn email(c: &Client, smtp: &str, outbox: &Path) -> Result<()> {
     use armada_api::mailboxes::MailboxCreated;
     use armada_domain::mailbox::mail::InboundMail;
     println!("\n== Scenario H: an email is answered in its thread");
-    let name = format!("billing-{}", &armada_core::clock::new_id("d")[2..8]).to_lowercase();
+    // A name of its own each time: the emulator may hold an earlier demo's.
+    let id = armada_core::clock::new_id("d");
+    let name = format!("billing-{}", &id[id.len() - 8..]).to_lowercase();
     let body = json!({"name": name, "agent": "assistant", "allow_senders": ["alice@example.com"],
         "input_template": "{{ mail.text | trim }}"});
     let mailbox: MailboxCreated = c.typed(Method::POST, "/v1/mailboxes", Some(&body)).await?;

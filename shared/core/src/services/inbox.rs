@@ -190,7 +190,14 @@ async fn decide(
             })
         }
     };
-    let own = [mailbox.address.as_str(), svc.cfg.approval_sender.as_str()];
+    // Every address of the inbound domain is the stack's own: mailboxes
+    // never start each other.
+    let own_domain = format!("@{}", svc.cfg.inbox.domain);
+    let own = [
+        mailbox.address.as_str(),
+        svc.cfg.approval_sender.as_str(),
+        own_domain.as_str(),
+    ];
     if let MailVerdict::Refused(reason) = mail.verdict(mailbox, &own) {
         return Ok(ReceiptEvent::Refused { reason });
     }

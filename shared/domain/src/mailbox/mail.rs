@@ -101,10 +101,17 @@ impl InboundMail {
         })
     }
 
-    /// Whether it starts a Run of `mailbox`, whose own address (and the
-    /// stack's sender's) is `own`: mail from it would be a loop.
+    /// Whether it starts a Run of `mailbox`, whose own addresses (and
+    /// domains, as `@domain`) are `own`: mail from them would be a loop.
     pub fn verdict(&self, mailbox: &Mailbox, own: &[&str]) -> MailVerdict {
-        let is_own = |a: &str| own.iter().any(|o| o.eq_ignore_ascii_case(a));
+        let is_own = |a: &str| {
+            own.iter().any(|o| match o.strip_prefix('@') {
+                Some(domain) => a
+                    .rsplit_once('@')
+                    .is_some_and(|(_, d)| d.eq_ignore_ascii_case(domain)),
+                None => o.eq_ignore_ascii_case(a),
+            })
+        };
         if is_own(&self.from) || self.envelope_from.as_deref().is_some_and(is_own) {
             return MailVerdict::Refused("mail from the stack itself".into());
         }

@@ -123,7 +123,11 @@ fn an_html_only_message_is_read_as_text() {
 #[test]
 fn strangers_automatic_mail_and_the_stacks_own_start_nothing() {
     let m = support();
-    let own = ["support@armada.local", "approvals@example.com"];
+    let own = [
+        "support@armada.local",
+        "approvals@example.com",
+        "@armada.local",
+    ];
     let with = |headers: &str, envelope: Option<&str>| {
         let raw = format!("{headers}Subject: x\r\n\r\nbody\r\n");
         InboundMail::parse(raw.as_bytes(), envelope)
@@ -154,6 +158,11 @@ fn strangers_automatic_mail_and_the_stacks_own_start_nothing() {
         MailVerdict::Start
     );
     assert!(refused(with("From: support@armada.local\r\n", None)));
+    // Another mailbox of the stack: its own domain.
+    assert!(matches!(
+        with("From: sales@Armada.Local\r\n", None),
+        MailVerdict::Refused(r) if r.contains("the stack itself")
+    ));
 }
 
 #[test]

@@ -86,3 +86,37 @@ pub fn written<T>(r: Result<T, StoreError>) -> Result<bool, StoreError> {
         Err(e) => Err(e),
     }
 }
+
+/// Writes `items` in one transaction. When an item's condition fails,
+/// the `Conflict` names `owners[i]` of the first such item `i` (the
+/// caller's numbering of what it wrote).
+pub async fn transact(
+    dynamo: &aws_sdk_dynamodb::Client,
+    items: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+    owners: &[Option<usize>],
+) -> Result<(), StoreError> {
+    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+    match dynamo
+        .transact_write_items()
+        .set_transact_items(Some(items))
+        .send()
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(err) => {
+            if let Some(TransactWriteItemsError::TransactionCanceledException(tc)) =
+                err.as_service_error()
+            {
+                let failed = tc
+                    .cancellation_reasons()
+                    .iter()
+                    .position(|r| r.code() == Some("ConditionalCheckFailed"));
+                if let Some(i) = failed {
+                    let which = owners.get(i).copied().flatten();
+                    return Err(StoreError::Conflict { which });
+                }
+            }
+            Err(crate::error::classify(err))
+        }
+    }
+}

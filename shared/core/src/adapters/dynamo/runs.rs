@@ -5,7 +5,6 @@
 //! sequence the writer read, so a superseded worker cannot commit.
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 
@@ -267,36 +266,9 @@ impl RunStore {
         }
     }
 
-    /// Writes the new version of a Run and its new events in one transaction,
-    /// conditional on the version the writer read (`prev`). A worker whose
-    /// epoch was superseded gets `Conflict { which: Some(0) }`.
-    /// Events with `seq > after`, oldest first, at most `limit`.
-    /// All events of a Run, paging through the table.
+    /// Writes a transaction; a failed condition names its owner.
     async fn transact(&self, tx: Transaction) -> Result<(), StoreError> {
-        match self
-            .dynamo
-            .transact_write_items()
-            .set_transact_items(Some(tx.items))
-            .send()
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(err) => {
-                if let Some(TransactWriteItemsError::TransactionCanceledException(tc)) =
-                    err.as_service_error()
-                {
-                    let failed = tc
-                        .cancellation_reasons()
-                        .iter()
-                        .position(|r| r.code() == Some("ConditionalCheckFailed"));
-                    if let Some(i) = failed {
-                        let which = tx.owners.get(i).copied().flatten();
-                        return Err(StoreError::Conflict { which });
-                    }
-                }
-                Err(classify(err))
-            }
-        }
+        super::item::transact(&self.dynamo, tx.items, &tx.owners).await
     }
 }
 

@@ -7,14 +7,15 @@
 //! `sk = reply`, kept 180 days: how long a conversation may be answered).
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem};
 
 use armada_domain::mailbox::receipt::MailReceipt;
 use armada_domain::mailbox::reply::{ReplyRecord, ReplyState};
 use armada_domain::mailbox::{Mailbox, MailboxState};
 
-use super::super::item::{get_json, get_s, json, n, put_new, s, ttl_after, written, Item};
+use super::super::item::{
+    get_json, get_s, json, n, put_new, s, transact, ttl_after, written, Item,
+};
 use super::{TriggerStore, KEEP_DAYS};
 use crate::error::{classify, StoreError};
 use crate::ports::Mailboxes;
@@ -65,29 +66,8 @@ impl TriggerStore {
     /// Writes every item or none; a failed condition is a `Conflict`
     /// naming its item (1-based, as [`StoreError::Conflict`] does).
     async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<(), StoreError> {
-        match self
-            .dynamo
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(err) => {
-                if let Some(TransactWriteItemsError::TransactionCanceledException(tc)) =
-                    err.as_service_error()
-                {
-                    if let Some(i) = tc
-                        .cancellation_reasons()
-                        .iter()
-                        .position(|r| r.code() == Some("ConditionalCheckFailed"))
-                    {
-                        return Err(StoreError::Conflict { which: Some(i + 1) });
-                    }
-                }
-                Err(classify(err))
-            }
-        }
+        let owners: Vec<Option<usize>> = (1..=items.len()).map(Some).collect();
+        transact(&self.dynamo, items, &owners).await
     }
 
     fn put(&self, item: Item, condition: &str) -> Result<TransactWriteItem, StoreError> {
