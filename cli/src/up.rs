@@ -185,7 +185,12 @@ pub fn down(root: &Path) -> Result<()> {
     for name in ["armada.pid", "moto.pid"] {
         let path = state.join(name);
         if let Some(pid) = process::read_pid(&path) {
-            if process::alive(pid) && process::terminate(pid) {
+            // Gone before this returns: an `up` right after must not
+            // find a stopping emulator still answering.
+            if process::alive(pid) {
+                if !process::stop(pid, Duration::from_secs(10)) {
+                    bail!("{name} (pid {pid}) did not stop");
+                }
                 println!("stopped {name} (pid {pid})");
                 stopped = true;
             }

@@ -162,6 +162,43 @@ impl std::fmt::Debug for LocalStack {
     }
 }
 
+/// What the stack needs of its emulator before it starts: its network, its
+/// account, and the template's resources, made.
+async fn prepare(
+    opts: &LocalOptions,
+    endpoint: &str,
+    aws: &AwsClients,
+    mut params: HashMap<String, String>,
+) -> Result<(Template, provision::Provisioned)> {
+    if !params.contains_key("SandboxSubnets") || !params.contains_key("SandboxSecurityGroups") {
+        let (subnet, group) = provision::default_network(endpoint, &opts.region).await?;
+        params.entry("SandboxSubnets".into()).or_insert(subnet);
+        params
+            .entry("SandboxSecurityGroups".into())
+            .or_insert(group);
+    }
+    if !params.contains_key("SandboxIsolatedSecurityGroups") {
+        let group = provision::isolated_security_group(endpoint, &opts.region).await?;
+        params.insert("SandboxIsolatedSecurityGroups".into(), group);
+    }
+    if !params.contains_key(template::ACCOUNT_ID) {
+        let who = aws
+            .sts
+            .get_caller_identity()
+            .send()
+            .await
+            .context("asking the emulator which account this is")?;
+        params.insert(
+            template::ACCOUNT_ID.into(),
+            who.account().unwrap_or("123456789012").to_string(),
+        );
+    }
+    let text = std::fs::read_to_string(opts.root.join("infra/template.yaml"))?;
+    let template = Template::parse(&text, &opts.stack, &opts.region, &params)?;
+    let provisioned = provision::provision(aws, &template).await?;
+    Ok((template, provisioned))
+}
+
 /// Finds the repository root from the current directory upwards.
 pub fn find_root() -> Result<PathBuf> {
     let mut dir = std::env::current_dir()?;
@@ -196,10 +233,7 @@ impl LocalStack {
                 }
             }
         };
-        if let (Some(pid), Some(f)) = (emulator_pid, &opts.emulator_pid_file) {
-            process::write_pid(f, pid)?;
-        }
-        let emulator_pid = emulator_pid.map(|p| Arc::new(AtomicU32::new(p)));
+        let mut emulator_pid = emulator_pid;
         let aws = AwsClients::load_local(&endpoint, &opts.region).await;
         emulator::keep_tasks_running(&endpoint).await;
 
@@ -235,32 +269,42 @@ impl LocalStack {
         params
             .entry("CallbackSigningSecret".into())
             .or_insert_with(|| ApiKey::mint().secret);
-        if !params.contains_key("SandboxSubnets") || !params.contains_key("SandboxSecurityGroups") {
-            let (subnet, group) = provision::default_network(&endpoint, &opts.region).await?;
-            params.entry("SandboxSubnets".into()).or_insert(subnet);
-            params
-                .entry("SandboxSecurityGroups".into())
-                .or_insert(group);
+        // The emulator's side is prepared again, within a minute, when the
+        // emulator stops answering meanwhile: one that answered as this
+        // stack started may be one `armada down` was still stopping.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let (template, provisioned) = loop {
+            match prepare(&opts, &endpoint, &aws, params.clone()).await {
+                Ok(done) => break done,
+                Err(e)
+                    if std::time::Instant::now() < deadline
+                        && !emulator::answers(&endpoint).await =>
+                {
+                    tracing::warn!(error = %format!("{e:#}"), "the emulator went away as the stack started; trying again");
+                    if opts.endpoint.is_none() {
+                        emulator_pid = Some(emulator::spawn(
+                            &opts.root,
+                            opts.emulator_port,
+                            opts.emulator_dies_with_us,
+                        )?);
+                    }
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    emulator::wait_until_up(&endpoint, left).await?;
+                    emulator::keep_tasks_running(&endpoint).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        if let (Some(pid), Some(f)) = (emulator_pid, &opts.emulator_pid_file) {
+            process::write_pid(f, pid)?;
         }
-        if !params.contains_key("SandboxIsolatedSecurityGroups") {
-            let group = provision::isolated_security_group(&endpoint, &opts.region).await?;
-            params.insert("SandboxIsolatedSecurityGroups".into(), group);
-        }
-        if !params.contains_key(template::ACCOUNT_ID) {
-            let who = aws
-                .sts
-                .get_caller_identity()
-                .send()
-                .await
-                .context("asking the emulator which account this is")?;
-            params.insert(
-                template::ACCOUNT_ID.into(),
-                who.account().unwrap_or("123456789012").to_string(),
-            );
-        }
-        let text = std::fs::read_to_string(opts.root.join("infra/template.yaml"))?;
-        let template = Template::parse(&text, &opts.stack, &opts.region, &params)?;
-        let provisioned = provision::provision(&aws, &template).await?;
+        // The port is this stack's to serve (no endpoint was given): an
+        // emulator found there is adopted, and started again if it goes.
+        let emulator_pid = match emulator_pid {
+            Some(p) => Some(Arc::new(AtomicU32::new(p))),
+            None if opts.endpoint.is_none() => Some(Arc::new(AtomicU32::new(0))),
+            None => None,
+        };
 
         // Each function gets the environment the template gives it.
         let outbox = opts.mail_outbox.clone();

@@ -59,6 +59,30 @@ pub fn terminate(pid: u32) -> bool {
     unsafe { libc::kill(pid as i32, libc::SIGTERM) == 0 }
 }
 
+/// Stops a process and waits until it is gone: `SIGTERM`, then `SIGKILL`
+/// once `grace` has passed. Whether it is gone.
+pub fn stop(pid: u32, grace: std::time::Duration) -> bool {
+    let gone_within = |limit: std::time::Duration| {
+        let start = std::time::Instant::now();
+        while start.elapsed() < limit {
+            if !alive(pid) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        !alive(pid)
+    };
+    if !terminate(pid) {
+        return !alive(pid);
+    }
+    if gone_within(grace) {
+        return true;
+    }
+    // SAFETY: sends SIGKILL to a pid we recorded, which ignored SIGTERM.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    gone_within(std::time::Duration::from_secs(5))
+}
+
 pub fn write_pid(path: &Path, pid: u32) -> Result<()> {
     std::fs::write(path, pid.to_string()).with_context(|| format!("writing {}", path.display()))
 }
