@@ -16,6 +16,8 @@ mod approvals;
 mod approvals_sandbox;
 #[path = "browser.rs"]
 mod browser;
+#[path = "chaos.rs"]
+mod chaos;
 #[path = "collaboration.rs"]
 mod collaboration;
 #[path = "contract.rs"]

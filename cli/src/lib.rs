@@ -10,6 +10,7 @@
 //! - [`openapi`]: the API's OpenAPI document (`armada openapi`)
 
 pub mod bench;
+pub mod chaos;
 pub mod client;
 pub mod demo;
 pub mod hooks;

@@ -133,6 +133,23 @@ enum Cmd {
     Keygen,
     /// Print the API's OpenAPI 3.1 document (as in docs/openapi.json).
     Openapi,
+    /// Run a seeded workload of every shape under injected faults on a
+    /// local stack of its own, then check every promise; exits 1 on a
+    /// violation.
+    Chaos {
+        #[arg(long, default_value_t = 100)]
+        runs: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Comma-separated fault kinds: host-kill (or all, none).
+        #[arg(long, default_value = "all")]
+        faults: String,
+        /// Write the report as JSON here.
+        #[arg(long)]
+        report: Option<std::path::PathBuf>,
+    },
     /// Measure latency, throughput and AWS calls per Run against the floor.
     Bench {
         #[arg(long, default_value_t = 200)]
@@ -508,6 +525,28 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Openapi => {
             let text = armada_cli::openapi::document_json();
             std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())?;
+            Ok(())
+        }
+        Cmd::Chaos {
+            runs,
+            seed,
+            concurrency,
+            faults,
+            report,
+        } => {
+            let opts = armada_cli::chaos::ChaosOpts {
+                runs,
+                seed,
+                concurrency,
+                faults: armada_cli::chaos::Fault::parse_list(&faults)?,
+                report,
+                ..Default::default()
+            };
+            let report = armada_cli::chaos::run(&local::find_root()?, &opts).await?;
+            print!("{}", report.summary());
+            if !report.violations.is_empty() || !report.errors.is_empty() {
+                std::process::exit(1);
+            }
             Ok(())
         }
         Cmd::Bench {

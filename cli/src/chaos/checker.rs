@@ -1,0 +1,396 @@
+//! The checker: reads the history a workload left (the Run records and
+//! their events, the sessions, the queues) and names every broken promise
+//! with its Run: a Run never closed, ended twice or created twice; a
+//! team's round started twice; a chain step started twice or after its
+//! chain broke; a session message left unanswered or answered before the
+//! one before it ended; a message left visible in a queue.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use armada_core::Services;
+use armada_domain::collab::chain::step_run_id;
+use armada_domain::run::{EventKind, LogEvent, Run, RunEventRecord, RunState};
+
+use super::workload::Started;
+
+/// A broken promise, named by the rule it breaks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub run_id: String,
+    pub rule: &'static str,
+    pub detail: String,
+}
+
+/// How each shape's root Runs ended: shape → outcome → count.
+pub type Outcomes = BTreeMap<String, BTreeMap<String, u64>>;
+
+const TERMINAL: [EventKind; 4] = [
+    EventKind::RunCompleted,
+    EventKind::RunFailed,
+    EventKind::RunCancelled,
+    EventKind::RunTimedOut,
+];
+
+fn count(events: &[RunEventRecord], kind: EventKind) -> usize {
+    events.iter().filter(|e| e.event.kind() == kind).count()
+}
+
+fn first_at(events: &[RunEventRecord], kinds: &[EventKind]) -> Option<i64> {
+    events
+        .iter()
+        .find(|e| kinds.contains(&e.event.kind()))
+        .map(|e| e.at_ms)
+}
+
+/// What one Run's own history must say.
+fn check_run(run: &Run, events: &[RunEventRecord], out: &mut Vec<Violation>) {
+    let mut broke = |rule: &'static str, detail: String| {
+        out.push(Violation {
+            run_id: run.run_id.clone(),
+            rule,
+            detail,
+        })
+    };
+    if !run.state().is_closed() {
+        broke(
+            "not_closed",
+            format!("still {} after the drain", run.state()),
+        );
+    }
+    let ends: usize = TERMINAL.iter().map(|k| count(events, *k)).sum();
+    if run.state().is_closed() && ends != 1 {
+        broke("terminal_events", format!("{ends} terminal events"));
+    }
+    if count(events, EventKind::RunCreated) > 1 {
+        broke("created_twice", "two run_created events".into());
+    }
+    if count(events, EventKind::RunClosed) > 1 {
+        broke("closed_twice", "two run_closed events".into());
+    }
+    let mut rounds = HashSet::new();
+    for e in events {
+        if let LogEvent::RoundStarted { round, .. } = &e.event {
+            if !rounds.insert(*round) {
+                broke("round_twice", format!("round {round} started twice"));
+            }
+        }
+    }
+    let fan_out = run
+        .team
+        .as_ref()
+        .is_some_and(|t| t.strategy == armada_domain::team::Strategy::FanOut);
+    if fan_out && run.state().outcome() == RunState::Completed && !rounds.contains(&2) {
+        broke("round_two_missing", "completed without round 2".into());
+    }
+    let mut steps = HashSet::new();
+    for e in events {
+        if let LogEvent::ChainStepStarted { index, .. } = &e.event {
+            if !steps.insert(*index) {
+                broke("chain_step_twice", format!("step {index} started twice"));
+            }
+        }
+    }
+}
+
+/// Every Run below `root`: its children (of every round) and, for a
+/// relay chain's first step, the steps after it.
+async fn tree(svc: &Services, root: &str, out: &mut Vec<Violation>) -> Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    let mut todo = vec![root.to_string()];
+    let mut seen = HashSet::new();
+    while let Some(id) = todo.pop() {
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        let Some(run) = svc.runs.get(&id).await? else {
+            out.push(Violation {
+                run_id: id,
+                rule: "missing",
+                detail: "started but not stored".into(),
+            });
+            continue;
+        };
+        if let Some(children) = &run.children {
+            todo.extend(children.slots.iter().map(|s| s.run_id.clone()));
+        }
+        if let Some(link) = run.chain.as_ref().filter(|l| l.index == 0) {
+            for i in 1..link.steps.len() {
+                let step = step_run_id(&link.chain_id, i);
+                if svc.runs.head(&step).await?.is_some() {
+                    todo.push(step);
+                }
+            }
+        }
+        runs.push(run);
+    }
+    Ok(runs)
+}
+
+/// A relay chain's steps: each after the one before completed, never
+/// after a break.
+fn check_chain(runs: &HashMap<String, (Run, Vec<RunEventRecord>)>, out: &mut Vec<Violation>) {
+    for (run, _) in runs.values() {
+        let Some(link) = run.chain.as_ref().filter(|l| l.index > 0) else {
+            continue;
+        };
+        let before = step_run_id(&link.chain_id, link.index as usize - 1);
+        match runs.get(&before) {
+            Some((prev, _)) if prev.state().outcome() == RunState::Completed => {}
+            Some((prev, _)) => out.push(Violation {
+                run_id: run.run_id.clone(),
+                rule: "chain_step_after_break",
+                detail: format!(
+                    "step {} ran after step {} ended {}",
+                    link.index,
+                    link.index - 1,
+                    prev.state()
+                ),
+            }),
+            None => out.push(Violation {
+                run_id: run.run_id.clone(),
+                rule: "chain_step_orphan",
+                detail: format!("step {} has no step before it", link.index),
+            }),
+        }
+    }
+}
+
+/// A session's messages: every one answered, each after the one before
+/// ended (they were posted back to back, and queue).
+async fn check_session(
+    svc: &Services,
+    session_id: &str,
+    posted: &[String],
+    runs: &HashMap<String, (Run, Vec<RunEventRecord>)>,
+    out: &mut Vec<Violation>,
+) -> Result<()> {
+    let Some(header) = svc.sessions.header(session_id).await? else {
+        out.push(Violation {
+            run_id: posted.first().cloned().unwrap_or_default(),
+            rule: "session_missing",
+            detail: format!("session {session_id} is not stored"),
+        });
+        return Ok(());
+    };
+    if header.next_seq != posted.len() as u64 || header.done_seq != header.next_seq {
+        out.push(Violation {
+            run_id: posted.last().cloned().unwrap_or_default(),
+            rule: "session_unanswered",
+            detail: format!(
+                "session {session_id}: {} posted, next_seq {}, done_seq {}",
+                posted.len(),
+                header.next_seq,
+                header.done_seq
+            ),
+        });
+    }
+    for pair in posted.windows(2) {
+        let (Some((_, before)), Some((_, after))) = (runs.get(&pair[0]), runs.get(&pair[1])) else {
+            continue;
+        };
+        let ended = first_at(before, &TERMINAL);
+        let began = first_at(after, &[EventKind::ModelReply]);
+        if let (Some(ended), Some(began)) = (ended, began) {
+            if began < ended {
+                out.push(Violation {
+                    run_id: pair[1].clone(),
+                    rule: "session_order",
+                    detail: format!("answered before {} ended", pair[0]),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the checker found.
+#[derive(Debug, Clone, Default)]
+pub struct Checked {
+    pub violations: Vec<Violation>,
+    pub outcomes: Outcomes,
+    /// Every Run's creation and end (ms), for the recovery times.
+    pub spans: Vec<(i64, Option<i64>)>,
+}
+
+/// Reads every Run the workload started and what came of it.
+pub async fn check(svc: &Services, started: &[Started]) -> Result<Checked> {
+    let mut checked = Checked::default();
+    let out = &mut checked.violations;
+    for job in started {
+        let mut runs: HashMap<String, (Run, Vec<RunEventRecord>)> = HashMap::new();
+        for root in &job.runs {
+            for run in tree(svc, root, out).await? {
+                let events = svc.run_events.all_events(&run.run_id).await?;
+                check_run(&run, &events, out);
+                checked.spans.push((
+                    first_at(&events, &[EventKind::RunCreated]).unwrap_or(run.created_at_ms),
+                    first_at(&events, &TERMINAL),
+                ));
+                runs.insert(run.run_id.clone(), (run, events));
+            }
+            let outcome = runs
+                .get(root)
+                .map(|(r, _)| r.state().outcome().to_string())
+                .unwrap_or_else(|| "MISSING".into());
+            *checked
+                .outcomes
+                .entry(job.shape.as_str().to_string())
+                .or_default()
+                .entry(outcome)
+                .or_default() += 1;
+        }
+        check_chain(&runs, out);
+        if let Some(session) = &job.session {
+            check_session(svc, session, &job.runs, &runs, out).await?;
+        }
+    }
+    Ok(checked)
+}
+
+/// Messages still visible in the stack's queues once every Run has ended
+/// (given half a minute: a settled Run's last notices drain): each is a
+/// message nobody will ever handle.
+pub async fn stuck_messages(stack: &crate::local::LocalStack) -> Result<Vec<Violation>> {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let mut stuck = Vec::new();
+        for (logical_id, url) in &stack.provisioned.queue_urls {
+            let attrs = stack
+                .aws
+                .sqs
+                .get_queue_attributes()
+                .queue_url(url)
+                .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+                .send()
+                .await?;
+            let visible: u64 = attrs
+                .attributes()
+                .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            if visible > 0 {
+                stuck.push(Violation {
+                    run_id: String::new(),
+                    rule: "stuck_message",
+                    detail: format!("{visible} messages left in {logical_id}"),
+                });
+            }
+        }
+        if stuck.is_empty() || std::time::Instant::now() > deadline {
+            return Ok(stuck);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use armada_core::memory::fixtures::accepted_run;
+    use armada_core::memory::test_config;
+    use armada_domain::run::{RunError, RunEvent};
+
+    #[tokio::test]
+    async fn a_run_ended_twice_or_never_closed_is_named() {
+        let (svc, _mem) = Services::in_memory(test_config());
+        let def = armada_core::memory::fixtures::agent(&svc, "assistant", &[]).await;
+        let mut run = accepted_run(&svc, "acme", &def, "hi").await;
+        // Never ended: not closed.
+        let mut out = Vec::new();
+        check_run(&run, &[], &mut out);
+        assert_eq!(
+            out.iter().map(|v| v.rule).collect::<Vec<_>>(),
+            ["not_closed"]
+        );
+        // Ended, and its end recorded twice.
+        run.apply(RunEvent::Claimed { lease_until_ms: 10 }, 1)
+            .expect("claimed");
+        run.apply(
+            RunEvent::Failed {
+                error: RunError::new("X", "x"),
+            },
+            2,
+        )
+        .expect("failed");
+        run.apply(RunEvent::Closed, 3).expect("closed");
+        let end = LogEvent::RunFailed {
+            error: Some(RunError::new("X", "x")),
+            receives: None,
+        };
+        let twice = vec![
+            RunEventRecord {
+                seq: 1,
+                at_ms: 2,
+                event: end.clone(),
+            },
+            RunEventRecord {
+                seq: 2,
+                at_ms: 2,
+                event: end,
+            },
+        ];
+        let mut out = Vec::new();
+        check_run(&run, &twice, &mut out);
+        assert!(out.iter().any(|v| v.rule == "terminal_events"), "{out:?}");
+    }
+
+    #[tokio::test]
+    async fn a_chain_step_after_a_break_and_a_round_started_twice_are_named() {
+        use armada_domain::collab::chain::ChainLink;
+        let (svc, _mem) = Services::in_memory(test_config());
+        let def = armada_core::memory::fixtures::agent(&svc, "assistant", &[]).await;
+        let link = |index: u32| ChainLink {
+            chain_id: "chain_1".into(),
+            index,
+            steps: vec!["assistant".into(); 3],
+            callback_url: None,
+            team: None,
+        };
+        let mut first = accepted_run(&svc, "acme", &def, "draft").await;
+        first.run_id = step_run_id("chain_1", 0);
+        first.chain = Some(link(0));
+        first
+            .apply(RunEvent::Claimed { lease_until_ms: 10 }, 1)
+            .expect("claimed");
+        first
+            .apply(
+                RunEvent::Failed {
+                    error: RunError::new("X", "x"),
+                },
+                2,
+            )
+            .expect("failed");
+        let mut second = accepted_run(&svc, "acme", &def, "draft").await;
+        second.run_id = step_run_id("chain_1", 1);
+        second.chain = Some(link(1));
+        let runs = HashMap::from([
+            (first.run_id.clone(), (first, vec![])),
+            (second.run_id.clone(), (second.clone(), vec![])),
+        ]);
+        let mut out = Vec::new();
+        check_chain(&runs, &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(
+            (out[0].rule, out[0].run_id.as_str()),
+            ("chain_step_after_break", second.run_id.as_str())
+        );
+
+        let round = |n: u32| RunEventRecord {
+            seq: u64::from(n),
+            at_ms: 1,
+            event: LogEvent::RoundStarted {
+                round: 1,
+                after_round: None,
+                team: None,
+                members: vec![],
+            },
+        };
+        let mut out = Vec::new();
+        check_run(&second, &[round(1), round(2)], &mut out);
+        assert!(out.iter().any(|v| v.rule == "round_twice"), "{out:?}");
+    }
+}

@@ -1,0 +1,396 @@
+//! `armada chaos`: a seeded workload of every shape the scripted model
+//! drives, run against a local stack while faults are injected on a
+//! seeded schedule, then a checker that reads the history and names every
+//! broken promise with its Run. The report is the goal made visible: no
+//! violations.
+//!
+//! - [`workload`]: the jobs, posted through the HTTP API
+//! - [`checker`]: the rules, over the Run records, events, sessions, queues
+//! - [`rng`]: one seed, one workload and one fault schedule
+//!
+//! Faults so far: `host-kill` (the functions host ended at once, mid-step,
+//! as `kill -9` would end it, and started again over the same emulator,
+//! tables and queues).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use futures::StreamExt;
+use serde::Serialize;
+use tokio::sync::{watch, Mutex};
+
+use crate::local::{process, LocalOptions, LocalStack};
+
+pub mod checker;
+pub mod rng;
+pub mod workload;
+
+use checker::{Outcomes, Violation};
+
+use rng::Rng;
+use workload::{Api, Started};
+
+/// A kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Fault {
+    /// The functions host killed mid-work and started again.
+    HostKill,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 1] = [Fault::HostKill];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::HostKill => "host-kill",
+        }
+    }
+
+    /// A comma-separated list (`all` for every kind, `none` for none).
+    pub fn parse_list(s: &str) -> Result<Vec<Fault>> {
+        match s.trim() {
+            "all" => return Ok(Fault::ALL.to_vec()),
+            "none" | "" => return Ok(vec![]),
+            _ => {}
+        }
+        s.split(',')
+            .map(|f| {
+                let f = f.trim();
+                Fault::ALL
+                    .into_iter()
+                    .find(|k| k.as_str() == f)
+                    .with_context(|| {
+                        let known: Vec<&str> = Fault::ALL.iter().map(|k| k.as_str()).collect();
+                        format!("unknown fault '{f}'; known: {}", known.join(", "))
+                    })
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ChaosOpts {
+    pub runs: usize,
+    pub seed: u64,
+    /// Jobs in flight at once.
+    pub concurrency: usize,
+    pub faults: Vec<Fault>,
+    pub report: Option<PathBuf>,
+    /// How long Runs may take to end after the workload is posted and
+    /// the faults stop (the recovery bound).
+    pub drain: Duration,
+    /// Between host kills: at least, at most.
+    pub kill_every: (Duration, Duration),
+    /// Faults go on at least this long (and while the workload is
+    /// posted).
+    pub fault_window: Duration,
+}
+
+impl Default for ChaosOpts {
+    fn default() -> Self {
+        ChaosOpts {
+            runs: 100,
+            seed: 1,
+            concurrency: 8,
+            faults: Fault::ALL.to_vec(),
+            report: None,
+            drain: Duration::from_secs(240),
+            kill_every: (Duration::from_secs(3), Duration::from_secs(12)),
+            fault_window: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p99: f64,
+}
+
+/// What `--report` writes.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub seed: u64,
+    /// Shape → how its root Runs ended → how many.
+    pub runs: Outcomes,
+    /// Fault kind → how many were injected.
+    pub faults: BTreeMap<String, u64>,
+    pub violations: Vec<Violation>,
+    /// Per host kill: from the kill until every Run active at it had ended.
+    pub recovery_s: Option<Percentiles>,
+    pub runs_per_s: f64,
+    pub elapsed_s: f64,
+    /// Jobs the workload could not post (the API never answered).
+    pub errors: Vec<String>,
+}
+
+impl Report {
+    /// The readable summary the command prints.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "armada chaos: seed {}, {:.1} s, {:.2} runs/s\n",
+            self.seed, self.elapsed_s, self.runs_per_s
+        );
+        for (shape, outcomes) in &self.runs {
+            let parts: Vec<String> = outcomes.iter().map(|(o, n)| format!("{o} {n}")).collect();
+            s.push_str(&format!("  {shape:<11} {}\n", parts.join(", ")));
+        }
+        for (fault, n) in &self.faults {
+            s.push_str(&format!("  fault {fault}: {n}\n"));
+        }
+        if let Some(r) = &self.recovery_s {
+            s.push_str(&format!(
+                "  recovery after a kill: p50 {:.1} s, p99 {:.1} s\n",
+                r.p50, r.p99
+            ));
+        }
+        for e in &self.errors {
+            s.push_str(&format!("  error: {e}\n"));
+        }
+        if self.violations.is_empty() {
+            s.push_str("  no violations\n");
+        } else {
+            s.push_str(&format!("  {} violations:\n", self.violations.len()));
+            for v in &self.violations {
+                s.push_str(&format!("    {} {}: {}\n", v.rule, v.run_id, v.detail));
+            }
+        }
+        s
+    }
+}
+
+/// The local stack's options for this workload: its own stack name, a
+/// fixed API port (the workload's clients keep their URL across a
+/// restart), the emulator at `endpoint` (or one it starts).
+/// What the stack is started with, each time.
+#[derive(Debug, Clone)]
+struct Host {
+    root: PathBuf,
+    stack: String,
+    api_port: u16,
+    /// One deployment secret across restarts: what a killed host sealed
+    /// (callbacks, replies, approval notices) the next one must accept.
+    secret: String,
+}
+
+fn options(host: &Host, endpoint: Option<String>) -> LocalOptions {
+    let (root, stack, api_port) = (host.root.as_path(), host.stack.as_str(), host.api_port);
+    let mut opts = LocalOptions::new(root);
+    opts.parameters
+        .insert("CallbackSigningSecret".into(), host.secret.clone());
+    opts.stack = stack.to_string();
+    opts.api_port = api_port;
+    opts.smtp_port = 0;
+    opts.poll_wait_seconds = 1;
+    opts.data_plane = false;
+    opts.emulator_dies_with_us = true;
+    opts.mail_outbox = None;
+    if endpoint.is_some() {
+        opts.endpoint = endpoint;
+    } else if opts.endpoint.is_none() {
+        opts.emulator_port = free_port();
+    }
+    opts
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+/// The stack started again over the same emulator: the port the killed
+/// one held is taken again as soon as it is let go.
+async fn restart(host: &Host, endpoint: &str) -> Result<LocalStack> {
+    let mut last = None;
+    for _ in 0..40 {
+        match LocalStack::start(options(host, Some(endpoint.into()))).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("the stack did not start again")))
+}
+
+/// Kills the host at seeded moments until told to stop; the kill times.
+async fn host_kills(
+    host: Host,
+    endpoint: String,
+    stack: Arc<Mutex<Option<LocalStack>>>,
+    mut rng: Rng,
+    every: (Duration, Duration),
+    mut stop: watch::Receiver<bool>,
+) -> Result<Vec<i64>> {
+    let mut kills = Vec::new();
+    loop {
+        let wait = Duration::from_millis(
+            rng.between(every.0.as_millis() as u64, every.1.as_millis() as u64),
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => return Ok(kills),
+        }
+        let mut held = stack.lock().await;
+        if let Some(s) = held.take() {
+            s.kill();
+            kills.push(armada_core::clock::Clock::default().now_ms());
+            tracing::warn!(kills = kills.len(), "chaos: the functions host was killed");
+        }
+        *held = Some(restart(&host, &endpoint).await?);
+    }
+}
+
+fn percentiles(mut xs: Vec<f64>) -> Option<Percentiles> {
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
+    Some(Percentiles {
+        p50: at(0.5),
+        p99: at(0.99),
+    })
+}
+
+/// Runs the workload under its faults and checks what it left.
+pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
+    if opts.runs == 0 || opts.concurrency == 0 {
+        bail!("--runs and --concurrency must be at least 1");
+    }
+    let seed = Rng::new(opts.seed);
+    let host = Host {
+        root: root.to_path_buf(),
+        stack: format!("chaos-{}-{}", opts.seed, std::process::id()),
+        api_port: free_port(),
+        secret: armada_domain::api::ApiKey::mint().secret,
+    };
+    let first = LocalStack::start(options(&host, None)).await?;
+    let endpoint = first.endpoint.clone();
+    let owned_emulator = first.emulator_pid();
+    let api = Api {
+        http: reqwest::Client::new(),
+        base: first.api_url.clone(),
+        key: first.tenant_key.clone(),
+        admin_key: first.admin_key.clone(),
+        patience: Duration::from_secs(180),
+    };
+    let stack = Arc::new(Mutex::new(Some(first)));
+    workload::prepare(&api).await?;
+    let jobs = workload::plan(&mut seed.fork("workload"), opts.runs);
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let killer = opts.faults.contains(&Fault::HostKill).then(|| {
+        tokio::spawn(host_kills(
+            host.clone(),
+            endpoint.clone(),
+            stack.clone(),
+            seed.fork("faults"),
+            opts.kill_every,
+            stop_rx,
+        ))
+    });
+    let began = Instant::now();
+    let tag = format!("{}-{}", opts.seed, std::process::id());
+    let results: Vec<Result<Started>> = futures::stream::iter(jobs.iter())
+        .map(|job| workload::execute(&api, job, &tag))
+        .buffer_unordered(opts.concurrency)
+        .collect()
+        .await;
+    let mut started = Vec::new();
+    let mut errors = Vec::new();
+    for r in results {
+        match r {
+            Ok(s) => started.push(s),
+            Err(e) => errors.push(format!("{e:#}")),
+        }
+    }
+    // Faults go on while the workload is posted (and for the fault window
+    // at least); then every root must end within the drain (a killed
+    // host's messages come back after their queue's visibility timeout:
+    // 60 s for steps, 180 s for the dispatcher).
+    tokio::time::sleep(opts.fault_window.saturating_sub(began.elapsed())).await;
+    let _ = stop_tx.send(true);
+    let kills = match killer {
+        Some(k) => k.await.context("the host killer")??,
+        None => Vec::new(),
+    };
+    let roots: Vec<String> = started.iter().flat_map(|s| s.runs.clone()).collect();
+    let deadline = Instant::now() + opts.drain;
+    while Instant::now() < deadline {
+        let Some(svc) = stack.lock().await.as_ref().map(|s| s.svc.clone()) else {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
+        let mut open = 0;
+        for id in &roots {
+            let closed = svc
+                .runs
+                .head(id)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|h| h.state.is_closed());
+            if !closed {
+                open += 1;
+            }
+        }
+        if open == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let elapsed = began.elapsed();
+    let held = stack.lock().await.take();
+    let Some(last) = held else {
+        bail!("no stack is running at the end");
+    };
+    let checked = checker::check(&last.svc, &started).await;
+    let stuck = checker::stuck_messages(&last).await;
+    last.stop().await;
+    if let Some(pid) = owned_emulator {
+        process::terminate(pid);
+    }
+    let checked = checked?;
+    let mut violations = checked.violations;
+    violations.extend(stuck?);
+    let recovery = percentiles(
+        kills
+            .iter()
+            .filter_map(|&at| {
+                // The Runs active at the kill: until the last of them ended.
+                let ends: Vec<i64> = checked
+                    .spans
+                    .iter()
+                    .filter(|(created, ended)| *created < at && ended.is_none_or(|e| e > at))
+                    .map(|(_, ended)| ended.unwrap_or(i64::MAX))
+                    .collect();
+                let last = ends.into_iter().max()?;
+                (last != i64::MAX).then(|| (last - at) as f64 / 1000.0)
+            })
+            .collect(),
+    );
+    let total: u64 = checked.outcomes.values().flat_map(|o| o.values()).sum();
+    let report = Report {
+        seed: opts.seed,
+        runs: checked.outcomes,
+        faults: BTreeMap::from([(Fault::HostKill.as_str().to_string(), kills.len() as u64)])
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+        violations,
+        recovery_s: recovery,
+        runs_per_s: total as f64 / elapsed.as_secs_f64().max(0.001),
+        elapsed_s: elapsed.as_secs_f64(),
+        errors,
+    };
+    if let Some(path) = &opts.report {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(report)
+}
