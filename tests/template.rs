@@ -346,11 +346,10 @@ fn template_passes_cfn_lint() {
     );
 }
 
-/// The harness keeps its records hidden while it works (a heartbeat every
-/// third of the visibility), so its queue needs only what Lambda demands
-/// (visibility >= the function's timeout) and must tell the harness its
-/// visibility; the other consumers have no heartbeat and keep AWS's
-/// recommended six timeouts.
+/// The harness and the dispatcher keep their records hidden while they
+/// work (a heartbeat every third of the visibility), so their queues need
+/// only what Lambda demands (visibility >= the function's timeout) and
+/// each must be told its queues' visibility.
 #[test]
 fn queues_outlast_their_consumers_and_report_batch_failures() {
     let text = std::fs::read_to_string(root().join("infra/template.yaml")).unwrap();
@@ -373,23 +372,26 @@ fn queues_outlast_their_consumers_and_report_batch_failures() {
         let vis = q
             .visibility_timeout
             .expect("every consumed queue sets its visibility");
-        let heartbeat = m.function == "harness" && q.logical_id == "HarnessQueue";
-        let floor = if heartbeat { timeout } else { 6 * timeout };
         assert!(
-            vis >= floor,
-            "{}: visibility {vis} < {floor} (timeout {timeout})",
+            vis >= timeout,
+            "{}: visibility {vis} < the timeout {timeout}",
             q.name
         );
-        if heartbeat {
-            let required = deploy_parameters();
-            let deployed = Template::parse(&text, "s", "us-east-1", &required).unwrap();
-            let env = deployed.environment("harness").unwrap();
-            assert_eq!(
-                env["ARMADA_HARNESS_QUEUE_VISIBILITY_SECONDS"],
-                vis.to_string(),
-                "the harness must know its queue's visibility"
-            );
-        }
+        let told = match m.function.as_str() {
+            "harness" => "ARMADA_HARNESS_QUEUE_VISIBILITY_SECONDS",
+            "dispatcher" => "ARMADA_DISPATCH_QUEUE_VISIBILITY_SECONDS",
+            other => panic!("{other} consumes {} with no heartbeat", q.name),
+        };
+        let required = deploy_parameters();
+        let deployed = Template::parse(&text, "s", "us-east-1", &required).unwrap();
+        let env = deployed.environment(&m.function).unwrap();
+        assert_eq!(
+            env[told],
+            vis.to_string(),
+            "{} must know {}'s visibility",
+            m.function,
+            q.name
+        );
         assert!(
             m.report_batch_item_failures,
             "{} must report batch item failures",

@@ -64,11 +64,12 @@ impl Dispatcher {
     }
 
     pub async fn handle_event(&self, event: SqsEvent) -> SqsBatchResponse {
-        // The dispatch queue's visibility outlasts a whole batch (6x the
-        // function's timeout), so its records need no heartbeat.
+        // Its records stay hidden while it works on them (a heartbeat), so
+        // its queues' visibility can be short: a record of an invocation
+        // that died comes back within it, not after six timeouts.
         let policy = BatchPolicy {
             retry_base_s: self.svc.cfg.retry_base_seconds,
-            keep_hidden_s: None,
+            keep_hidden_s: Some(self.svc.cfg.dispatch_visibility_s),
         };
         process_batch(event, self.svc.queues.as_ref(), policy, |msg| {
             self.handle_record(msg)

@@ -68,6 +68,11 @@ pub struct Config {
     /// (`ARMADA_HARNESS_QUEUE_VISIBILITY_SECONDS`): a live step keeps its
     /// messages hidden this long again every third of it.
     pub harness_visibility_s: u32,
+    /// Visibility timeout of the queues the dispatcher consumes
+    /// (`ARMADA_DISPATCH_QUEUE_VISIBILITY_SECONDS`): it keeps the records
+    /// it works on hidden for this long again every third of it, so the
+    /// record of an invocation that died comes back this soon.
+    pub dispatch_visibility_s: u32,
     /// First backoff for a retryable message failure (`ARMADA_RETRY_BASE_SECONDS`).
     pub retry_base_seconds: u32,
     /// How callbacks are retried: the first delay, doubling
@@ -337,6 +342,8 @@ impl Config {
                 .cloned(),
             step_lease_ms: num("ARMADA_STEP_LEASE_SECONDS", 60)? as i64 * 1000,
             harness_visibility_s: num("ARMADA_HARNESS_QUEUE_VISIBILITY_SECONDS", 60)?.max(1) as u32,
+            dispatch_visibility_s: num("ARMADA_DISPATCH_QUEUE_VISIBILITY_SECONDS", 45)?.max(1)
+                as u32,
             retry_base_seconds: num("ARMADA_RETRY_BASE_SECONDS", 2)? as u32,
             callback_policy: armada_domain::run::callback::CallbackPolicy {
                 base_s: num("ARMADA_CALLBACK_RETRY_BASE_SECONDS", 30)?.clamp(1, 3600) as u32,
