@@ -1,7 +1,8 @@
 //! `armada chaos` as a gate: a seeded workload of every shape (answers,
 //! sessions, delegations, a fan-out team of five, relay chains, cancels)
-//! while the functions host is killed at seeded moments and started again;
-//! the checker reads every Run's history and finds no broken promise.
+//! while the functions host is killed at seeded moments and started again
+//! and the pollers hand batches twice and old batches again; the checker
+//! reads every Run's history and finds no broken promise.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,13 +12,13 @@ use armada_cli::chaos::{self, ChaosOpts, Fault};
 use armada_tests::root;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_seeded_workload_under_host_kills_breaks_no_promise() {
+async fn a_seeded_workload_under_kills_and_redeliveries_breaks_no_promise() {
     armada_core::telemetry::init_with("warn");
     let opts = ChaosOpts {
         runs: 60,
         seed: 7,
         concurrency: 6,
-        faults: vec![Fault::HostKill],
+        faults: vec![Fault::HostKill, Fault::Redeliver],
         report: Some(
             std::env::temp_dir().join(format!("armada-chaos-{}.json", std::process::id())),
         ),

@@ -17,6 +17,7 @@ pub mod hooks;
 pub mod local;
 pub mod mailboxes;
 pub mod openapi;
+pub mod rng;
 pub mod schedules;
 pub mod tree;
 pub mod up;

@@ -1,5 +1,6 @@
-//! The workload's and the faults' randomness: SplitMix64, seeded, so one
-//! seed is one workload and one fault schedule, on any machine.
+//! Seeded randomness (SplitMix64) for `armada chaos`'s workload and its
+//! faults, and the pollers' delivery faults: one seed, one sequence, on
+//! any machine.
 
 #[derive(Debug, Clone)]
 pub struct Rng(u64);

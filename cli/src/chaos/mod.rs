@@ -6,11 +6,12 @@
 //!
 //! - [`workload`]: the jobs, posted through the HTTP API
 //! - [`checker`]: the rules, over the Run records, events, sessions, queues
-//! - [`rng`]: one seed, one workload and one fault schedule
 //!
 //! Faults so far: `host-kill` (the functions host ended at once, mid-step,
 //! as `kill -9` would end it, and started again over the same emulator,
-//! tables and queues).
+//! tables and queues) and `redeliver` (the pollers hand 5% of batches to
+//! two invocations at once and, before 5% of batches, an old batch
+//! again).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,12 +26,11 @@ use tokio::sync::{watch, Mutex};
 use crate::local::{process, LocalOptions, LocalStack};
 
 pub mod checker;
-pub mod rng;
 pub mod workload;
 
 use checker::{Outcomes, Violation};
 
-use rng::Rng;
+use crate::rng::Rng;
 use workload::{Api, Started};
 
 /// A kind of fault.
@@ -38,14 +38,18 @@ use workload::{Api, Started};
 pub enum Fault {
     /// The functions host killed mid-work and started again.
     HostKill,
+    /// Batches handed to two invocations at once, and old batches handed
+    /// again (the pollers', as SQS's at-least-once allows).
+    Redeliver,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 1] = [Fault::HostKill];
+    pub const ALL: [Fault; 2] = [Fault::HostKill, Fault::Redeliver];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Fault::HostKill => "host-kill",
+            Fault::Redeliver => "redeliver",
         }
     }
 
@@ -174,6 +178,8 @@ struct Host {
     /// One deployment secret across restarts: what a killed host sealed
     /// (callbacks, replies, approval notices) the next one must accept.
     secret: String,
+    /// The pollers' delivery faults, one schedule across restarts.
+    deliveries: Option<Arc<crate::local::pollers::DeliveryFaults>>,
 }
 
 fn options(host: &Host, endpoint: Option<String>) -> LocalOptions {
@@ -181,6 +187,7 @@ fn options(host: &Host, endpoint: Option<String>) -> LocalOptions {
     let mut opts = LocalOptions::new(root);
     opts.parameters
         .insert("CallbackSigningSecret".into(), host.secret.clone());
+    opts.delivery_faults = host.deliveries.clone();
     opts.stack = stack.to_string();
     opts.api_port = api_port;
     opts.smtp_port = 0;
@@ -268,6 +275,13 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         stack: format!("chaos-{}-{}", opts.seed, std::process::id()),
         api_port: free_port(),
         secret: armada_domain::api::ApiKey::mint().secret,
+        deliveries: opts.faults.contains(&Fault::Redeliver).then(|| {
+            Arc::new(crate::local::pollers::DeliveryFaults::new(
+                seed.fork("deliveries").next_u64(),
+                5,
+                5,
+            ))
+        }),
     };
     let first = LocalStack::start(options(&host, None)).await?;
     let endpoint = first.endpoint.clone();
@@ -378,10 +392,21 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     let report = Report {
         seed: opts.seed,
         runs: checked.outcomes,
-        faults: BTreeMap::from([(Fault::HostKill.as_str().to_string(), kills.len() as u64)])
+        faults: {
+            use std::sync::atomic::Ordering::Relaxed;
+            let (twice, again) = host.deliveries.as_ref().map_or((0, 0), |d| {
+                (d.duplicated.load(Relaxed), d.replayed.load(Relaxed))
+            });
+            [
+                ("host-kill", kills.len() as u64),
+                ("duplicated-batch", twice),
+                ("replayed-batch", again),
+            ]
             .into_iter()
             .filter(|(_, n)| *n > 0)
-            .collect(),
+            .map(|(k, n)| (k.to_string(), n))
+            .collect()
+        },
         violations,
         recovery_s: recovery,
         runs_per_s: total as f64 / elapsed.as_secs_f64().max(0.001),

@@ -11,7 +11,7 @@ use reqwest::Method;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::rng::Rng;
+use crate::rng::Rng;
 
 /// The fan-out team the workload makes: five members, round 2 by the
 /// assistant.

@@ -82,6 +82,8 @@ pub struct LocalOptions {
     pub dataplane: dataplane::DataPlaneMode,
     /// Where every approval email is also written as an `.eml` file.
     pub mail_outbox: Option<PathBuf>,
+    /// Duplicated and replayed deliveries (`armada chaos`).
+    pub delivery_faults: Option<Arc<pollers::DeliveryFaults>>,
 }
 
 impl std::fmt::Debug for LocalOptions {
@@ -119,6 +121,7 @@ impl LocalOptions {
             sandbox_env: Vec::new(),
             dataplane: dataplane::DataPlaneMode::Local,
             mail_outbox: Some(root.join(".armada/outbox")),
+            delivery_faults: None,
         }
     }
 }
@@ -467,6 +470,7 @@ impl LocalStack {
                 spec,
                 handler.clone(),
                 n,
+                opts.delivery_faults.clone(),
                 shutdown_rx.clone(),
             )));
         }

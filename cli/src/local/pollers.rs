@@ -7,6 +7,11 @@
 //! message groups; the queue itself never hands out a group's next message
 //! while one is in flight). Redelivery, FIFO group order and the redrive
 //! to a DLQ after maxReceiveCount are the queue's own (the emulator's).
+//!
+//! Under `armada chaos` a poller also delivers as SQS may at its worst
+//! ([`DeliveryFaults`]): a batch handed to a second invocation at the
+//! same time, and an old batch handed again later (its receipts stale,
+//! so nothing of it is deleted).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +21,48 @@ use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeN
 use futures::future::BoxFuture;
 use serde_json::json;
 use tokio::sync::watch;
+
+/// Deliveries as SQS's at-least-once allows them, injected on a seeded
+/// schedule: each batch is handed twice at once with probability
+/// `duplicate_percent`, and before each batch an earlier one of the same
+/// queue is handed again with probability `replay_percent`.
+#[derive(Debug)]
+pub struct DeliveryFaults {
+    pub duplicate_percent: u64,
+    pub replay_percent: u64,
+    rng: std::sync::Mutex<crate::rng::Rng>,
+    pub duplicated: std::sync::atomic::AtomicU64,
+    pub replayed: std::sync::atomic::AtomicU64,
+}
+
+impl DeliveryFaults {
+    pub fn new(seed: u64, duplicate_percent: u64, replay_percent: u64) -> Self {
+        DeliveryFaults {
+            duplicate_percent,
+            replay_percent,
+            rng: std::sync::Mutex::new(crate::rng::Rng::new(seed)),
+            duplicated: Default::default(),
+            replayed: Default::default(),
+        }
+    }
+
+    fn draw(&self, percent: u64) -> bool {
+        self.rng
+            .lock()
+            .map(|mut r| r.chance(percent))
+            .unwrap_or(false)
+    }
+
+    fn pick(&self, n: usize) -> usize {
+        self.rng
+            .lock()
+            .map(|mut r| r.between(0, n.saturating_sub(1) as u64) as usize)
+            .unwrap_or(0)
+    }
+}
+
+/// How many earlier batches a poller keeps to hand again.
+const REPLAYABLE: usize = 32;
 
 pub type SqsHandler =
     Arc<dyn Fn(SqsEvent) -> BoxFuture<'static, Result<SqsBatchResponse, String>> + Send + Sync>;
@@ -37,8 +84,10 @@ pub async fn run(
     spec: PollerSpec,
     handler: SqsHandler,
     concurrency: usize,
+    faults: Option<Arc<DeliveryFaults>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut earlier: std::collections::VecDeque<SqsEvent> = std::collections::VecDeque::new();
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
     let mut in_flight = tokio::task::JoinSet::new();
     let mut backoff = Duration::from_millis(200);
@@ -110,6 +159,28 @@ pub async fn run(
                 continue;
             }
         };
+        if let Some(f) = &faults {
+            use std::sync::atomic::Ordering::Relaxed;
+            // Handed to a second invocation at once, or an old batch again:
+            // their answers delete nothing (the second's receipts are the
+            // first's, an old one's are stale).
+            let again = (!earlier.is_empty() && f.draw(f.replay_percent))
+                .then(|| earlier[f.pick(earlier.len())].clone());
+            let twice = f.draw(f.duplicate_percent).then(|| event.clone());
+            for (extra, counter) in [(again, &f.replayed), (twice, &f.duplicated)] {
+                if let Some(extra) = extra {
+                    counter.fetch_add(1, Relaxed);
+                    let handler = handler.clone();
+                    in_flight.spawn(async move {
+                        let _ = handler(extra).await;
+                    });
+                }
+            }
+            earlier.push_back(event.clone());
+            if earlier.len() > REPLAYABLE {
+                earlier.pop_front();
+            }
+        }
         let (sqs, spec, handler) = (sqs.clone(), spec.clone(), handler.clone());
         in_flight.spawn(async move {
             handle_batch(&sqs, &spec, &handler, event, &msgs).await;
