@@ -4,7 +4,7 @@
 //! started under the delivery's key; and the delivery recorded, through
 //! its machine, with how it was answered.
 
-use armada_domain::api::{CreateRun, KeyRole, MAX_INPUT_CHARS};
+use armada_domain::api::{CreateRun, KeyRole};
 use armada_domain::hook::inbound::{Delivery, DeliveryEvent, Inbound, Verdict};
 use armada_domain::hook::template::{self, Context, HookContext};
 use armada_domain::hook::{codes, Hook};
@@ -115,16 +115,7 @@ async fn decide(
             kind: hook.spec.kind,
         },
     };
-    let input = match template::render(hook.spec.template(), &ctx) {
-        Ok(input) if input.trim().is_empty() => {
-            Err("the hook's template rendered nothing".to_string())
-        }
-        Ok(input) if input.chars().count() > MAX_INPUT_CHARS => Err(format!(
-            "the rendered input is over {MAX_INPUT_CHARS} characters"
-        )),
-        Ok(input) => Ok(input),
-        Err(e) => Err(format!("the hook's template failed: {e}")),
-    };
+    let input = template::render_input(hook.spec.template(), &ctx, "hook");
     let input = match input {
         Ok(input) => input,
         Err(why) => {

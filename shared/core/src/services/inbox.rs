@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 
-use armada_domain::api::{CreateRun, KeyRole, RunTarget, MAX_INPUT_CHARS};
+use armada_domain::api::{CreateRun, KeyRole, RunTarget};
 use armada_domain::hook::template;
 use armada_domain::machine::Machine;
 use armada_domain::mailbox::mail::{InboundMail, MailVerdict};
@@ -231,16 +231,7 @@ async fn decide(
             address: &mailbox.address,
         },
     };
-    let input = match template::render(mailbox.spec.template(), &ctx) {
-        Ok(input) if input.trim().is_empty() => {
-            Err("the mailbox's template rendered nothing".into())
-        }
-        Ok(input) if input.chars().count() > MAX_INPUT_CHARS => Err(format!(
-            "the rendered input is over {MAX_INPUT_CHARS} characters"
-        )),
-        Ok(input) => Ok(input),
-        Err(e) => Err(format!("the mailbox's template failed: {e}")),
-    };
+    let input = template::render_input(mailbox.spec.template(), &ctx, "mailbox");
     let input = match input {
         Ok(input) => input,
         Err(why) => {

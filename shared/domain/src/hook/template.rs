@@ -104,6 +104,24 @@ pub fn render(source: &str, ctx: &impl Serialize) -> Result<String, TemplateErro
         .map_err(|e| TemplateError(describe(&e)))
 }
 
+/// The input a Run is started with, rendered from `source` over `ctx`,
+/// or why it cannot be one: the template failed, rendered nothing, or
+/// rendered more than a Run's input may hold. `whose` names the
+/// template's owner in the reason (`hook`, `mailbox`).
+pub fn render_input(source: &str, ctx: &impl Serialize, whose: &str) -> Result<String, String> {
+    let max = crate::api::MAX_INPUT_CHARS;
+    match render(source, ctx) {
+        Ok(input) if input.trim().is_empty() => {
+            Err(format!("the {whose}'s template rendered nothing"))
+        }
+        Ok(input) if input.chars().count() > max => {
+            Err(format!("the rendered input is over {max} characters"))
+        }
+        Ok(input) => Ok(input),
+        Err(e) => Err(format!("the {whose}'s template failed: {e}")),
+    }
+}
+
 /// MiniJinja's message with the line it points at (never the source).
 fn describe(e: &minijinja::Error) -> String {
     match e.line() {
