@@ -206,6 +206,21 @@ async fn check_session(
     Ok(())
 }
 
+/// How many Runs of the workload's trees are not closed yet (a chain's
+/// later steps and children outlive their root's close).
+pub async fn unclosed(svc: &Services, started: &[Started]) -> Result<usize> {
+    let mut ignored = Vec::new();
+    let mut open = 0;
+    for root in started.iter().flat_map(|s| &s.runs) {
+        open += tree(svc, root, &mut ignored)
+            .await?
+            .iter()
+            .filter(|r| !r.state().is_closed())
+            .count();
+    }
+    Ok(open)
+}
+
 /// What the checker found.
 #[derive(Debug, Clone, Default)]
 pub struct Checked {

@@ -353,7 +353,12 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
                 open += 1;
             }
         }
-        if open == 0 {
+        // Every root closed: then every Run of their trees.
+        if open == 0
+            && checker::unclosed(&svc, &started)
+                .await
+                .is_ok_and(|n| n == 0)
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
