@@ -1,8 +1,9 @@
 //! `armada chaos` as a gate: a seeded workload of every shape (answers,
 //! sessions, delegations, a fan-out team of five, relay chains, cancels)
-//! while the functions host is killed at seeded moments and started again
-//! and the pollers hand batches twice and old batches again; the checker
-//! reads every Run's history and finds no broken promise.
+//! while the functions host and the emulator are killed at seeded moments
+//! and started again and the pollers hand batches twice and old batches
+//! again; the checker reads every Run's history and finds no broken
+//! promise.
 
 #![allow(clippy::unwrap_used)]
 
@@ -18,22 +19,25 @@ async fn a_seeded_workload_under_kills_and_redeliveries_breaks_no_promise() {
         runs: 60,
         seed: 7,
         concurrency: 6,
-        faults: vec![Fault::HostKill, Fault::Redeliver],
+        faults: Fault::ALL.to_vec(),
         report: Some(
             std::env::temp_dir().join(format!("armada-chaos-{}.json", std::process::id())),
         ),
         drain: Duration::from_secs(300),
         kill_every: (Duration::from_secs(3), Duration::from_secs(8)),
+        emulator_kill_every: (Duration::from_secs(6), Duration::from_secs(12)),
         fault_window: Duration::from_secs(20),
     };
     let report = chaos::run(&root(), &opts).await.unwrap();
     let summary = report.summary();
     assert!(report.errors.is_empty(), "{summary}");
     assert!(report.violations.is_empty(), "{summary}");
-    assert!(
-        report.faults.get("host-kill").copied().unwrap_or(0) >= 1,
-        "{summary}"
-    );
+    for fault in ["host-kill", "emulator-kill"] {
+        assert!(
+            report.faults.get(fault).copied().unwrap_or(0) >= 1,
+            "{summary}"
+        );
+    }
     // Every shape ran, and every root Run is counted once.
     assert_eq!(report.runs.len(), 6, "{summary}");
     let written: serde_json::Value =

@@ -95,3 +95,124 @@ async fn a_stack_started_as_its_emulator_stops_starts_all_the_same() {
         process::terminate(pid);
     }
 }
+
+/// A stack named `stack` whose emulator keeps its state in `state`, on
+/// `port`.
+fn durable_options(stack: &str, port: u16, state: &std::path::Path) -> LocalOptions {
+    let mut opts = LocalOptions::new(&root());
+    opts.endpoint = None;
+    opts.emulator_port = port;
+    opts.emulator_dies_with_us = true;
+    opts.emulator_state = Some(state.to_path_buf());
+    opts.api_port = 0;
+    opts.smtp_port = 0;
+    opts.poll_wait_seconds = 1;
+    opts.data_plane = false;
+    opts.stack = stack.to_string();
+    opts
+}
+
+fn fresh_state_dir(port: u16) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("armada-emulator-state-{port}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// `kill -9` of an emulator with a state directory, while Runs are in
+/// flight: it comes back with everything it acknowledged, and every Run
+/// accepted before the kill still ends with its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_emulator_killed_mid_run_comes_back_with_what_it_acknowledged() {
+    armada_core::telemetry::init_with("error");
+    let port = free_port();
+    let state = fresh_state_dir(port);
+    let name = TestStack::stack_name();
+    let stack = LocalStack::start(durable_options(&name, port, &state))
+        .await
+        .unwrap();
+    let client = Client::new(&stack.api_url, &stack.tenant_key, None);
+    let done = client.create_run("assistant", "before").await.unwrap();
+    client
+        .wait_run(&done, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let mut accepted = Vec::new();
+    for i in 0..5 {
+        accepted.push(
+            client
+                .create_run("assistant", &format!("in flight {i}"))
+                .await
+                .unwrap(),
+        );
+    }
+    let first = stack.emulator_pid().unwrap();
+    assert!(process::kill(first));
+
+    for (i, run_id) in accepted.iter().enumerate() {
+        let what = "a Run accepted before the kill to end";
+        let run = wait::until(what, Duration::from_secs(180), || async {
+            let run = client.run(run_id).await.ok()?;
+            run.state.is_terminal().then_some(run)
+        })
+        .await;
+        assert_eq!(
+            run.output.as_deref().unwrap_or_default(),
+            format!("echo: in flight {i}"),
+            "{run_id}: {run:?}"
+        );
+    }
+    let before = client.run(&done).await.unwrap();
+    assert_eq!(before.output.as_deref().unwrap_or_default(), "echo: before");
+    let second = stack.emulator_pid().unwrap();
+    assert_ne!(first, second, "the stack started its emulator again");
+    stack.stop().await;
+    process::stop(second, Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// `armada down` then `armada up`: the emulator stops with a snapshot and
+/// the next one starts from it; keys, Runs and their events are all there,
+/// and the old key still answers on the new stack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn down_and_up_keep_keys_runs_and_events() {
+    armada_core::telemetry::init_with("error");
+    let port = free_port();
+    let state = fresh_state_dir(port);
+    let name = TestStack::stack_name();
+    let stack = LocalStack::start(durable_options(&name, port, &state))
+        .await
+        .unwrap();
+    let old_key = stack.tenant_key.clone();
+    let client = Client::new(&stack.api_url, &old_key, None);
+    let run_id = client.create_run("assistant", "kept").await.unwrap();
+    client
+        .wait_run(&run_id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let events_before = client.events(&run_id, 0, 0).await.unwrap();
+    let pid = stack.emulator_pid().unwrap();
+    stack.stop().await;
+    assert!(process::stop(pid, Duration::from_secs(60)));
+
+    let stack = LocalStack::start(durable_options(&name, port, &state))
+        .await
+        .unwrap();
+    let client = Client::new(&stack.api_url, &old_key, None);
+    let run = client.run(&run_id).await.unwrap();
+    assert_eq!(run.output.as_deref().unwrap_or_default(), "echo: kept");
+    let events_after = client.events(&run_id, 0, 0).await.unwrap();
+    assert_eq!(
+        serde_json::to_value(&events_before.events).unwrap(),
+        serde_json::to_value(&events_after.events).unwrap()
+    );
+    let again = client.create_run("assistant", "after").await.unwrap();
+    let run = client
+        .wait_run(&again, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(run.output.as_deref().unwrap_or_default(), "echo: after");
+    let pid = stack.emulator_pid().unwrap();
+    stack.stop().await;
+    process::stop(pid, Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(&state);
+}

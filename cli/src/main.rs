@@ -49,8 +49,13 @@ enum Cmd {
         #[arg(long, default_value = "local", value_name = "local|fargate")]
         dataplane: armada_cli::local::dataplane::DataPlaneMode,
     },
-    /// Stop everything `up` started.
-    Down,
+    /// Stop everything `up` started. The emulator's state stays in
+    /// `.armada/emulator` for the next `up`.
+    Down {
+        /// Also remove the emulator's state: the next `up` starts afresh.
+        #[arg(long)]
+        wipe: bool,
+    },
     /// Ask an agent (or a team, or a relay chain) a one-off question and
     /// print the answer. A question that begins with @agent or @team:name
     /// goes there.
@@ -143,7 +148,8 @@ enum Cmd {
         seed: u64,
         #[arg(long, default_value_t = 8)]
         concurrency: usize,
-        /// Comma-separated fault kinds: host-kill, redeliver (or all, none).
+        /// Comma-separated fault kinds: host-kill, emulator-kill, redeliver
+        /// (or all, none).
         #[arg(long, default_value = "all")]
         faults: String,
         /// Write the report as JSON here.
@@ -348,7 +354,7 @@ async fn run(cli: Cli) -> Result<()> {
                 armada_cli::up::foreground(&root, &args).await
             }
         }
-        Cmd::Down => armada_cli::up::down(&local::find_root()?),
+        Cmd::Down { wipe } => armada_cli::up::down(&local::find_root()?, wipe),
         Cmd::Ask {
             text,
             agent,

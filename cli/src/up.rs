@@ -12,6 +12,10 @@ use crate::client::Client;
 use crate::local::dataplane::DataPlaneMode;
 use crate::local::{emulator, process, LocalOptions, LocalStack};
 
+/// How long a stopping emulator may take to write its snapshot (a killed
+/// one loses nothing either: its journal is replayed at the next start).
+const EMULATOR_GRACE: Duration = Duration::from_secs(60);
+
 /// What `armada up` was asked for.
 #[derive(Debug, Clone, Default)]
 pub struct UpArgs {
@@ -43,6 +47,7 @@ pub async fn foreground(root: &Path, args: &UpArgs) -> Result<()> {
     opts.parameters
         .insert("EgressAllow".into(), egress_parameter(&args.allow_egress)?);
     opts.emulator_pid_file = Some(state.join("moto.pid"));
+    opts.emulator_state = Some(emulator::durable_state(root));
     opts.dataplane = args.dataplane;
     eprintln!("armada: starting the emulator, the stack's resources and its functions ...");
     let stack = LocalStack::start(opts).await?;
@@ -64,7 +69,8 @@ pub async fn foreground(root: &Path, args: &UpArgs) -> Result<()> {
     let pid = stack.emulator_pid();
     stack.stop().await;
     if let Some(pid) = pid {
-        process::terminate(pid);
+        // It writes a snapshot of its state as it stops.
+        process::stop(pid, EMULATOR_GRACE);
         let _ = std::fs::remove_file(state.join("moto.pid"));
     }
     let _ = std::fs::remove_file(state.join("armada.pid"));
@@ -179,7 +185,9 @@ fn echo_progress(log: &Path, from: u64) {
     }
 }
 
-pub fn down(root: &Path) -> Result<()> {
+/// Stops the stack; with `wipe`, also removes what its emulator kept, so
+/// the next `up` starts afresh.
+pub fn down(root: &Path, wipe: bool) -> Result<()> {
     let state = emulator::state_dir(root);
     let mut stopped = false;
     for name in ["armada.pid", "moto.pid"] {
@@ -188,7 +196,7 @@ pub fn down(root: &Path) -> Result<()> {
             // Gone before this returns: an `up` right after must not
             // find a stopping emulator still answering.
             if process::alive(pid) {
-                if !process::stop(pid, Duration::from_secs(10)) {
+                if !process::stop(pid, EMULATOR_GRACE) {
                     bail!("{name} (pid {pid}) did not stop");
                 }
                 println!("stopped {name} (pid {pid})");
@@ -200,6 +208,14 @@ pub fn down(root: &Path) -> Result<()> {
     let _ = std::fs::remove_file(state.join("local.env"));
     if !stopped {
         println!("nothing was running");
+    }
+    if wipe {
+        let kept = emulator::durable_state(root);
+        match std::fs::remove_dir_all(&kept) {
+            Ok(()) => println!("removed {}", kept.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", kept.display())),
+        }
     }
     Ok(())
 }

@@ -54,7 +54,12 @@ pub fn emulator_endpoint() -> String {
         // The spawning thread never ends, so the child's parent-death signal
         // fires only when the whole test process exits.
         std::thread::spawn(move || {
-            let r = emulator::spawn(&root(), port, true).map_err(|e| format!("{e:#}"));
+            let how = emulator::Spawn {
+                port,
+                die_with_parent: true,
+                state: None,
+            };
+            let r = emulator::spawn(&root(), &how).map_err(|e| format!("{e:#}"));
             if let Ok(pid) = &r {
                 let _ = EMULATOR_PID.set(*pid);
             }

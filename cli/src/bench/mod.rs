@@ -6,7 +6,8 @@
 //!
 //! By phase: [`watch`] waits for Runs to end; [`pipeline`] runs a phase
 //! and reports it; [`floor`] accounts each Run; [`fill`] loads finished
-//! Runs; [`sandbox`] and [`runtime_api`] measure sandboxes and binaries.
+//! Runs; [`sandbox`] and [`runtime_api`] measure sandboxes and binaries;
+//! [`durability`] the emulator's journal and restarts.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use anyhow::Result;
 
 use armada_core::adapters::aws::AwsClients;
 
+mod durability;
 mod fanout;
 mod fill;
 mod floor;
@@ -84,8 +86,11 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
                 .local_addr()?
                 .port();
             lo.emulator_dies_with_us = true;
+            // Durable, as `armada up` runs it.
+            lo.emulator_state = Some(emulator::ensure_state_dir(root)?.join(lo.stack.clone()));
         }
     }
+    let own_emulator = lo.endpoint.is_none().then(|| lo.emulator());
     let stack = LocalStack::start(lo).await?;
     let client = Client::new(&stack.api_url, &stack.tenant_key, None);
     let region = stack
@@ -286,7 +291,14 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
     }
     let pid = stack.emulator_pid();
     stack.stop().await;
-    if let Some(pid) = pid {
+    if let (Some(how), Some(pid)) = (own_emulator, pid) {
+        durability::journal_cost(root, 1000).await?;
+        let pid = durability::restart_times(root, &how, pid).await?;
+        crate::local::process::stop(pid, Duration::from_secs(300));
+        if let Some(state) = &how.state {
+            let _ = std::fs::remove_dir_all(state);
+        }
+    } else if let Some(pid) = pid {
         crate::local::process::terminate(pid);
     }
     Ok(())

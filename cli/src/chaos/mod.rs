@@ -9,9 +9,10 @@
 //!
 //! Faults so far: `host-kill` (the functions host ended at once, mid-step,
 //! as `kill -9` would end it, and started again over the same emulator,
-//! tables and queues) and `redeliver` (the pollers hand 5% of batches to
-//! two invocations at once and, before 5% of batches, an old batch
-//! again).
+//! tables and queues), `emulator-kill` (`kill -9` of the emulator, which
+//! keeps its state in a directory of the run's own, and its start again)
+//! and `redeliver` (the pollers hand 5% of batches to two invocations at
+//! once and, before 5% of batches, an old batch again).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +24,7 @@ use futures::StreamExt;
 use serde::Serialize;
 use tokio::sync::{watch, Mutex};
 
-use crate::local::{process, LocalOptions, LocalStack};
+use crate::local::{emulator, process, LocalOptions, LocalStack};
 
 pub mod checker;
 pub mod workload;
@@ -41,15 +42,18 @@ pub enum Fault {
     /// Batches handed to two invocations at once, and old batches handed
     /// again (the pollers', as SQS's at-least-once allows).
     Redeliver,
+    /// The emulator killed (`kill -9`) and started again over its state.
+    EmulatorKill,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 2] = [Fault::HostKill, Fault::Redeliver];
+    pub const ALL: [Fault; 3] = [Fault::HostKill, Fault::Redeliver, Fault::EmulatorKill];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Fault::HostKill => "host-kill",
             Fault::Redeliver => "redeliver",
+            Fault::EmulatorKill => "emulator-kill",
         }
     }
 
@@ -88,6 +92,8 @@ pub struct ChaosOpts {
     pub drain: Duration,
     /// Between host kills: at least, at most.
     pub kill_every: (Duration, Duration),
+    /// Between emulator kills: at least, at most.
+    pub emulator_kill_every: (Duration, Duration),
     /// Faults go on at least this long (and while the workload is
     /// posted).
     pub fault_window: Duration,
@@ -103,6 +109,7 @@ impl Default for ChaosOpts {
             report: None,
             drain: Duration::from_secs(240),
             kill_every: (Duration::from_secs(3), Duration::from_secs(12)),
+            emulator_kill_every: (Duration::from_secs(15), Duration::from_secs(40)),
             fault_window: Duration::from_secs(60),
         }
     }
@@ -125,6 +132,8 @@ pub struct Report {
     pub violations: Vec<Violation>,
     /// Per host kill: from the kill until every Run active at it had ended.
     pub recovery_s: Option<Percentiles>,
+    /// The same, per emulator kill.
+    pub emulator_recovery_s: Option<Percentiles>,
     pub runs_per_s: f64,
     pub elapsed_s: f64,
     /// Jobs the workload could not post (the API never answered).
@@ -145,11 +154,16 @@ impl Report {
         for (fault, n) in &self.faults {
             s.push_str(&format!("  fault {fault}: {n}\n"));
         }
-        if let Some(r) = &self.recovery_s {
-            s.push_str(&format!(
-                "  recovery after a kill: p50 {:.1} s, p99 {:.1} s\n",
-                r.p50, r.p99
-            ));
+        for (what, r) in [
+            ("host", &self.recovery_s),
+            ("emulator", &self.emulator_recovery_s),
+        ] {
+            if let Some(r) = r {
+                s.push_str(&format!(
+                    "  recovery after a {what} kill: p50 {:.1} s, p99 {:.1} s\n",
+                    r.p50, r.p99
+                ));
+            }
         }
         for e in &self.errors {
             s.push_str(&format!("  error: {e}\n"));
@@ -166,9 +180,6 @@ impl Report {
     }
 }
 
-/// The local stack's options for this workload: its own stack name, a
-/// fixed API port (the workload's clients keep their URL across a
-/// restart), the emulator at `endpoint` (or one it starts).
 /// What the stack is started with, each time.
 #[derive(Debug, Clone)]
 struct Host {
@@ -182,7 +193,10 @@ struct Host {
     deliveries: Option<Arc<crate::local::pollers::DeliveryFaults>>,
 }
 
-fn options(host: &Host, endpoint: Option<String>) -> LocalOptions {
+/// The local stack's options for this workload: its own stack name, a
+/// fixed API port (the workload's clients keep their URL across a
+/// restart), the emulator at `endpoint`.
+fn options(host: &Host, endpoint: &str) -> LocalOptions {
     let (root, stack, api_port) = (host.root.as_path(), host.stack.as_str(), host.api_port);
     let mut opts = LocalOptions::new(root);
     opts.parameters
@@ -195,11 +209,7 @@ fn options(host: &Host, endpoint: Option<String>) -> LocalOptions {
     opts.data_plane = false;
     opts.emulator_dies_with_us = true;
     opts.mail_outbox = None;
-    if endpoint.is_some() {
-        opts.endpoint = endpoint;
-    } else if opts.endpoint.is_none() {
-        opts.emulator_port = free_port();
-    }
+    opts.endpoint = Some(endpoint.to_string());
     opts
 }
 
@@ -215,7 +225,7 @@ fn free_port() -> u16 {
 async fn restart(host: &Host, endpoint: &str) -> Result<LocalStack> {
     let mut last = None;
     for _ in 0..40 {
-        match LocalStack::start(options(host, Some(endpoint.into()))).await {
+        match LocalStack::start(options(host, endpoint)).await {
             Ok(s) => return Ok(s),
             Err(e) => last = Some(e),
         }
@@ -252,6 +262,74 @@ async fn host_kills(
     }
 }
 
+/// The emulator the workload runs on, started here with a state directory
+/// of this run's own, so that a kill loses nothing it acknowledged.
+struct Emulator {
+    root: PathBuf,
+    how: emulator::Spawn,
+    endpoint: String,
+    pid: std::sync::atomic::AtomicU32,
+}
+
+impl Emulator {
+    async fn start(root: &Path, state: PathBuf) -> Result<Self> {
+        let port = free_port();
+        let how = emulator::Spawn {
+            port,
+            die_with_parent: true,
+            state: Some(state),
+        };
+        let pid = emulator::spawn(root, &how)?;
+        let endpoint = format!("http://127.0.0.1:{port}");
+        emulator::wait_until_up(&endpoint, Duration::from_secs(300)).await?;
+        Ok(Emulator {
+            root: root.to_path_buf(),
+            how,
+            endpoint,
+            pid: pid.into(),
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.pid.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `kill -9`, then started again over the same state, on the same port.
+    async fn kill_and_restart(&self) -> Result<()> {
+        let pid = self.pid();
+        process::kill(pid);
+        let gone = Instant::now() + Duration::from_secs(30);
+        while process::alive(pid) && Instant::now() < gone {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let pid = emulator::spawn(&self.root, &self.how)?;
+        self.pid.store(pid, std::sync::atomic::Ordering::Relaxed);
+        emulator::wait_until_up(&self.endpoint, Duration::from_secs(300)).await
+    }
+}
+
+/// Kills the emulator at seeded moments until told to stop; the kill times.
+async fn emulator_kills(
+    emulator: Arc<Emulator>,
+    mut rng: Rng,
+    every: (Duration, Duration),
+    mut stop: watch::Receiver<bool>,
+) -> Result<Vec<i64>> {
+    let mut kills = Vec::new();
+    loop {
+        let wait = Duration::from_millis(
+            rng.between(every.0.as_millis() as u64, every.1.as_millis() as u64),
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => return Ok(kills),
+        }
+        kills.push(armada_core::clock::Clock::default().now_ms());
+        tracing::warn!(kills = kills.len(), "chaos: the emulator was killed");
+        emulator.kill_and_restart().await?;
+    }
+}
+
 fn percentiles(mut xs: Vec<f64>) -> Option<Percentiles> {
     if xs.is_empty() {
         return None;
@@ -283,9 +361,23 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             ))
         }),
     };
-    let first = LocalStack::start(options(&host, None)).await?;
-    let endpoint = first.endpoint.clone();
-    let owned_emulator = first.emulator_pid();
+    // The emulator is this run's own, with its own state (unless
+    // AWS_ENDPOINT_URL names one to use as it is).
+    let given = LocalOptions::new(root).endpoint;
+    if given.is_some() && opts.faults.contains(&Fault::EmulatorKill) {
+        bail!("emulator-kill needs the emulator armada starts: unset AWS_ENDPOINT_URL");
+    }
+    let state = emulator::ensure_state_dir(root)?.join(&host.stack);
+    let owned = match &given {
+        Some(_) => None,
+        None => Some(Arc::new(Emulator::start(root, state.clone()).await?)),
+    };
+    let endpoint = match (&given, &owned) {
+        (Some(ep), _) => ep.clone(),
+        (None, Some(e)) => e.endpoint.clone(),
+        (None, None) => unreachable!("one or the other"),
+    };
+    let first = LocalStack::start(options(&host, &endpoint)).await?;
     let api = Api {
         http: reqwest::Client::new(),
         base: first.api_url.clone(),
@@ -308,6 +400,17 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             stop_rx,
         ))
     });
+    let emulator_killer = match &owned {
+        Some(e) if opts.faults.contains(&Fault::EmulatorKill) => {
+            Some(tokio::spawn(emulator_kills(
+                e.clone(),
+                seed.fork("emulator faults"),
+                opts.emulator_kill_every,
+                stop_tx.subscribe(),
+            )))
+        }
+        _ => None,
+    };
     let began = Instant::now();
     let tag = format!("{}-{}", opts.seed, std::process::id());
     let results: Vec<Result<Started>> = futures::stream::iter(jobs.iter())
@@ -331,6 +434,10 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     let _ = stop_tx.send(true);
     let kills = match killer {
         Some(k) => k.await.context("the host killer")??,
+        None => Vec::new(),
+    };
+    let emulator_kills = match emulator_killer {
+        Some(k) => k.await.context("the emulator killer")??,
         None => Vec::new(),
     };
     let roots: Vec<String> = started.iter().flat_map(|s| s.runs.clone()).collect();
@@ -371,28 +478,31 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     let checked = checker::check(&last.svc, &started).await;
     let stuck = checker::stuck_messages(&last).await;
     last.stop().await;
-    if let Some(pid) = owned_emulator {
-        process::terminate(pid);
+    if let Some(e) = &owned {
+        process::stop(e.pid(), Duration::from_secs(60));
+        let _ = std::fs::remove_dir_all(&state);
     }
     let checked = checked?;
     let mut violations = checked.violations;
     violations.extend(stuck?);
-    let recovery = percentiles(
-        kills
-            .iter()
-            .filter_map(|&at| {
-                // The Runs active at the kill: until the last of them ended.
-                let ends: Vec<i64> = checked
-                    .spans
-                    .iter()
-                    .filter(|(created, ended)| *created < at && ended.is_none_or(|e| e > at))
-                    .map(|(_, ended)| ended.unwrap_or(i64::MAX))
-                    .collect();
-                let last = ends.into_iter().max()?;
-                (last != i64::MAX).then(|| (last - at) as f64 / 1000.0)
-            })
-            .collect(),
-    );
+    let recovery = |kills: &[i64]| {
+        percentiles(
+            kills
+                .iter()
+                .filter_map(|&at| {
+                    // The Runs active at the kill: until the last of them ended.
+                    let ends: Vec<i64> = checked
+                        .spans
+                        .iter()
+                        .filter(|(created, ended)| *created < at && ended.is_none_or(|e| e > at))
+                        .map(|(_, ended)| ended.unwrap_or(i64::MAX))
+                        .collect();
+                    let last = ends.into_iter().max()?;
+                    (last != i64::MAX).then(|| (last - at) as f64 / 1000.0)
+                })
+                .collect(),
+        )
+    };
     let total: u64 = checked.outcomes.values().flat_map(|o| o.values()).sum();
     let report = Report {
         seed: opts.seed,
@@ -404,6 +514,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             });
             [
                 ("host-kill", kills.len() as u64),
+                ("emulator-kill", emulator_kills.len() as u64),
                 ("duplicated-batch", twice),
                 ("replayed-batch", again),
             ]
@@ -413,7 +524,8 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             .collect()
         },
         violations,
-        recovery_s: recovery,
+        recovery_s: recovery(&kills),
+        emulator_recovery_s: recovery(&emulator_kills),
         runs_per_s: total as f64 / elapsed.as_secs_f64().max(0.001),
         elapsed_s: elapsed.as_secs_f64(),
         errors,

@@ -28,7 +28,10 @@ The patch is written against one moto version; any other refuses to start
 rather than run with a rollback nobody checked.
 """
 
+import argparse
 import copy
+import os
+import signal
 import sys
 import threading
 
@@ -39,6 +42,8 @@ from moto.core.utils import unix_time
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
+
+import moto_state
 
 PINNED = "5.2.5"
 
@@ -185,42 +190,93 @@ def receive_message(
     while True:
         if result or (wait_seconds_timeout and unix_time() > polling_end):
             break
-        pending_groups = queue.pending_message_groups
-        messages_to_dlq = []
-        for message in queue.messages:
-            if not message.visible:
-                continue
-            if message in queue.pending_messages:
-                # Pending but visible again: its consumer timed out.
-                queue.pending_messages.remove(message)
-                pending_groups = queue.pending_message_groups
-            if message.group_id and queue.fifo_queue:
-                if message.group_id in pending_groups:
-                    continue
-            if (
-                queue.dead_letter_queue is not None
-                and queue.redrive_policy
-                and message.approximate_receive_count
-                >= queue.redrive_policy["maxReceiveCount"]
-            ):
-                messages_to_dlq.append(message)
-                continue
-            queue.pending_messages.add(message)
-            message.mark_received(visibility_timeout=visibility_timeout)
-            message_copy = copy.deepcopy(message)
-            sqs_models._filter_message_attributes(message_copy, message_attribute_names)
-            if not self.is_message_valid_based_on_retention_period(queue_name, message):
-                break
-            result.append(message_copy)
-            if len(result) >= count:
-                break
-        for message in messages_to_dlq:
-            queue._messages.remove(message)
-            queue.dead_letter_queue.add_message(message)
+        journal = moto_state.journal()
+        if journal is None:
+            result = _scan(
+                self, queue_name, queue, count, visibility_timeout, message_attribute_names
+            )
+        else:
+            # A scan changes messages: it runs alone, as every journaled
+            # request does, and is recorded by what it took.
+            with journal.lock:
+                taken, dead_lettered = [], []
+                result = _scan(
+                    self,
+                    queue_name,
+                    queue,
+                    count,
+                    visibility_timeout,
+                    message_attribute_names,
+                    taken,
+                    dead_lettered,
+                )
+                if taken or dead_lettered:
+                    journal.record_receive(self, queue_name, taken, dead_lettered)
         if not result:
             if wait_seconds_timeout == 0:
                 break
             queue.wait_for_messages(1)
+    return result
+
+
+def _scan(
+    backend,
+    queue_name,
+    queue,
+    count,
+    visibility_timeout,
+    message_attribute_names,
+    taken=None,
+    dead_lettered=None,
+):
+    """One pass over a queue's messages: those it takes, marked received."""
+    result = []
+    pending_groups = queue.pending_message_groups
+    messages_to_dlq = []
+    for message in queue.messages:
+        if not message.visible:
+            continue
+        if message in queue.pending_messages:
+            # Pending but visible again: its consumer timed out.
+            queue.pending_messages.remove(message)
+            pending_groups = queue.pending_message_groups
+        if message.group_id and queue.fifo_queue:
+            if message.group_id in pending_groups:
+                continue
+        if (
+            queue.dead_letter_queue is not None
+            and queue.redrive_policy
+            and message.approximate_receive_count
+            >= queue.redrive_policy["maxReceiveCount"]
+        ):
+            messages_to_dlq.append(message)
+            continue
+        queue.pending_messages.add(message)
+        message.mark_received(visibility_timeout=visibility_timeout)
+        if taken is not None:
+            taken.append(
+                (
+                    message.id,
+                    message.receipt_handle,
+                    message.visible_at,
+                    message.approximate_receive_count,
+                    message.approximate_first_receive_timestamp,
+                )
+            )
+        message_copy = copy.deepcopy(message)
+        sqs_models._filter_message_attributes(message_copy, message_attribute_names)
+        if not backend.is_message_valid_based_on_retention_period(
+            queue_name, message
+        ):
+            break
+        result.append(message_copy)
+        if len(result) >= count:
+            break
+    for message in messages_to_dlq:
+        queue._messages.remove(message)
+        queue.dead_letter_queue.add_message(message)
+        if dead_lettered is not None:
+            dead_lettered.append(message.id)
     return result
 
 
@@ -246,8 +302,38 @@ def install():
     sqs_models.SQSBackend.receive_message = receive_message
 
 
-if __name__ == "__main__":
+def main(argv):
+    parser = argparse.ArgumentParser(prog="armada_moto")
+    parser.add_argument("-H", "--host", default="127.0.0.1")
+    parser.add_argument("-p", "--port", type=int, default=5000)
+    parser.add_argument(
+        "--state-dir",
+        help="keep the emulator's state here, across restarts and crashes",
+    )
+    args = parser.parse_args(argv)
+    os.environ.setdefault("MOTO_PORT", str(args.port))
     install()
-    from moto.server import main
+    from werkzeug.serving import run_simple
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
 
+    app = DomainDispatcherApplication(create_backend_app)
+    app.debug = True
+    if args.state_dir:
+        app = moto_state.open_state(args.state_dir, app)
+    else:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    run_simple(
+        args.host,
+        args.port,
+        app,
+        threaded=True,
+        request_handler=MotoRequestHandler,
+    )
+
+
+if __name__ == "__main__":
     main(sys.argv[1:])

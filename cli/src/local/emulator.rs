@@ -2,8 +2,10 @@
 //! project-local venv (`.armada/venv`, pinned version) and started on
 //! loopback through our own entry point (`armada_moto.py`, which gives
 //! moto's `TransactWriteItems` a rollback that copies only the items it
-//! touches). An `AWS_ENDPOINT_URL` that points elsewhere (a LocalStack, say)
-//! is used as it is instead.
+//! touches). Given a state directory, it keeps what it acknowledged there
+//! across restarts and crashes (`moto_state.py`: a journal written before
+//! each answer, and snapshots). An `AWS_ENDPOINT_URL` that points elsewhere
+//! (a LocalStack, say) is used as it is instead.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -36,20 +38,26 @@ fn moto_bin(root: &Path) -> PathBuf {
     state_dir(root).join("venv/bin/moto_server")
 }
 
-/// The moto server with the project's transaction rollback (see the script).
-const ENTRY_POINT: &str = include_str!("armada_moto.py");
+/// The moto server with the project's patches (see the scripts), and the
+/// module that keeps its state.
+const SCRIPTS: [(&str, &str); 2] = [
+    ("armada_moto.py", include_str!("armada_moto.py")),
+    ("moto_state.py", include_str!("moto_state.py")),
+];
 
-/// Writes the entry point beside the venv (atomically: parallel test
-/// binaries start emulators at once) and returns its path.
+/// Writes the scripts beside the venv (atomically: parallel test binaries
+/// start emulators at once) and returns the entry point's path.
 fn write_entry_point(root: &Path) -> Result<PathBuf> {
-    let path = state_dir(root).join("armada_moto.py");
-    if std::fs::read_to_string(&path).is_ok_and(|s| s == ENTRY_POINT) {
-        return Ok(path);
+    for (name, text) in SCRIPTS {
+        let path = state_dir(root).join(name);
+        if std::fs::read_to_string(&path).is_ok_and(|s| s == text) {
+            continue;
+        }
+        let tmp = state_dir(root).join(format!("{name}.{}", std::process::id()));
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &path)?;
     }
-    let tmp = state_dir(root).join(format!("armada_moto.py.{}", std::process::id()));
-    std::fs::write(&tmp, ENTRY_POINT)?;
-    std::fs::rename(&tmp, &path)?;
-    Ok(path)
+    Ok(state_dir(root).join(SCRIPTS[0].0))
 }
 
 /// Installs moto into `.armada/venv` unless the pinned version is there.
@@ -250,9 +258,31 @@ pub async fn wait_until_up(endpoint: &str, timeout: Duration) -> Result<()> {
     bail!("the emulator at {endpoint} did not answer within {timeout:?}")
 }
 
+/// How the stack starts its emulator.
+#[derive(Debug, Clone)]
+pub struct Spawn {
+    pub port: u16,
+    /// Killed when the process that started it ends (tests).
+    pub die_with_parent: bool,
+    /// Where it keeps its state; `None`: in memory only.
+    pub state: Option<PathBuf>,
+}
+
+/// Where `armada up` keeps the emulator's state (`armada down --wipe`
+/// removes it).
+pub fn durable_state(root: &Path) -> PathBuf {
+    state_dir(root).join("emulator")
+}
+
 /// Starts moto on 127.0.0.1:`port` as a process of its own (it outlives
-/// this one under `up --detach`); returns its pid.
-pub fn spawn(root: &Path, port: u16, die_with_parent: bool) -> Result<u32> {
+/// this one under `up --detach`); returns its pid. With a state directory
+/// it answers only once it has recovered what is there.
+pub fn spawn(root: &Path, how: &Spawn) -> Result<u32> {
+    let Spawn {
+        port,
+        die_with_parent,
+        ..
+    } = *how;
     install(root)?;
     let python = state_dir(root).join("venv/bin/python");
     let entry = write_entry_point(root)?;
@@ -262,8 +292,11 @@ pub fn spawn(root: &Path, port: u16, die_with_parent: bool) -> Result<u32> {
         .open(state_dir(root).join(format!("moto-{port}.log")))?;
     let mut cmd = Command::new(python);
     cmd.arg(entry)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdin(Stdio::null())
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+    if let Some(dir) = &how.state {
+        cmd.arg("--state-dir").arg(dir);
+    }
+    cmd.stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
     crate::local::process::detach(&mut cmd, die_with_parent);

@@ -67,6 +67,9 @@ pub struct LocalOptions {
     pub poll_wait_seconds: i32,
     /// Kill a moto we start when this process ends (tests).
     pub emulator_dies_with_us: bool,
+    /// Where a moto we start keeps its state across restarts and crashes
+    /// (`None`: in memory, lost when it stops).
+    pub emulator_state: Option<PathBuf>,
     /// Fault injection for the harness (tests).
     pub hooks: Arc<dyn StepHooks>,
     /// Where to record the pid of an emulator this stack (re)starts.
@@ -96,6 +99,15 @@ impl std::fmt::Debug for LocalOptions {
 }
 
 impl LocalOptions {
+    /// How a moto this stack starts is started.
+    pub fn emulator(&self) -> emulator::Spawn {
+        emulator::Spawn {
+            port: self.emulator_port,
+            die_with_parent: self.emulator_dies_with_us,
+            state: self.emulator_state.clone(),
+        }
+    }
+
     pub fn new(root: &Path) -> Self {
         LocalOptions {
             root: root.to_path_buf(),
@@ -114,6 +126,7 @@ impl LocalOptions {
             dispatcher_concurrency: 8,
             poll_wait_seconds: 5,
             emulator_dies_with_us: false,
+            emulator_state: None,
             hooks: Arc::new(NoHooks),
             emulator_pid_file: None,
             data_plane: true,
@@ -202,6 +215,33 @@ async fn prepare(
     Ok((template, provisioned))
 }
 
+/// The deployment's callback signing secret. Tenants' callback secrets are
+/// derived from it, so a stack whose emulator keeps its state keeps this
+/// too (beside that state, its owner's alone); otherwise each start mints
+/// one.
+fn callback_signing_secret(state: Option<&Path>) -> Result<String> {
+    let Some(dir) = state else {
+        return Ok(ApiKey::mint().secret);
+    };
+    let path = dir.join("callback-signing-secret");
+    if let Ok(kept) = std::fs::read_to_string(&path) {
+        if !kept.trim().is_empty() {
+            return Ok(kept.trim().to_string());
+        }
+    }
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let secret = ApiKey::mint().secret;
+    process::write_private(&path, &secret)?;
+    Ok(secret)
+}
+
 /// Finds the repository root from the current directory upwards.
 pub fn find_root() -> Result<PathBuf> {
     let mut dir = std::env::current_dir()?;
@@ -226,12 +266,9 @@ impl LocalStack {
                 if emulator::answers(&ep).await {
                     (ep, None)
                 } else {
-                    let pid = emulator::spawn(
-                        &opts.root,
-                        opts.emulator_port,
-                        opts.emulator_dies_with_us,
-                    )?;
-                    emulator::wait_until_up(&ep, Duration::from_secs(60)).await?;
+                    let pid = emulator::spawn(&opts.root, &opts.emulator())?;
+                    // Recovering a large state takes a while.
+                    emulator::wait_until_up(&ep, Duration::from_secs(300)).await?;
                     (ep, Some(pid))
                 }
             }
@@ -269,9 +306,10 @@ impl LocalStack {
             .or_insert(model_url.clone());
         // Approval links point at this stack's API.
         params.entry("PublicUrl".into()).or_insert(api_url.clone());
-        params
-            .entry("CallbackSigningSecret".into())
-            .or_insert_with(|| ApiKey::mint().secret);
+        if !params.contains_key("CallbackSigningSecret") {
+            let secret = callback_signing_secret(opts.emulator_state.as_deref())?;
+            params.insert("CallbackSigningSecret".into(), secret);
+        }
         // The emulator's side is prepared again, within a minute, when the
         // emulator stops answering meanwhile: one that answered as this
         // stack started may be one `armada down` was still stopping.
@@ -285,11 +323,7 @@ impl LocalStack {
                 {
                     tracing::warn!(error = %format!("{e:#}"), "the emulator went away as the stack started; trying again");
                     if opts.endpoint.is_none() {
-                        emulator_pid = Some(emulator::spawn(
-                            &opts.root,
-                            opts.emulator_port,
-                            opts.emulator_dies_with_us,
-                        )?);
+                        emulator_pid = Some(emulator::spawn(&opts.root, &opts.emulator())?);
                     }
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
                     emulator::wait_until_up(&endpoint, left).await?;
@@ -373,9 +407,7 @@ impl LocalStack {
             registry_table: ingress_svc.cfg.registry_table.clone(),
             runs_table: ingress_svc.cfg.runs_table.clone(),
             tenant_key: stored_key,
-            owned: emulator_pid
-                .clone()
-                .map(|pid| (opts.emulator_port, pid, opts.emulator_dies_with_us)),
+            owned: emulator_pid.clone().map(|pid| (opts.emulator(), pid)),
             pid_file: opts.emulator_pid_file.clone(),
         };
         tasks.push(tokio::spawn(supervisor.run(shutdown_rx.clone())));

@@ -59,6 +59,12 @@ pub fn terminate(pid: u32) -> bool {
     unsafe { libc::kill(pid as i32, libc::SIGTERM) == 0 }
 }
 
+/// `kill -9`: the process ends at once, mid-whatever it was doing.
+pub fn kill(pid: u32) -> bool {
+    // SAFETY: sends SIGKILL to a pid we recorded.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) == 0 }
+}
+
 /// Stops a process and waits until it is gone: `SIGTERM`, then `SIGKILL`
 /// once `grace` has passed. Whether it is gone.
 pub fn stop(pid: u32, grace: std::time::Duration) -> bool {

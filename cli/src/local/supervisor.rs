@@ -1,10 +1,10 @@
-//! Keeps the local stack connected to its emulator. moto keeps its state in
-//! memory, so an emulator that restarts comes back empty: the supervisor
-//! notices (the emulator stops answering, or the runs table is gone),
-//! restarts the emulator if this stack started it, and re-creates the
-//! template's resources, the default agents and the stack's tenant key. The
-//! pollers and handlers simply retry until then; Runs that were in flight in
-//! the lost emulator are gone with it.
+//! Keeps the local stack connected to its emulator. The supervisor notices
+//! when the emulator stops answering (or the runs table is gone), restarts
+//! the emulator if this stack started it, and makes sure of the template's
+//! resources, the default agents and the stack's tenant key. An emulator
+//! with a state directory comes back with everything it acknowledged, and
+//! the Runs in flight go on; one without comes back empty, and they are
+//! gone with it. The pollers and handlers simply retry meanwhile.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -29,8 +29,9 @@ pub struct Supervisor {
     pub registry_table: String,
     pub runs_table: String,
     pub tenant_key: StoredKey,
-    /// The emulator this stack owns: its port and current pid (0 = none).
-    pub owned: Option<(u16, Arc<AtomicU32>, bool)>,
+    /// The emulator this stack owns: how it starts, and its current pid
+    /// (0 = none).
+    pub owned: Option<(emulator::Spawn, Arc<AtomicU32>)>,
     pub pid_file: Option<PathBuf>,
 }
 
@@ -76,10 +77,10 @@ impl Supervisor {
                     tracing::warn!(endpoint = %self.endpoint, "the emulator stopped answering");
                     lost = true;
                 }
-                if let Some((port, pid, dies_with_us)) = &self.owned {
+                if let Some((how, pid)) = &self.owned {
                     let current = pid.load(Ordering::Relaxed);
                     if current == 0 || !process::alive(current) {
-                        match emulator::spawn(&self.root, *port, *dies_with_us) {
+                        match emulator::spawn(&self.root, how) {
                             Ok(new) => {
                                 pid.store(new, Ordering::Relaxed);
                                 if let Some(f) = &self.pid_file {
