@@ -244,14 +244,7 @@ async fn host_kills(
     mut stop: watch::Receiver<bool>,
 ) -> Result<Vec<i64>> {
     let mut kills = Vec::new();
-    loop {
-        let wait = Duration::from_millis(
-            rng.between(every.0.as_millis() as u64, every.1.as_millis() as u64),
-        );
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = stop.changed() => return Ok(kills),
-        }
+    while seeded_pause(&mut rng, every, &mut stop).await {
         let mut held = stack.lock().await;
         if let Some(s) = held.take() {
             s.kill();
@@ -259,6 +252,22 @@ async fn host_kills(
             tracing::warn!(kills = kills.len(), "chaos: the functions host was killed");
         }
         *held = Some(restart(&host, &endpoint).await?);
+    }
+    Ok(kills)
+}
+
+/// Waits a seeded while, between `every.0` and `every.1`; `false` when
+/// told to stop first.
+async fn seeded_pause(
+    rng: &mut Rng,
+    every: (Duration, Duration),
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let wait =
+        Duration::from_millis(rng.between(every.0.as_millis() as u64, every.1.as_millis() as u64));
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => true,
+        _ = stop.changed() => false,
     }
 }
 
@@ -316,18 +325,12 @@ async fn emulator_kills(
     mut stop: watch::Receiver<bool>,
 ) -> Result<Vec<i64>> {
     let mut kills = Vec::new();
-    loop {
-        let wait = Duration::from_millis(
-            rng.between(every.0.as_millis() as u64, every.1.as_millis() as u64),
-        );
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = stop.changed() => return Ok(kills),
-        }
+    while seeded_pause(&mut rng, every, &mut stop).await {
         kills.push(armada_core::clock::Clock::default().now_ms());
         tracing::warn!(kills = kills.len(), "chaos: the emulator was killed");
         emulator.kill_and_restart().await?;
     }
+    Ok(kills)
 }
 
 fn percentiles(mut xs: Vec<f64>) -> Option<Percentiles> {
@@ -478,13 +481,22 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     let checked = checker::check(&last.svc, &started).await;
     let stuck = checker::stuck_messages(&last).await;
     last.stop().await;
-    if let Some(e) = &owned {
-        process::stop(e.pid(), Duration::from_secs(60));
-        let _ = std::fs::remove_dir_all(&state);
-    }
     let checked = checked?;
     let mut violations = checked.violations;
     violations.extend(stuck?);
+    if let Some(e) = &owned {
+        process::stop(e.pid(), Duration::from_secs(60));
+        if violations.is_empty() {
+            let _ = std::fs::remove_dir_all(&state);
+        } else {
+            // What the checker read, for a look: `moto_server`-compatible
+            // state to start an emulator over (`armada_moto.py --state-dir`).
+            eprintln!(
+                "armada chaos: the emulator's state is kept in {}",
+                state.display()
+            );
+        }
+    }
     let recovery = |kills: &[i64]| {
         percentiles(
             kills

@@ -24,12 +24,16 @@ group, with its children's ends queued behind the one being noted):
   a deletion stayed closed to it until its wait ended (up to 20 s a batch).
   Now each scan looks again, as SQS does.
 
+And one to its DynamoDB that is about meaning: ``TransactWriteItems``
+honours ``ClientRequestToken`` as DynamoDB does (see below).
+
 The patch is written against one moto version; any other refuses to start
 rather than run with a rollback nobody checked.
 """
 
 import argparse
 import copy
+import json
 import os
 import signal
 import sys
@@ -41,7 +45,10 @@ import moto.sqs.models as sqs_models
 from moto.core.utils import unix_time
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.exceptions import DynamodbException
 from moto.dynamodb.models.table import Table
+from moto.dynamodb.responses import DynamoHandler
+from moto.core.responses import ActionResult
 
 import moto_state
 
@@ -126,6 +133,51 @@ def transact_write_items(self, transact_items):
         except BaseException:
             _restore(entries)
             raise
+
+
+class IdempotentParameterMismatch(DynamodbException):
+    error_type = "com.amazonaws.dynamodb.v20120810#IdempotentParameterMismatchException"
+
+    def __init__(self):
+        super().__init__(
+            IdempotentParameterMismatch.error_type,
+            message="The request uses the same client token as a previous, but "
+            "not identical request.",
+        )
+
+
+# How long DynamoDB remembers a transaction's ClientRequestToken.
+_TOKEN_WINDOW_S = 600
+_moto_handle_transact = DynamoHandler.transact_write_items
+# One token checked and the transaction it names made at a time.
+_tokens = threading.Lock()
+
+
+def handle_transact_write_items(self):
+    """DynamoDB's idempotent ``TransactWriteItems``, which moto 5.2.5 lacks:
+    a request repeated with the same ``ClientRequestToken`` within 10
+    minutes succeeds without being made again (the SDKs set one and keep it
+    across their retries, so an answer lost after the commit is not taken
+    for a refusal on the retry); the same token with other items is
+    ``IdempotentParameterMismatchException``."""
+    token = self.body.get("ClientRequestToken")
+    if not token:
+        return _moto_handle_transact(self)
+    backend = self.dynamodb_backend
+    digest = json.dumps(self.body.get("TransactItems"), sort_keys=True)
+    with _tokens:
+        # Kept on the backend, so a snapshot of the emulator keeps them.
+        seen = backend.__dict__.setdefault("armada_client_tokens", {})
+        now = unix_time()
+        for old in [t for t, (_, at) in seen.items() if now - at > _TOKEN_WINDOW_S]:
+            del seen[old]
+        if token in seen:
+            if seen[token][0] != digest:
+                raise IdempotentParameterMismatch()
+            return ActionResult({"ConsumedCapacity": [], "ItemCollectionMetrics": {}})
+        answer = _moto_handle_transact(self)
+        seen[token] = (digest, now)
+        return answer
 
 
 # The partition a table query is reading, for `all_items` below; per thread,
@@ -296,6 +348,7 @@ def install():
         )
     ddb_models.copy = _TablesAreNotCopied()
     DynamoDBBackend.transact_write_items = transact_write_items
+    DynamoHandler.transact_write_items = handle_transact_write_items
     Table.all_items = all_items
     Table.query = query
     sqs_models.Queue.wait_for_messages = wait_for_messages

@@ -334,16 +334,21 @@ impl ports::Runs for RunStore {
         self.transact(tx).await
     }
     async fn claim(&self, read: &Run, claimed: &Run) -> Result<(), StoreError> {
+        // The SDK sends a request again when its answer was lost, and the
+        // first may have been made: then its condition no longer holds.
+        // A claim names itself, so the repeat is recognised as made.
+        let claim_id = format!("{:032x}", rand::random::<u128>());
         self.dynamo
             .update_item()
             .table_name(&self.runs_table)
             .key("run_id", s(&read.run_id))
             .update_expression(
-                "SET #state = :to, epoch = :next, lease_until = :lease, updated_at = :now",
+                "SET #state = :to, epoch = :next, lease_until = :lease, updated_at = :now, claim_id = :claim",
             )
             .condition_expression(
-                "#state = :from AND step = :step AND epoch = :epoch AND lease_until <= :now",
+                "(#state = :from AND step = :step AND epoch = :epoch AND lease_until <= :now) OR claim_id = :claim",
             )
+            .expression_attribute_values(":claim", s(&claim_id))
             .expression_attribute_names("#state", "state")
             .expression_attribute_values(":to", s(claimed.state().as_str()))
             .expression_attribute_values(":next", n(claimed.epoch))
