@@ -1,9 +1,9 @@
 //! `armada chaos` as a gate: a seeded workload of every shape (answers,
 //! sessions, delegations, a fan-out team of five, relay chains, cancels)
-//! while the functions host and the emulator are killed at seeded moments
-//! and started again and the pollers hand batches twice and old batches
-//! again; the checker reads every Run's history and finds no broken
-//! promise.
+//! while the functions host is killed at seeded moments and at steps'
+//! named fault points, the emulator is killed, each started again, and the
+//! pollers hand batches twice and old batches again; the checker reads
+//! every Run's history and finds no broken promise.
 
 #![allow(clippy::unwrap_used)]
 
@@ -26,6 +26,8 @@ async fn a_seeded_workload_under_kills_and_redeliveries_breaks_no_promise() {
         drain: Duration::from_secs(300),
         kill_every: (Duration::from_secs(3), Duration::from_secs(8)),
         emulator_kill_every: (Duration::from_secs(6), Duration::from_secs(12)),
+        point_kill_per_mille: 50,
+        point_kill_gap: Duration::from_secs(5),
         fault_window: Duration::from_secs(20),
     };
     let report = chaos::run(&root(), &opts).await.unwrap();
@@ -38,6 +40,13 @@ async fn a_seeded_workload_under_kills_and_redeliveries_breaks_no_promise() {
             "{summary}"
         );
     }
+    let at_points: u64 = report
+        .faults
+        .iter()
+        .filter(|(k, _)| k.starts_with("point-kill:"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(at_points >= 1, "{summary}");
     // Every shape ran, and every root Run is counted once.
     assert_eq!(report.runs.len(), 6, "{summary}");
     let written: serde_json::Value =

@@ -5,14 +5,17 @@
 //! violations.
 //!
 //! - [`workload`]: the jobs, posted through the HTTP API
+//! - [`faults`]: the kills, and the stack they are injected into
 //! - [`checker`]: the rules, over the Run records, events, sessions, queues
 //!
 //! Faults so far: `host-kill` (the functions host ended at once, mid-step,
 //! as `kill -9` would end it, and started again over the same emulator,
-//! tables and queues), `emulator-kill` (`kill -9` of the emulator, which
-//! keeps its state in a directory of the run's own, and its start again)
-//! and `redeliver` (the pollers hand 5% of batches to two invocations at
-//! once and, before 5% of batches, an old batch again).
+//! tables and queues), `point-kill` (the same, exactly where a step meets
+//! one of the harness's named fault points), `emulator-kill` (`kill -9` of
+//! the emulator, which keeps its state in a directory of the run's own,
+//! and its start again) and `redeliver` (the pollers hand 5% of batches to
+//! two invocations at once and, before 5% of batches, an old batch
+//! again).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,9 +30,11 @@ use tokio::sync::{watch, Mutex};
 use crate::local::{emulator, process, LocalOptions, LocalStack};
 
 pub mod checker;
+mod faults;
 pub mod workload;
 
 use checker::{Outcomes, Violation};
+use faults::{Emulator, Host, PointKills};
 
 use crate::rng::Rng;
 use workload::{Api, Started};
@@ -44,16 +49,26 @@ pub enum Fault {
     Redeliver,
     /// The emulator killed (`kill -9`) and started again over its state.
     EmulatorKill,
+    /// The functions host killed where a step meets a named fault point
+    /// (after its claim, after the model's reply, after a sandbox
+    /// dispatch, after its commit and before what follows is sent).
+    PointKill,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 3] = [Fault::HostKill, Fault::Redeliver, Fault::EmulatorKill];
+    pub const ALL: [Fault; 4] = [
+        Fault::HostKill,
+        Fault::Redeliver,
+        Fault::EmulatorKill,
+        Fault::PointKill,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Fault::HostKill => "host-kill",
             Fault::Redeliver => "redeliver",
             Fault::EmulatorKill => "emulator-kill",
+            Fault::PointKill => "point-kill",
         }
     }
 
@@ -94,6 +109,10 @@ pub struct ChaosOpts {
     pub kill_every: (Duration, Duration),
     /// Between emulator kills: at least, at most.
     pub emulator_kill_every: (Duration, Duration),
+    /// The chance, per thousand, that a step meeting a fault point is
+    /// killed there; and the least time between two such kills.
+    pub point_kill_per_mille: u64,
+    pub point_kill_gap: Duration,
     /// Faults go on at least this long (and while the workload is
     /// posted).
     pub fault_window: Duration,
@@ -110,6 +129,8 @@ impl Default for ChaosOpts {
             drain: Duration::from_secs(240),
             kill_every: (Duration::from_secs(3), Duration::from_secs(12)),
             emulator_kill_every: (Duration::from_secs(15), Duration::from_secs(40)),
+            point_kill_per_mille: 20,
+            point_kill_gap: Duration::from_secs(10),
             fault_window: Duration::from_secs(60),
         }
     }
@@ -180,159 +201,6 @@ impl Report {
     }
 }
 
-/// What the stack is started with, each time.
-#[derive(Debug, Clone)]
-struct Host {
-    root: PathBuf,
-    stack: String,
-    api_port: u16,
-    /// One deployment secret across restarts: what a killed host sealed
-    /// (callbacks, replies, approval notices) the next one must accept.
-    secret: String,
-    /// The pollers' delivery faults, one schedule across restarts.
-    deliveries: Option<Arc<crate::local::pollers::DeliveryFaults>>,
-}
-
-/// The local stack's options for this workload: its own stack name, a
-/// fixed API port (the workload's clients keep their URL across a
-/// restart), the emulator at `endpoint`.
-fn options(host: &Host, endpoint: &str) -> LocalOptions {
-    let (root, stack, api_port) = (host.root.as_path(), host.stack.as_str(), host.api_port);
-    let mut opts = LocalOptions::new(root);
-    opts.parameters
-        .insert("CallbackSigningSecret".into(), host.secret.clone());
-    opts.delivery_faults = host.deliveries.clone();
-    opts.stack = stack.to_string();
-    opts.api_port = api_port;
-    opts.smtp_port = 0;
-    opts.poll_wait_seconds = 1;
-    opts.data_plane = false;
-    opts.emulator_dies_with_us = true;
-    opts.mail_outbox = None;
-    opts.endpoint = Some(endpoint.to_string());
-    opts
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}
-
-/// The stack started again over the same emulator: the port the killed
-/// one held is taken again as soon as it is let go.
-async fn restart(host: &Host, endpoint: &str) -> Result<LocalStack> {
-    let mut last = None;
-    for _ in 0..40 {
-        match LocalStack::start(options(host, endpoint)).await {
-            Ok(s) => return Ok(s),
-            Err(e) => last = Some(e),
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    Err(last.unwrap_or_else(|| anyhow::anyhow!("the stack did not start again")))
-}
-
-/// Kills the host at seeded moments until told to stop; the kill times.
-async fn host_kills(
-    host: Host,
-    endpoint: String,
-    stack: Arc<Mutex<Option<LocalStack>>>,
-    mut rng: Rng,
-    every: (Duration, Duration),
-    mut stop: watch::Receiver<bool>,
-) -> Result<Vec<i64>> {
-    let mut kills = Vec::new();
-    while seeded_pause(&mut rng, every, &mut stop).await {
-        let mut held = stack.lock().await;
-        if let Some(s) = held.take() {
-            s.kill();
-            kills.push(armada_core::clock::Clock::default().now_ms());
-            tracing::warn!(kills = kills.len(), "chaos: the functions host was killed");
-        }
-        *held = Some(restart(&host, &endpoint).await?);
-    }
-    Ok(kills)
-}
-
-/// Waits a seeded while, between `every.0` and `every.1`; `false` when
-/// told to stop first.
-async fn seeded_pause(
-    rng: &mut Rng,
-    every: (Duration, Duration),
-    stop: &mut watch::Receiver<bool>,
-) -> bool {
-    let wait =
-        Duration::from_millis(rng.between(every.0.as_millis() as u64, every.1.as_millis() as u64));
-    tokio::select! {
-        _ = tokio::time::sleep(wait) => true,
-        _ = stop.changed() => false,
-    }
-}
-
-/// The emulator the workload runs on, started here with a state directory
-/// of this run's own, so that a kill loses nothing it acknowledged.
-struct Emulator {
-    root: PathBuf,
-    how: emulator::Spawn,
-    endpoint: String,
-    pid: std::sync::atomic::AtomicU32,
-}
-
-impl Emulator {
-    async fn start(root: &Path, state: PathBuf) -> Result<Self> {
-        let port = free_port();
-        let how = emulator::Spawn {
-            port,
-            die_with_parent: true,
-            state: Some(state),
-        };
-        let pid = emulator::spawn(root, &how)?;
-        let endpoint = format!("http://127.0.0.1:{port}");
-        emulator::wait_until_up(&endpoint, Duration::from_secs(300)).await?;
-        Ok(Emulator {
-            root: root.to_path_buf(),
-            how,
-            endpoint,
-            pid: pid.into(),
-        })
-    }
-
-    fn pid(&self) -> u32 {
-        self.pid.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// `kill -9`, then started again over the same state, on the same port.
-    async fn kill_and_restart(&self) -> Result<()> {
-        let pid = self.pid();
-        process::kill(pid);
-        let gone = Instant::now() + Duration::from_secs(30);
-        while process::alive(pid) && Instant::now() < gone {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let pid = emulator::spawn(&self.root, &self.how)?;
-        self.pid.store(pid, std::sync::atomic::Ordering::Relaxed);
-        emulator::wait_until_up(&self.endpoint, Duration::from_secs(300)).await
-    }
-}
-
-/// Kills the emulator at seeded moments until told to stop; the kill times.
-async fn emulator_kills(
-    emulator: Arc<Emulator>,
-    mut rng: Rng,
-    every: (Duration, Duration),
-    mut stop: watch::Receiver<bool>,
-) -> Result<Vec<i64>> {
-    let mut kills = Vec::new();
-    while seeded_pause(&mut rng, every, &mut stop).await {
-        kills.push(armada_core::clock::Clock::default().now_ms());
-        tracing::warn!(kills = kills.len(), "chaos: the emulator was killed");
-        emulator.kill_and_restart().await?;
-    }
-    Ok(kills)
-}
-
 fn percentiles(mut xs: Vec<f64>) -> Option<Percentiles> {
     if xs.is_empty() {
         return None;
@@ -351,10 +219,24 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         bail!("--runs and --concurrency must be at least 1");
     }
     let seed = Rng::new(opts.seed);
+    let incarnation = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let points = opts.faults.contains(&Fault::PointKill).then(|| {
+        PointKills::new(
+            seed.fork("points"),
+            opts.point_kill_per_mille,
+            opts.point_kill_gap,
+            incarnation.clone(),
+        )
+    });
     let host = Host {
         root: root.to_path_buf(),
         stack: format!("chaos-{}-{}", opts.seed, std::process::id()),
-        api_port: free_port(),
+        api_port: faults::free_port(),
+        hooks: match &points {
+            Some((p, _)) => p.clone(),
+            None => faults::no_points(),
+        },
+        incarnation,
         secret: armada_domain::api::ApiKey::mint().secret,
         deliveries: opts.faults.contains(&Fault::Redeliver).then(|| {
             Arc::new(crate::local::pollers::DeliveryFaults::new(
@@ -380,7 +262,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         (None, Some(e)) => e.endpoint.clone(),
         (None, None) => unreachable!("one or the other"),
     };
-    let first = LocalStack::start(options(&host, &endpoint)).await?;
+    let first = LocalStack::start(faults::options(&host, &endpoint)).await?;
     let api = Api {
         http: reqwest::Client::new(),
         base: first.api_url.clone(),
@@ -394,7 +276,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let killer = opts.faults.contains(&Fault::HostKill).then(|| {
-        tokio::spawn(host_kills(
+        tokio::spawn(faults::host_kills(
             host.clone(),
             endpoint.clone(),
             stack.clone(),
@@ -405,7 +287,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     });
     let emulator_killer = match &owned {
         Some(e) if opts.faults.contains(&Fault::EmulatorKill) => {
-            Some(tokio::spawn(emulator_kills(
+            Some(tokio::spawn(faults::emulator_kills(
                 e.clone(),
                 seed.fork("emulator faults"),
                 opts.emulator_kill_every,
@@ -414,6 +296,16 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         }
         _ => None,
     };
+    let point_killer = points.map(|(points, asked)| {
+        tokio::spawn(faults::point_kills(
+            host.clone(),
+            endpoint.clone(),
+            stack.clone(),
+            points,
+            asked,
+            stop_tx.subscribe(),
+        ))
+    });
     let began = Instant::now();
     let tag = format!("{}-{}", opts.seed, std::process::id());
     let results: Vec<Result<Started>> = futures::stream::iter(jobs.iter())
@@ -442,6 +334,17 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     let emulator_kills = match emulator_killer {
         Some(k) => k.await.context("the emulator killer")??,
         None => Vec::new(),
+    };
+    let point_kills = match point_killer {
+        Some(k) => k.await.context("the point killer")??,
+        None => Default::default(),
+    };
+    // A kill at a point is a host kill like the others.
+    let kills: Vec<i64> = {
+        let mut all = kills;
+        all.extend(point_kills.keys());
+        all.sort_unstable();
+        all
     };
     let roots: Vec<String> = started.iter().flat_map(|s| s.runs.clone()).collect();
     let deadline = Instant::now() + opts.drain;
@@ -524,8 +427,14 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             let (twice, again) = host.deliveries.as_ref().map_or((0, 0), |d| {
                 (d.duplicated.load(Relaxed), d.replayed.load(Relaxed))
             });
+            let mut at_points: BTreeMap<String, u64> = BTreeMap::new();
+            for point in point_kills.values() {
+                *at_points
+                    .entry(format!("point-kill:{}", point.as_str()))
+                    .or_default() += 1;
+            }
             [
-                ("host-kill", kills.len() as u64),
+                ("host-kill", (kills.len() - point_kills.len()) as u64),
                 ("emulator-kill", emulator_kills.len() as u64),
                 ("duplicated-batch", twice),
                 ("replayed-batch", again),
@@ -533,6 +442,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             .into_iter()
             .filter(|(_, n)| *n > 0)
             .map(|(k, n)| (k.to_string(), n))
+            .chain(at_points)
             .collect()
         },
         violations,

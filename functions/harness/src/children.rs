@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::FaultPoint;
 use crate::Harness;
 use crate::StepError;
 use armada_core::error::StoreError;
@@ -186,6 +187,10 @@ impl Harness {
         let now = svc.clock.now_ms();
         run.apply(RunEvent::AwaitChildren, now)?;
         svc.runs.save(prev, &run, &events, vec![]).await?;
+        self.hooks
+            .at(FaultPoint::AfterCommit, &run)
+            .await
+            .map_err(StepError::Aborted)?;
         let round = run.children.as_ref().map_or(0, |c| c.round);
         tracing::info!(run_id = %run.run_id, round, outstanding = run.outstanding_children(), "waiting for children");
         svc.queues

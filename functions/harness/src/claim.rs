@@ -2,6 +2,7 @@
 //! conditional claim (lease + epoch), the lease kept alive while the step
 //! works and given back when it fails for a retryable reason.
 
+use crate::FaultPoint;
 use crate::Harness;
 use crate::StepError;
 use armada_core::error::StoreError;
@@ -64,6 +65,10 @@ impl Harness {
         match svc.runs.claim(&run, &claimed).await {
             Ok(()) => {
                 tracing::info!(run_id, step, epoch = claimed.epoch, "claimed");
+                self.hooks
+                    .at(FaultPoint::AfterClaim, &claimed)
+                    .await
+                    .map_err(StepError::Aborted)?;
                 Ok(Some((claimed, now)))
             }
             Err(StoreError::Conflict { .. }) => {

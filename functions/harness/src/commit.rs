@@ -1,6 +1,7 @@
 //! Ending a step: waiting (for a sandbox, or its answer), completing or
 //! failing the Run with one fenced commit, and the messages that follow.
 
+use crate::FaultPoint;
 use crate::Harness;
 use crate::StepError;
 use armada_core::services::ending;
@@ -142,6 +143,10 @@ impl Harness {
         run: &Run,
         actions: &[RunAction],
     ) -> Result<(), StepError> {
+        self.hooks
+            .at(FaultPoint::AfterCommit, run)
+            .await
+            .map_err(StepError::Aborted)?;
         ending::carry_out(&self.svc, run, actions)
             .await
             .map_err(|e| StepError::Retry(format!("{actions:?} not carried out: {e}")))

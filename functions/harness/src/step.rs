@@ -3,6 +3,7 @@
 //! the sandbox and dispatching to it), bringing each result back to
 //! `decide`, until the step ends in one of the commits of [`commit`].
 
+use crate::FaultPoint;
 use crate::Harness;
 use crate::StepError;
 use armada_core::services::sandboxing;
@@ -81,6 +82,10 @@ impl Harness {
                     };
                     self.hooks
                         .after_model_call(&run)
+                        .await
+                        .map_err(StepError::Aborted)?;
+                    self.hooks
+                        .at(FaultPoint::AfterModelReply, &run)
                         .await
                         .map_err(StepError::Aborted)?;
                     let now = svc.clock.now_ms();
@@ -297,6 +302,10 @@ impl Harness {
                     sandboxing::dispatch(svc, rec, &inv)
                         .await
                         .map_err(|e| StepError::Retry(e.to_string()))?;
+                    self.hooks
+                        .at(FaultPoint::AfterSandboxDispatch, &run)
+                        .await
+                        .map_err(StepError::Aborted)?;
                     let ev =
                         record_dispatch(&mut run, &c.call_id, rec.generation, &rec.key(), now)?;
                     events.push(ev);

@@ -315,3 +315,67 @@ async fn a_stored_outcome_over_the_bound_fails_its_call_unread() {
     assert_eq!(svc.counters.forged_drops.load(Ordering::Relaxed), 0);
     assert!(!mem.take_harness().is_empty(), "its next step is asked for");
 }
+
+/// Dies once at a named point, as a worker killed there would.
+struct DiesOnceAt(FaultPoint, std::sync::atomic::AtomicBool);
+
+impl StepHooks for DiesOnceAt {
+    fn at<'a>(&'a self, point: FaultPoint, _run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
+        let dies = point == self.0 && !self.1.swap(true, Ordering::SeqCst);
+        Box::pin(async move {
+            if dies {
+                Err(Aborted(format!("killed {}", point.as_str())))
+            } else {
+                Ok(())
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_worker_killed_after_its_commit_leaves_the_follow_up_to_the_redelivery() {
+    let (svc, mem, _) = setup().await;
+    let hooks = Arc::new(DiesOnceAt(FaultPoint::AfterCommit, Default::default()));
+    let h = Harness::with_hooks(svc.clone(), hooks);
+    let run = new_run(&svc, "hello").await;
+    let msg = step_message(&run.run_id, TENANT, 0);
+    let event = sqs_event(&svc.cfg.harness_queue, std::slice::from_ref(&msg));
+    assert!(h.handle_event(event).await.is_err(), "the worker died");
+    let committed = run_of(&svc, &run.run_id).await;
+    assert_eq!(committed.state(), RunState::Completed, "the commit landed");
+    assert!(mem.take_dispatch().is_empty(), "its end was not announced");
+    // The message comes back; the Run is past it, and its end is
+    // announced once, by the redelivery.
+    assert!(deliver(&h, &svc, &[msg]).await.is_empty());
+    assert_eq!(
+        mem.take_dispatch(),
+        [DispatchMessage::RunTerminal {
+            run_id: run.run_id.clone(),
+            tenant: TENANT.into()
+        }]
+    );
+    assert_eq!(
+        kinds(&svc, &run.run_id).await,
+        ["run_created", "model_reply", "run_completed"]
+    );
+}
+
+#[tokio::test]
+async fn a_worker_killed_after_its_claim_is_followed_by_one_that_claims_again() {
+    let (svc, mem, _) = setup().await;
+    let hooks = Arc::new(DiesOnceAt(FaultPoint::AfterClaim, Default::default()));
+    let h = Harness::with_hooks(svc.clone(), hooks);
+    let run = new_run(&svc, "hello").await;
+    let msg = step_message(&run.run_id, TENANT, 0);
+    let event = sqs_event(&svc.cfg.harness_queue, std::slice::from_ref(&msg));
+    assert!(h.handle_event(event).await.is_err(), "the worker died");
+    // Its lease outlives it; once it has expired, the redelivery claims.
+    mem.state()
+        .runs
+        .get_mut(&run.run_id)
+        .expect("run")
+        .lease_until_ms = 0;
+    assert!(deliver(&h, &svc, &[msg]).await.is_empty());
+    let done = run_of(&svc, &run.run_id).await;
+    assert_eq!((done.state(), done.epoch), (RunState::Completed, 2));
+}

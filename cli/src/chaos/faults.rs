@@ -1,0 +1,307 @@
+//! The faults `armada chaos` injects, and the stack it injects them into:
+//! the functions host killed at seeded moments or at a step's named fault
+//! points and started again, the emulator killed and started again over its
+//! state.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, watch, Mutex};
+
+use armada_domain::run::Run;
+use armada_harness::{Aborted, FaultPoint, StepHooks};
+
+use crate::local::{emulator, process, LocalOptions, LocalStack};
+use crate::rng::Rng;
+
+/// What the stack is started with, each time.
+#[derive(Clone)]
+pub(super) struct Host {
+    pub root: PathBuf,
+    pub stack: String,
+    pub api_port: u16,
+    /// One deployment secret across restarts: what a killed host sealed
+    /// (callbacks, replies, approval notices) the next one must accept.
+    pub secret: String,
+    /// The pollers' delivery faults, one schedule across restarts.
+    pub deliveries: Option<Arc<crate::local::pollers::DeliveryFaults>>,
+    /// Where steps meet their named fault points, one across restarts.
+    pub hooks: Arc<dyn StepHooks>,
+    /// Which host is running: bumped at each kill.
+    pub incarnation: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The local stack's options for this workload: its own stack name, a
+/// fixed API port (the workload's clients keep their URL across a
+/// restart), the emulator at `endpoint`.
+pub(super) fn options(host: &Host, endpoint: &str) -> LocalOptions {
+    let (root, stack, api_port) = (host.root.as_path(), host.stack.as_str(), host.api_port);
+    let mut opts = LocalOptions::new(root);
+    opts.parameters
+        .insert("CallbackSigningSecret".into(), host.secret.clone());
+    opts.delivery_faults = host.deliveries.clone();
+    opts.hooks = host.hooks.clone();
+    opts.stack = stack.to_string();
+    opts.api_port = api_port;
+    opts.smtp_port = 0;
+    opts.poll_wait_seconds = 1;
+    opts.data_plane = false;
+    opts.emulator_dies_with_us = true;
+    opts.mail_outbox = None;
+    opts.endpoint = Some(endpoint.to_string());
+    opts
+}
+
+pub(super) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+/// The stack started again over the same emulator: the port the killed
+/// one held is taken again as soon as it is let go.
+async fn restart(host: &Host, endpoint: &str) -> Result<LocalStack> {
+    let mut last = None;
+    for _ in 0..40 {
+        match LocalStack::start(options(host, endpoint)).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("the stack did not start again")))
+}
+
+/// Kills the host at seeded moments until told to stop; the kill times.
+pub(super) async fn host_kills(
+    host: Host,
+    endpoint: String,
+    stack: Arc<Mutex<Option<LocalStack>>>,
+    mut rng: Rng,
+    every: (Duration, Duration),
+    mut stop: watch::Receiver<bool>,
+) -> Result<Vec<i64>> {
+    let mut kills = Vec::new();
+    while seeded_pause(&mut rng, every, &mut stop).await {
+        let mut held = stack.lock().await;
+        if let Some(s) = held.take() {
+            host.incarnation.fetch_add(1, Ordering::SeqCst);
+            s.kill();
+            kills.push(armada_core::clock::Clock::default().now_ms());
+            tracing::warn!(kills = kills.len(), "chaos: the functions host was killed");
+        }
+        *held = Some(restart(&host, &endpoint).await?);
+    }
+    Ok(kills)
+}
+
+/// Waits a seeded while, between `every.0` and `every.1`; `false` when
+/// told to stop first.
+async fn seeded_pause(
+    rng: &mut Rng,
+    every: (Duration, Duration),
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let wait =
+        Duration::from_millis(rng.between(every.0.as_millis() as u64, every.1.as_millis() as u64));
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => true,
+        _ = stop.changed() => false,
+    }
+}
+
+/// The emulator the workload runs on, started here with a state directory
+/// of this run's own, so that a kill loses nothing it acknowledged.
+pub(super) struct Emulator {
+    root: PathBuf,
+    how: emulator::Spawn,
+    pub endpoint: String,
+    pid: std::sync::atomic::AtomicU32,
+}
+
+impl Emulator {
+    pub async fn start(root: &Path, state: PathBuf) -> Result<Self> {
+        let port = free_port();
+        let how = emulator::Spawn {
+            port,
+            die_with_parent: true,
+            state: Some(state),
+        };
+        let pid = emulator::spawn(root, &how)?;
+        let endpoint = format!("http://127.0.0.1:{port}");
+        emulator::wait_until_up(&endpoint, Duration::from_secs(300)).await?;
+        Ok(Emulator {
+            root: root.to_path_buf(),
+            how,
+            endpoint,
+            pid: pid.into(),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `kill -9`, then started again over the same state, on the same port.
+    async fn kill_and_restart(&self) -> Result<()> {
+        let pid = self.pid();
+        process::kill(pid);
+        let gone = Instant::now() + Duration::from_secs(30);
+        while process::alive(pid) && Instant::now() < gone {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let pid = emulator::spawn(&self.root, &self.how)?;
+        self.pid.store(pid, std::sync::atomic::Ordering::Relaxed);
+        emulator::wait_until_up(&self.endpoint, Duration::from_secs(300)).await
+    }
+}
+
+/// Kills the emulator at seeded moments until told to stop; the kill times.
+pub(super) async fn emulator_kills(
+    emulator: Arc<Emulator>,
+    mut rng: Rng,
+    every: (Duration, Duration),
+    mut stop: watch::Receiver<bool>,
+) -> Result<Vec<i64>> {
+    let mut kills = Vec::new();
+    while seeded_pause(&mut rng, every, &mut stop).await {
+        kills.push(armada_core::clock::Clock::default().now_ms());
+        tracing::warn!(kills = kills.len(), "chaos: the emulator was killed");
+        emulator.kill_and_restart().await?;
+    }
+    Ok(kills)
+}
+
+/// The functions host killed where a step meets a named fault point. While
+/// armed, each point met is a kill with a seeded chance (at most one every
+/// `gap`); the step is held at its point until the kill ends it, so the
+/// kill lands exactly there.
+pub(super) struct PointKills {
+    /// `None` once disarmed; the lock also orders arming against sends.
+    state: std::sync::Mutex<Option<Armed>>,
+    per_mille: u64,
+    gap: Duration,
+    /// Which host a kill is asked of ([`Host::incarnation`]), so what a
+    /// killed host asked for is not done to the next one.
+    host: Arc<std::sync::atomic::AtomicU64>,
+    tx: mpsc::UnboundedSender<(FaultPoint, u64)>,
+}
+
+struct Armed {
+    rng: Rng,
+    last: Option<Instant>,
+}
+
+impl PointKills {
+    pub fn new(
+        rng: Rng,
+        per_mille: u64,
+        gap: Duration,
+        incarnation: Arc<std::sync::atomic::AtomicU64>,
+    ) -> (Arc<Self>, mpsc::UnboundedReceiver<(FaultPoint, u64)>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let kills = PointKills {
+            state: std::sync::Mutex::new(Some(Armed { rng, last: None })),
+            per_mille,
+            gap,
+            host: incarnation,
+            tx,
+        };
+        (Arc::new(kills), rx)
+    }
+
+    /// No more kills asked for, once this returns.
+    fn disarm(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            *state = None;
+        }
+    }
+
+    /// Whether this meeting of `point` is a kill (and asks for it).
+    fn strikes(&self, point: FaultPoint) -> bool {
+        let Ok(mut state) = self.state.lock() else {
+            return false;
+        };
+        let Some(armed) = state.as_mut() else {
+            return false;
+        };
+        if armed.last.is_some_and(|t| t.elapsed() < self.gap) {
+            return false;
+        }
+        if armed.rng.between(0, 999) >= self.per_mille {
+            return false;
+        }
+        armed.last = Some(Instant::now());
+        let host = self.host.load(Ordering::SeqCst);
+        self.tx.send((point, host)).is_ok()
+    }
+}
+
+impl StepHooks for PointKills {
+    fn at<'a>(&'a self, point: FaultPoint, _run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
+        if self.strikes(point) {
+            // Held here until the host is killed under it.
+            return Box::pin(std::future::pending());
+        }
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Kills the host each time a step is held at a fault point, until told to
+/// stop; then disarms the points and kills for those already asked for, so
+/// no step is left held. The kill times and their points.
+pub(super) async fn point_kills(
+    host: Host,
+    endpoint: String,
+    stack: Arc<Mutex<Option<LocalStack>>>,
+    points: Arc<PointKills>,
+    mut asked: mpsc::UnboundedReceiver<(FaultPoint, u64)>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<BTreeMap<i64, FaultPoint>> {
+    let mut kills = BTreeMap::new();
+    let mut stopping = false;
+    loop {
+        let next = if stopping {
+            asked.try_recv().ok()
+        } else {
+            tokio::select! {
+                p = asked.recv() => p,
+                _ = stop.changed() => {
+                    points.disarm();
+                    stopping = true;
+                    continue;
+                }
+            }
+        };
+        let Some((point, of_host)) = next else {
+            return Ok(kills);
+        };
+        if of_host != points.host.load(Ordering::SeqCst) {
+            // Asked by a host that was killed since: its step died with it.
+            continue;
+        }
+        let mut held = stack.lock().await;
+        if let Some(s) = held.take() {
+            host.incarnation.fetch_add(1, Ordering::SeqCst);
+            s.kill();
+            let at = armada_core::clock::Clock::default().now_ms();
+            kills.insert(at, point);
+            tracing::warn!(
+                point = point.as_str(),
+                "chaos: the functions host was killed at a fault point"
+            );
+        }
+        *held = Some(restart(&host, &endpoint).await?);
+    }
+}
+
+/// A stand-in when no step is to meet a fault.
+pub(super) fn no_points() -> Arc<dyn StepHooks> {
+    Arc::new(armada_harness::NoHooks)
+}
