@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use armada_core::Services;
 use armada_domain::collab::chain::step_run_id;
+use armada_domain::run::family::SlotState;
 use armada_domain::run::{EventKind, LogEvent, Run, RunEventRecord, RunState};
 
 use super::workload::Started;
@@ -99,28 +100,37 @@ fn check_run(run: &Run, events: &[RunEventRecord], out: &mut Vec<Violation>) {
 /// relay chain's first step, the steps after it.
 async fn tree(svc: &Services, root: &str, out: &mut Vec<Violation>) -> Result<Vec<Run>> {
     let mut runs = Vec::new();
-    let mut todo = vec![root.to_string()];
+    // (a Run, whether it must exist): a child whose slot is still queued
+    // may never have been written (its parent ended first).
+    let mut todo = vec![(root.to_string(), true)];
     let mut seen = HashSet::new();
-    while let Some(id) = todo.pop() {
+    while let Some((id, must_exist)) = todo.pop() {
         if !seen.insert(id.clone()) {
             continue;
         }
         let Some(run) = svc.runs.get(&id).await? else {
-            out.push(Violation {
-                run_id: id,
-                rule: "missing",
-                detail: "started but not stored".into(),
-            });
+            if must_exist {
+                out.push(Violation {
+                    run_id: id,
+                    rule: "missing",
+                    detail: "started but not stored".into(),
+                });
+            }
             continue;
         };
         if let Some(children) = &run.children {
-            todo.extend(children.slots.iter().map(|s| s.run_id.clone()));
+            todo.extend(
+                children
+                    .slots
+                    .iter()
+                    .map(|s| (s.run_id.clone(), s.state() != SlotState::Queued)),
+            );
         }
         if let Some(link) = run.chain.as_ref().filter(|l| l.index == 0) {
             for i in 1..link.steps.len() {
                 let step = step_run_id(&link.chain_id, i);
                 if svc.runs.head(&step).await?.is_some() {
-                    todo.push(step);
+                    todo.push((step, true));
                 }
             }
         }

@@ -52,6 +52,9 @@ _READ_PREFIXES = (
     "Head",
 )
 
+# The journal is compacted once it outgrows the snapshot and this (bytes).
+_COMPACT_AT_LEAST = int(os.environ.get("ARMADA_MOTO_COMPACT_BYTES", 16 << 20))
+
 # A journal record: payload length and CRC-32, then the pickled payload.
 _FRAME = struct.Struct("<II")
 
@@ -274,7 +277,7 @@ class Journal:
     def _compact_if_due(self):
         # A snapshot costs about what replaying as many journal bytes does:
         # compacting once the journal outgrows it keeps both bounded.
-        if self.journal_bytes > max(16 << 20, self.snapshot_bytes):
+        if self.journal_bytes > max(_COMPACT_AT_LEAST, self.snapshot_bytes):
             self.snapshot()
 
     # -- recovery ----------------------------------------------------------

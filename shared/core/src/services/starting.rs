@@ -55,6 +55,17 @@ pub enum StartRefused {
     Store(#[from] StoreError),
 }
 
+impl StartRefused {
+    /// A `NotFound` said in the caller's words; any other refusal (a store
+    /// that did not answer, say) as it is, never taken for a missing thing.
+    fn naming(self, what: String) -> StartRefused {
+        match self {
+            StartRefused::NotFound(_) => StartRefused::NotFound(what),
+            other => other,
+        }
+    }
+}
+
 /// How long a Run's key is remembered: a caller's `Idempotency-Key` a
 /// day; a hook delivery's or a schedule firing's a week, since senders
 /// redeliver for days (GitHub keeps a delivery three days, Standard
@@ -356,7 +367,7 @@ pub async fn create_chain(
     for (i, a) in steps.iter().enumerate() {
         agent_named(svc, a)
             .await
-            .map_err(|_| StartRefused::NotFound(format!("agent '{a}' (chain step {i})")))?;
+            .map_err(|e| e.naming(format!("agent '{a}' (chain step {i})")))?;
     }
     let first = agent_named(svc, &steps[0]).await?;
     let link = ChainLink {
@@ -393,7 +404,7 @@ pub async fn create_team_run(
     for a in team.agents() {
         agent_named(svc, a)
             .await
-            .map_err(|_| StartRefused::NotFound(format!("agent '{a}' of team '{name}'")))?;
+            .map_err(|e| e.naming(format!("agent '{a}' of team '{name}'")))?;
     }
     let runs_as = match team.strategy {
         Strategy::FanOut => {
@@ -485,5 +496,21 @@ mod tests {
         assert_eq!(dedup_days(Some(&firing)), 7);
         assert_eq!(dedup_days(None), 1);
         assert_eq!(dedup_days(Some(&Trigger::Api)), 1);
+    }
+
+    /// A chain's or team's agents are looked up one by one: a store that
+    /// did not answer is a retry later (503), not a missing agent (404),
+    /// which a caller would not retry.
+    #[test]
+    fn only_a_missing_agent_is_named_not_found() {
+        let missing =
+            StartRefused::NotFound("agent 'a'".into()).naming("agent 'a' (chain step 0)".into());
+        assert!(matches!(missing, StartRefused::NotFound(w) if w == "agent 'a' (chain step 0)"));
+        let down = StartRefused::Store(StoreError::Retryable("connection refused".into()))
+            .naming("agent 'a' (chain step 0)".into());
+        assert!(matches!(
+            down,
+            StartRefused::Store(StoreError::Retryable(_))
+        ));
     }
 }
