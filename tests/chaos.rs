@@ -2,8 +2,8 @@
 //! sessions, delegations, a fan-out team of five, relay chains, cancels)
 //! while the functions host is killed at seeded moments and at steps'
 //! named fault points, the emulator is killed, each started again, and the
-//! pollers hand batches twice and old batches again; the checker reads
-//! every Run's history and finds no broken promise.
+//! pollers hand batches twice, old batches again and batches late; the
+//! checker reads every Run's history and finds no broken promise.
 
 #![allow(clippy::unwrap_used)]
 
@@ -34,7 +34,7 @@ async fn a_seeded_workload_under_kills_and_redeliveries_breaks_no_promise() {
     let summary = report.summary();
     assert!(report.errors.is_empty(), "{summary}");
     assert!(report.violations.is_empty(), "{summary}");
-    for fault in ["host-kill", "emulator-kill"] {
+    for fault in ["host-kill", "emulator-kill", "delayed-batch"] {
         assert!(
             report.faults.get(fault).copied().unwrap_or(0) >= 1,
             "{summary}"

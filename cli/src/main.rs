@@ -148,8 +148,8 @@ enum Cmd {
         seed: u64,
         #[arg(long, default_value_t = 8)]
         concurrency: usize,
-        /// Comma-separated fault kinds: host-kill, emulator-kill,
-        /// point-kill, redeliver (or all, none).
+        /// Comma-separated fault kinds: host-kill, point-kill,
+        /// emulator-kill, redeliver, delay, slow-emulator (or all, none).
         #[arg(long, default_value = "all")]
         faults: String,
         /// Write the report as JSON here.

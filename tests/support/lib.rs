@@ -58,6 +58,7 @@ pub fn emulator_endpoint() -> String {
                 port,
                 die_with_parent: true,
                 state: None,
+                slow: None,
             };
             let r = emulator::spawn(&root(), &how).map_err(|e| format!("{e:#}"));
             if let Ok(pid) = &r {

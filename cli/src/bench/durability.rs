@@ -38,6 +38,7 @@ async fn start(root: &Path, name: &'static str, state: Option<PathBuf>) -> Resul
         port: free_port()?,
         die_with_parent: true,
         state,
+        slow: None,
     };
     let pid = emulator::spawn(root, &how)?;
     let endpoint = format!("http://127.0.0.1:{}", how.port);

@@ -126,12 +126,15 @@ pub(super) struct Emulator {
 }
 
 impl Emulator {
-    pub async fn start(root: &Path, state: PathBuf) -> Result<Self> {
+    /// `slow`: the share of requests answered late, and by up to how
+    /// many ms (`slow-emulator`).
+    pub async fn start(root: &Path, state: PathBuf, slow: Option<(u32, u32)>) -> Result<Self> {
         let port = free_port();
         let how = emulator::Spawn {
             port,
             die_with_parent: true,
             state: Some(state),
+            slow,
         };
         let pid = emulator::spawn(root, &how)?;
         let endpoint = format!("http://127.0.0.1:{port}");

@@ -13,9 +13,10 @@
 //! tables and queues), `point-kill` (the same, exactly where a step meets
 //! one of the harness's named fault points), `emulator-kill` (`kill -9` of
 //! the emulator, which keeps its state in a directory of the run's own,
-//! and its start again) and `redeliver` (the pollers hand 5% of batches to
+//! and its start again), `redeliver` (the pollers hand 5% of batches to
 //! two invocations at once and, before 5% of batches, an old batch
-//! again).
+//! again), `delay` (5% of batches handed late, by up to 20 s) and
+//! `slow-emulator` (5% of the emulator's answers late, by up to 2 s).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -53,14 +54,21 @@ pub enum Fault {
     /// (after its claim, after the model's reply, after a sandbox
     /// dispatch, after its commit and before what follows is sent).
     PointKill,
+    /// Batches handed to their function late (up to 20 s, their messages
+    /// in flight meanwhile).
+    Delay,
+    /// The emulator answers 5% of requests late, by up to 2 s.
+    SlowEmulator,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 4] = [
+    pub const ALL: [Fault; 6] = [
         Fault::HostKill,
         Fault::Redeliver,
         Fault::EmulatorKill,
         Fault::PointKill,
+        Fault::Delay,
+        Fault::SlowEmulator,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -69,6 +77,8 @@ impl Fault {
             Fault::Redeliver => "redeliver",
             Fault::EmulatorKill => "emulator-kill",
             Fault::PointKill => "point-kill",
+            Fault::Delay => "delay",
+            Fault::SlowEmulator => "slow-emulator",
         }
     }
 
@@ -238,24 +248,48 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         },
         incarnation,
         secret: armada_domain::api::ApiKey::mint().secret,
-        deliveries: opts.faults.contains(&Fault::Redeliver).then(|| {
-            Arc::new(crate::local::pollers::DeliveryFaults::new(
-                seed.fork("deliveries").next_u64(),
-                5,
-                5,
-            ))
+        deliveries: (opts.faults.contains(&Fault::Redeliver)
+            || opts.faults.contains(&Fault::Delay))
+        .then(|| {
+            let again = if opts.faults.contains(&Fault::Redeliver) {
+                5
+            } else {
+                0
+            };
+            let late = if opts.faults.contains(&Fault::Delay) {
+                5
+            } else {
+                0
+            };
+            Arc::new(
+                crate::local::pollers::DeliveryFaults::new(
+                    seed.fork("deliveries").next_u64(),
+                    again,
+                    again,
+                )
+                .with_delays(late, Duration::from_secs(20)),
+            )
         }),
     };
     // The emulator is this run's own, with its own state (unless
     // AWS_ENDPOINT_URL names one to use as it is).
     let given = LocalOptions::new(root).endpoint;
-    if given.is_some() && opts.faults.contains(&Fault::EmulatorKill) {
-        bail!("emulator-kill needs the emulator armada starts: unset AWS_ENDPOINT_URL");
+    for fault in [Fault::EmulatorKill, Fault::SlowEmulator] {
+        if given.is_some() && opts.faults.contains(&fault) {
+            bail!(
+                "{} needs the emulator armada starts: unset AWS_ENDPOINT_URL",
+                fault.as_str()
+            );
+        }
     }
+    let slow = opts
+        .faults
+        .contains(&Fault::SlowEmulator)
+        .then_some((5, 2000));
     let state = emulator::ensure_state_dir(root)?.join(&host.stack);
     let owned = match &given {
         Some(_) => None,
-        None => Some(Arc::new(Emulator::start(root, state.clone()).await?)),
+        None => Some(Arc::new(Emulator::start(root, state.clone(), slow).await?)),
     };
     let endpoint = match (&given, &owned) {
         (Some(ep), _) => ep.clone(),
@@ -424,8 +458,12 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         runs: checked.outcomes,
         faults: {
             use std::sync::atomic::Ordering::Relaxed;
-            let (twice, again) = host.deliveries.as_ref().map_or((0, 0), |d| {
-                (d.duplicated.load(Relaxed), d.replayed.load(Relaxed))
+            let (twice, again, late) = host.deliveries.as_ref().map_or((0, 0, 0), |d| {
+                (
+                    d.duplicated.load(Relaxed),
+                    d.replayed.load(Relaxed),
+                    d.delayed.load(Relaxed),
+                )
             });
             let mut at_points: BTreeMap<String, u64> = BTreeMap::new();
             for point in point_kills.values() {
@@ -438,6 +476,12 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
                 ("emulator-kill", emulator_kills.len() as u64),
                 ("duplicated-batch", twice),
                 ("replayed-batch", again),
+                ("delayed-batch", late),
+                // Counted by the emulator, not here: its share is reported.
+                (
+                    "slow-emulator-percent",
+                    slow.map_or(0, |(p, _)| u64::from(p)),
+                ),
             ]
             .into_iter()
             .filter(|(_, n)| *n > 0)

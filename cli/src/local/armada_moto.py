@@ -35,9 +35,11 @@ import argparse
 import copy
 import json
 import os
+import random
 import signal
 import sys
 import threading
+import time
 
 import moto
 import moto.dynamodb.models as ddb_models
@@ -355,6 +357,27 @@ def install():
     sqs_models.SQSBackend.receive_message = receive_message
 
 
+class Slowed:
+    """Answers a share of requests late, as a slow or throttled AWS does
+    (``--slow PERCENT:MS``): before anything is done, so the request waits
+    as a whole and nothing it changes is held meanwhile."""
+
+    def __init__(self, app, percent, delay_ms, seed):
+        self.app = app
+        self.percent = percent
+        self.delay_s = delay_ms / 1000.0
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+
+    def __call__(self, environ, start_response):
+        with self.lock:
+            late = self.rng.random() * 100 < self.percent
+            delay = self.rng.random() * self.delay_s
+        if late:
+            time.sleep(delay)
+        return self.app(environ, start_response)
+
+
 def main(argv):
     parser = argparse.ArgumentParser(prog="armada_moto")
     parser.add_argument("-H", "--host", default="127.0.0.1")
@@ -362,6 +385,11 @@ def main(argv):
     parser.add_argument(
         "--state-dir",
         help="keep the emulator's state here, across restarts and crashes",
+    )
+    parser.add_argument(
+        "--slow",
+        metavar="PERCENT:MS",
+        help="answer PERCENT of requests up to MS late (fault injection)",
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("MOTO_PORT", str(args.port))
@@ -379,6 +407,9 @@ def main(argv):
         app = moto_state.open_state(args.state_dir, app)
     else:
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    if args.slow:
+        percent, delay_ms = (float(x) for x in args.slow.split(":", 1))
+        app = Slowed(app, percent, delay_ms, seed=args.port)
     run_simple(
         args.host,
         args.port,

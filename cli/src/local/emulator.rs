@@ -266,6 +266,9 @@ pub struct Spawn {
     pub die_with_parent: bool,
     /// Where it keeps its state; `None`: in memory only.
     pub state: Option<PathBuf>,
+    /// Answers this percent of requests up to this many ms late (fault
+    /// injection: a slow or throttled AWS).
+    pub slow: Option<(u32, u32)>,
 }
 
 /// Where `armada up` keeps the emulator's state (`armada down --wipe`
@@ -295,6 +298,9 @@ pub fn spawn(root: &Path, how: &Spawn) -> Result<u32> {
         .args(["-H", "127.0.0.1", "-p", &port.to_string()]);
     if let Some(dir) = &how.state {
         cmd.arg("--state-dir").arg(dir);
+    }
+    if let Some((percent, ms)) = how.slow {
+        cmd.arg("--slow").arg(format!("{percent}:{ms}"));
     }
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone()?)

@@ -105,6 +105,7 @@ impl LocalOptions {
             port: self.emulator_port,
             die_with_parent: self.emulator_dies_with_us,
             state: self.emulator_state.clone(),
+            slow: None,
         }
     }
 

@@ -172,6 +172,8 @@ class Journal:
 
     def __init__(self, directory):
         self.dir = directory
+        # It holds the stack's keys and everything else: its owner's alone.
+        os.umask(0o077)
         os.makedirs(directory, mode=0o700, exist_ok=True)
         # One process at a time: an emulator started while the last one is
         # still writing its snapshot waits for it here.

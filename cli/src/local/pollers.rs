@@ -10,8 +10,8 @@
 //!
 //! Under `armada chaos` a poller also delivers as SQS may at its worst
 //! ([`DeliveryFaults`]): a batch handed to a second invocation at the
-//! same time, and an old batch handed again later (its receipts stale,
-//! so nothing of it is deleted).
+//! same time, an old batch handed again later (its receipts stale, so
+//! nothing of it is deleted), and a batch handed late.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,15 +24,20 @@ use tokio::sync::watch;
 
 /// Deliveries as SQS's at-least-once allows them, injected on a seeded
 /// schedule: each batch is handed twice at once with probability
-/// `duplicate_percent`, and before each batch an earlier one of the same
-/// queue is handed again with probability `replay_percent`.
+/// `duplicate_percent`, before each batch an earlier one of the same queue
+/// is handed again with probability `replay_percent`, and a batch reaches
+/// its function late (up to `max_delay`, its messages in flight meanwhile)
+/// with probability `delay_percent`.
 #[derive(Debug)]
 pub struct DeliveryFaults {
     pub duplicate_percent: u64,
     pub replay_percent: u64,
+    pub delay_percent: u64,
+    pub max_delay: Duration,
     rng: std::sync::Mutex<crate::rng::Rng>,
     pub duplicated: std::sync::atomic::AtomicU64,
     pub replayed: std::sync::atomic::AtomicU64,
+    pub delayed: std::sync::atomic::AtomicU64,
 }
 
 impl DeliveryFaults {
@@ -40,10 +45,35 @@ impl DeliveryFaults {
         DeliveryFaults {
             duplicate_percent,
             replay_percent,
+            delay_percent: 0,
+            max_delay: Duration::ZERO,
             rng: std::sync::Mutex::new(crate::rng::Rng::new(seed)),
             duplicated: Default::default(),
             replayed: Default::default(),
+            delayed: Default::default(),
         }
+    }
+
+    /// Also hands `percent` of batches late, by up to `max`.
+    pub fn with_delays(mut self, percent: u64, max: Duration) -> Self {
+        self.delay_percent = percent;
+        self.max_delay = max;
+        self
+    }
+
+    /// How late this batch is handed, if it is.
+    fn delay(&self) -> Option<Duration> {
+        if self.delay_percent == 0 || !self.draw(self.delay_percent) {
+            return None;
+        }
+        let ms = self
+            .rng
+            .lock()
+            .map(|mut r| r.between(0, self.max_delay.as_millis() as u64))
+            .unwrap_or(0);
+        self.delayed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(Duration::from_millis(ms))
     }
 
     fn draw(&self, percent: u64) -> bool {
@@ -181,8 +211,12 @@ pub async fn run(
                 earlier.pop_front();
             }
         }
+        let late = faults.as_ref().and_then(|f| f.delay());
         let (sqs, spec, handler) = (sqs.clone(), spec.clone(), handler.clone());
         in_flight.spawn(async move {
+            if let Some(late) = late {
+                tokio::time::sleep(late).await;
+            }
             handle_batch(&sqs, &spec, &handler, event, &msgs).await;
             drop(permit);
         });
