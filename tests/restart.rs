@@ -216,3 +216,80 @@ async fn down_and_up_keep_keys_runs_and_events() {
     process::stop(pid, Duration::from_secs(60));
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// Two stop signals, the second while the first is writing the snapshot
+/// (a parent-death SIGTERM after `armada down`'s, say): the emulator
+/// still ends, with its snapshot written. It used to wait forever for
+/// the lock its own first handler held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stop_signal_during_the_snapshot_does_not_hang_the_emulator() {
+    use armada_cli::local::emulator;
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, PutRequest,
+        ScalarAttributeType, WriteRequest,
+    };
+    let port = free_port();
+    let state = fresh_state_dir(port);
+    let how = emulator::Spawn {
+        port,
+        die_with_parent: true,
+        state: Some(state.clone()),
+        slow: None,
+    };
+    let pid = emulator::spawn(&root(), &how).unwrap();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    emulator::wait_until_up(&endpoint, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let aws = armada_core::adapters::aws::AwsClients::load_local(&endpoint, "us-east-1").await;
+    aws.dynamo
+        .create_table()
+        .table_name("t")
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("pk")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("pk")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    // Enough state that writing the snapshot takes a while.
+    let many = AttributeValue::L(vec![AttributeValue::S("x".into()); 200]);
+    for batch in 0..200 {
+        let puts = (0..25)
+            .map(|i| {
+                let item = PutRequest::builder()
+                    .item("pk", AttributeValue::S(format!("k{batch}-{i}")))
+                    .item("v", many.clone())
+                    .build()
+                    .unwrap();
+                WriteRequest::builder().put_request(item).build()
+            })
+            .collect();
+        aws.dynamo
+            .batch_write_item()
+            .request_items("t", puts)
+            .send()
+            .await
+            .unwrap();
+    }
+    assert!(process::terminate(pid));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    process::terminate(pid);
+    wait::until("the emulator to end", Duration::from_secs(60), || async {
+        (!process::alive(pid)).then_some(())
+    })
+    .await;
+    assert!(state.join("snapshot.pickle").exists());
+    let _ = std::fs::remove_dir_all(&state);
+}

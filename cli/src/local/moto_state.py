@@ -424,7 +424,15 @@ def open_state(directory, app):
         flush=True,
     )
 
+    stopping = []
+
     def stop(signum, frame):
+        # A second signal (a parent-death SIGTERM after `armada down`'s,
+        # say) runs this again, in the same thread, inside the first: it
+        # must not wait for the lock the first one holds.
+        if stopping:
+            return
+        stopping.append(signum)
         # The lock stays held: nothing is answered after the snapshot.
         _journal.lock.acquire()
         try:
