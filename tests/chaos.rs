@@ -1,5 +1,7 @@
-//! `armada chaos` as a gate: a seeded workload of every shape (answers,
-//! sessions, delegations, a fan-out team of five, relay chains, cancels)
+//! `armada chaos` as a gate: a seeded workload of every shape (answers
+//! with callbacks, sessions, delegations, a fan-out team of five, relay
+//! chains, cancels, effects at a counting receiver, approvals approved
+//! and rejected, lead plans)
 //! while the functions host is killed at seeded moments and at steps'
 //! named fault points, the emulator is killed, each started again, and the
 //! pollers hand batches twice, old batches again and batches late; the
@@ -48,7 +50,11 @@ async fn a_seeded_workload_under_kills_and_redeliveries_breaks_no_promise() {
         .sum();
     assert!(at_points >= 1, "{summary}");
     // Every shape ran, and every root Run is counted once.
-    assert_eq!(report.runs.len(), 6, "{summary}");
+    assert_eq!(report.runs.len(), 9, "{summary}");
+    // The receiver's rules had something to check.
+    let h = report.heard;
+    assert!(h.effects >= 1 && h.callbacks_taken >= 1, "{summary}");
+    assert!(h.approved >= 1 && h.rejected >= 1, "{summary}");
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(opts.report.unwrap()).unwrap()).unwrap();
     assert_eq!(written["seed"], 7);

@@ -13,7 +13,7 @@ use futures::future::BoxFuture;
 
 use armada_core::Services;
 use armada_domain::messages::{DispatchMessage, HarnessMessage};
-use armada_domain::run::Run;
+use armada_domain::run::{EventKind, LogEvent, Run};
 use armada_harness::{Aborted, StepHooks};
 use armada_tests::wait::{drained, eventually};
 use armada_tests::{outcome, params, RunState, TestStack};
@@ -417,26 +417,37 @@ impl StepHooks for CrashAfterTools {
 }
 
 /// Counts the requests a loopback HTTP server gets, answering 200.
-async fn counting_server() -> (String, Arc<std::sync::atomic::AtomicU32>) {
+/// A receiver that counts requests and keeps each one's
+/// `Idempotency-Key`.
+async fn counting_server() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let hits = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let h = hits.clone();
+    let keys = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let heard = keys.clone();
     tokio::spawn(async move {
         loop {
             let Ok((mut s, _)) = listener.accept().await else {
                 return;
             };
             let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf).await;
-            h.fetch_add(1, Ordering::Relaxed);
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).to_string();
+            let key = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("idempotency-key")
+                        .then(|| value.trim().to_string())
+                })
+                .unwrap_or_default();
+            heard.lock().unwrap().push(key);
             let _ = s
                 .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
                 .await;
         }
     });
-    (url, hits)
+    (url, keys)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -455,10 +466,16 @@ async fn a_lost_result_is_repeated_only_for_idempotent_calls() {
         run.error.as_ref().map_or("", |e| e.code.as_str()),
         "TOOL_INDETERMINATE"
     );
+    let keys = hits.lock().unwrap().clone();
+    assert_eq!(keys.len(), 1, "the POST was sent exactly once");
+    let Some(LogEvent::ToolCall { call_id, .. }) = t.event(&run_id, EventKind::ToolCall).await
+    else {
+        panic!("no tool_call event")
+    };
     assert_eq!(
-        hits.load(Ordering::Relaxed),
-        1,
-        "the POST was sent exactly once"
+        keys[0],
+        armada_domain::ledger::effect_key(&run_id, &call_id),
+        "it carries its call's idempotency key"
     );
     assert!(t
         .event_types(&run_id)
@@ -476,6 +493,6 @@ async fn a_lost_result_is_repeated_only_for_idempotent_calls() {
             .starts_with("tool http_request returned: {"),
         "{run:?}"
     );
-    assert_eq!(hits.load(Ordering::Relaxed), 3, "the GET ran twice");
+    assert_eq!(hits.lock().unwrap().len(), 3, "the GET ran twice");
     t.stack.stop().await;
 }

@@ -1,9 +1,14 @@
-//! The checker: reads the history a workload left (the Run records and
-//! their events, the sessions, the queues) and names every broken promise
-//! with its Run: a Run never closed, ended twice or created twice; a
-//! team's round started twice; a chain step started twice or after its
-//! chain broke; a session message left unanswered or answered before the
-//! one before it ended; a message left visible in a queue.
+//! The checker: reads the history a workload left (the Run records, their
+//! events and ledgers, the sessions, the queues, what the counting
+//! receiver heard) and names every broken promise with its Run: a Run
+//! never closed, ended twice or created twice; a team's round or a child
+//! started twice; a lead's consolidation not exactly once; a chain step
+//! started twice or after its chain broke; a session message left
+//! unanswered or answered before the one before it ended; an effect
+//! performed twice, performed without its ledger's record, or recorded
+//! done but never performed; an approval applied twice or not at all, or
+//! a rejected call performed; a callback never delivered, or delivered
+//! under two ids; a message left visible in a queue.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -15,7 +20,12 @@ use armada_domain::collab::chain::step_run_id;
 use armada_domain::run::family::SlotState;
 use armada_domain::run::{EventKind, LogEvent, Run, RunEventRecord, RunState};
 
-use super::workload::Started;
+use armada_domain::ledger::{effect_key, ToolCallState};
+use armada_domain::skills::HTTP_REQUEST;
+use armada_domain::team::Strategy;
+
+use super::receiver::Heard;
+use super::workload::{Decided, Started};
 
 /// A broken promise, named by the rule it breaks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -87,12 +97,177 @@ fn check_run(run: &Run, events: &[RunEventRecord], out: &mut Vec<Violation>) {
         broke("round_two_missing", "completed without round 2".into());
     }
     let mut steps = HashSet::new();
+    let mut children = HashSet::new();
+    let mut settled = HashSet::new();
     for e in events {
-        if let LogEvent::ChainStepStarted { index, .. } = &e.event {
-            if !steps.insert(*index) {
+        match &e.event {
+            LogEvent::ChainStepStarted { index, .. } if !steps.insert(*index) => {
                 broke("chain_step_twice", format!("step {index} started twice"));
             }
+            LogEvent::ChildStarted { run_id, .. } if !children.insert(run_id.clone()) => {
+                broke("child_twice", format!("child {run_id} started twice"));
+            }
+            LogEvent::ApprovalDecided(a) | LogEvent::ApprovalExpired(a)
+                if !settled.insert(a.approval_id.clone()) =>
+            {
+                broke(
+                    "approval_twice",
+                    format!("approval {} settled twice", a.approval_id),
+                );
+            }
+            _ => {}
         }
+    }
+    let lead = run
+        .team
+        .as_ref()
+        .is_some_and(|t| t.strategy == Strategy::Lead && t.lead.as_deref() == Some(&run.agent));
+    let replies = count(events, EventKind::ModelReply);
+    if lead && run.state().outcome() == RunState::Completed && replies != 2 {
+        broke(
+            "consolidation_not_once",
+            format!("a lead completed after {replies} model replies, not plan then consolidate"),
+        );
+    }
+}
+
+/// A Run's `http_request` calls against what the receiver heard: each
+/// performed at most once, never without its ledger's dispatch, and
+/// performed when the ledger says it answered.
+fn check_effects(run: &Run, heard: &Heard, out: &mut Vec<Violation>) {
+    for (call_id, rec) in &run.ledger {
+        if rec.skill != HTTP_REQUEST {
+            continue;
+        }
+        let n = heard
+            .effects
+            .get(&effect_key(&run.run_id, call_id))
+            .copied()
+            .unwrap_or(0);
+        let rule = match rec.state() {
+            _ if n > 1 => Some("effect_twice"),
+            ToolCallState::Done if n == 0 => Some("effect_lost"),
+            ToolCallState::Planned | ToolCallState::Failed if n > 0 => Some("effect_unrecorded"),
+            _ => None,
+        };
+        if let Some(rule) = rule {
+            out.push(Violation {
+                run_id: run.run_id.clone(),
+                rule,
+                detail: format!(
+                    "call {call_id} is {:?} in the ledger; the receiver heard it {n} times",
+                    rec.state()
+                ),
+            });
+        }
+    }
+}
+
+/// An approval the workload decided: applied once, and a rejected call
+/// never performed.
+fn check_decided(
+    d: &Decided,
+    runs: &HashMap<String, (Run, Vec<RunEventRecord>)>,
+    heard: &Heard,
+    out: &mut Vec<Violation>,
+) {
+    let mut broke = |rule: &'static str, detail: String| {
+        out.push(Violation {
+            run_id: d.run_id.clone(),
+            rule,
+            detail,
+        })
+    };
+    let Some((run, events)) = runs.get(&d.run_id) else {
+        return;
+    };
+    let settled: Vec<&armada_domain::run::ApprovalSettled> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            LogEvent::ApprovalDecided(a) | LogEvent::ApprovalExpired(a)
+                if a.approval_id == d.approval_id =>
+            {
+                Some(a)
+            }
+            _ => None,
+        })
+        .collect();
+    // A Run cancelled or timed out while it waited settles nothing.
+    let waited_out = matches!(
+        run.state().outcome(),
+        RunState::Cancelled | RunState::TimedOut
+    );
+    if settled.is_empty() && !waited_out {
+        broke(
+            "approval_lost",
+            format!("approval {} was decided but never applied", d.approval_id),
+        );
+    }
+    let performed = heard
+        .effects
+        .get(&effect_key(&d.run_id, &d.call_id))
+        .copied()
+        .unwrap_or(0);
+    if !d.approved && performed > 0 {
+        broke(
+            "rejected_effect",
+            format!(
+                "call {} was rejected and performed {performed} times",
+                d.call_id
+            ),
+        );
+    }
+}
+
+/// A Run's callback: once the Run closed, delivered (after what retries
+/// it took), every attempt under the one delivery id.
+fn check_callback(run: &Run, heard: &Heard, out: &mut Vec<Violation>) {
+    if run.callback_url.is_none() || !run.state().is_closed() {
+        return;
+    }
+    let ids = heard.callback_ids(&run.run_id);
+    let taken = heard.callbacks_taken.get(&run.run_id).copied().unwrap_or(0);
+    let rule = if ids.len() > 1 {
+        Some((
+            "callback_ids",
+            format!("delivered under {} ids: {ids:?}", ids.len()),
+        ))
+    } else if taken == 0 {
+        Some((
+            "callback_missing",
+            format!("{} attempts heard, none taken", ids.len()),
+        ))
+    } else {
+        None
+    };
+    if let Some((rule, detail)) = rule {
+        out.push(Violation {
+            run_id: run.run_id.clone(),
+            rule,
+            detail,
+        });
+    }
+}
+
+/// Effects the receiver heard that no Run of the workload has a ledger
+/// record for (or that came with no key at all).
+fn check_unowned_effects(heard: &Heard, recorded: &HashSet<String>, out: &mut Vec<Violation>) {
+    for key in heard.effects.keys().filter(|k| !recorded.contains(*k)) {
+        out.push(Violation {
+            run_id: key.rsplit_once(':').map(|(r, _)| r).unwrap_or("").into(),
+            rule: "effect_unrecorded",
+            detail: format!("{key} reached the receiver; no ledger records it"),
+        });
+    }
+    if heard.unkeyed_effects > 0 {
+        out.push(Violation {
+            run_id: String::new(),
+            rule: "effect_unkeyed",
+            detail: format!(
+                "{} effects came without an Idempotency-Key",
+                heard.unkeyed_effects
+            ),
+        });
     }
 }
 
@@ -231,6 +406,34 @@ pub async fn unclosed(svc: &Services, started: &[Started]) -> Result<usize> {
     Ok(open)
 }
 
+/// Waits, up to `within`, until every closed root Run with a callback has
+/// had one taken by the receiver (a closed Run's callback is queued as it
+/// closes, and a refused one is tried again after its backoff).
+pub async fn callbacks_settled(
+    svc: &Services,
+    started: &[Started],
+    receiver: &super::receiver::Receiver,
+    within: std::time::Duration,
+) -> Result<()> {
+    let mut waiting = Vec::new();
+    for id in started.iter().flat_map(|s| &s.runs) {
+        if let Some(run) = svc.runs.get(id).await? {
+            if run.callback_url.is_some() && run.state().is_closed() {
+                waiting.push(run.run_id);
+            }
+        }
+    }
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let heard = receiver.heard();
+        waiting.retain(|id| !heard.callbacks_taken.contains_key(id));
+        if waiting.is_empty() || std::time::Instant::now() > deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
 /// What the checker found.
 #[derive(Debug, Clone, Default)]
 pub struct Checked {
@@ -240,16 +443,21 @@ pub struct Checked {
     pub spans: Vec<(i64, Option<i64>)>,
 }
 
-/// Reads every Run the workload started and what came of it.
-pub async fn check(svc: &Services, started: &[Started]) -> Result<Checked> {
+/// Reads every Run the workload started and what came of it, with what
+/// the receiver heard.
+pub async fn check(svc: &Services, started: &[Started], heard: &Heard) -> Result<Checked> {
     let mut checked = Checked::default();
     let out = &mut checked.violations;
+    let mut recorded = HashSet::new();
     for job in started {
         let mut runs: HashMap<String, (Run, Vec<RunEventRecord>)> = HashMap::new();
         for root in &job.runs {
             for run in tree(svc, root, out).await? {
                 let events = svc.run_events.all_events(&run.run_id).await?;
                 check_run(&run, &events, out);
+                check_effects(&run, heard, out);
+                check_callback(&run, heard, out);
+                recorded.extend(run.ledger.keys().map(|c| effect_key(&run.run_id, c)));
                 checked.spans.push((
                     first_at(&events, &[EventKind::RunCreated]).unwrap_or(run.created_at_ms),
                     first_at(&events, &TERMINAL),
@@ -268,10 +476,14 @@ pub async fn check(svc: &Services, started: &[Started]) -> Result<Checked> {
                 .or_default() += 1;
         }
         check_chain(&runs, out);
+        for d in &job.decided {
+            check_decided(d, &runs, heard, out);
+        }
         if let Some(session) = &job.session {
             check_session(svc, session, &job.runs, &runs, out).await?;
         }
     }
+    check_unowned_effects(heard, &recorded, out);
     Ok(checked)
 }
 
@@ -318,6 +530,7 @@ mod tests {
     use armada_core::memory::fixtures::accepted_run;
     use armada_core::memory::test_config;
     use armada_domain::run::{RunError, RunEvent};
+    use serde_json::json;
 
     #[tokio::test]
     async fn a_run_ended_twice_or_never_closed_is_named() {
@@ -417,5 +630,109 @@ mod tests {
         let mut out = Vec::new();
         check_run(&second, &[round(1), round(2)], &mut out);
         assert!(out.iter().any(|v| v.rule == "round_twice"), "{out:?}");
+    }
+
+    #[tokio::test]
+    async fn effects_approvals_and_callbacks_are_held_against_the_receiver() {
+        use armada_domain::ledger::{ToolCallEvent, ToolCallRecord};
+        use armada_domain::machine::Machine;
+        let (svc, _mem) = Services::in_memory(test_config());
+        let def = armada_core::memory::fixtures::agent(&svc, "assistant", &[]).await;
+        let mut run = accepted_run(&svc, "acme", &def, "hi").await;
+        let call = |id: &str, events: Vec<ToolCallEvent>| {
+            let mut rec = ToolCallRecord::planned(id, HTTP_REQUEST, json!({}), 1, false, false);
+            for e in events {
+                rec.apply(e, 1).expect("legal");
+            }
+            (id.to_string(), rec)
+        };
+        let done = || {
+            vec![
+                ToolCallEvent::Dispatched { generation: None },
+                ToolCallEvent::Answered {
+                    ok: true,
+                    result: json!({"status": 200}),
+                },
+            ]
+        };
+        run.ledger = [
+            call("twice", done()),
+            call("lost", done()),
+            call("fine", done()),
+            call("never_sent", vec![]),
+        ]
+        .into_iter()
+        .collect();
+        let key = |c: &str| effect_key(&run.run_id, c);
+        let mut heard = Heard::default();
+        heard.effects.insert(key("twice"), 2);
+        heard.effects.insert(key("fine"), 1);
+        heard.effects.insert(key("never_sent"), 1);
+        heard.effects.insert("run_x:c9".into(), 1);
+        let mut out = Vec::new();
+        check_effects(&run, &heard, &mut out);
+        let recorded = run.ledger.keys().map(|c| key(c)).collect();
+        check_unowned_effects(&heard, &recorded, &mut out);
+        let mut rules: Vec<(&str, &str)> = out
+            .iter()
+            .map(|v| (v.rule, v.detail.split(' ').nth(1).unwrap_or("")))
+            .collect();
+        rules.sort();
+        assert_eq!(
+            rules,
+            [
+                ("effect_lost", "lost"),
+                ("effect_twice", "twice"),
+                ("effect_unrecorded", "never_sent"),
+                ("effect_unrecorded", "reached"),
+            ],
+            "{out:?}"
+        );
+
+        // A rejected call performed, and its decision never applied.
+        let runs = HashMap::from([(run.run_id.clone(), (run.clone(), vec![]))]);
+        let rejected = Decided {
+            run_id: run.run_id.clone(),
+            approval_id: "ap_1".into(),
+            call_id: "fine".into(),
+            approved: false,
+        };
+        let mut out = Vec::new();
+        check_decided(&rejected, &runs, &heard, &mut out);
+        let rules: Vec<&str> = out.iter().map(|v| v.rule).collect();
+        assert_eq!(rules, ["approval_lost", "rejected_effect"], "{out:?}");
+
+        // A closed Run's callback: under two ids, then never taken.
+        run.callback_url = Some("http://127.0.0.1:9/callback".into());
+        run.apply(RunEvent::Claimed { lease_until_ms: 10 }, 1)
+            .expect("claimed");
+        run.apply(
+            RunEvent::Failed {
+                error: RunError::new("X", "x"),
+            },
+            2,
+        )
+        .expect("failed");
+        run.apply(RunEvent::Closed, 3).expect("closed");
+        heard
+            .callbacks
+            .insert(run.run_id.clone(), vec!["a".into(), "b".into()]);
+        heard.callbacks_taken.insert(run.run_id.clone(), 1);
+        let mut out = Vec::new();
+        check_callback(&run, &heard, &mut out);
+        assert_eq!(
+            out.iter().map(|v| v.rule).collect::<Vec<_>>(),
+            ["callback_ids"]
+        );
+        heard
+            .callbacks
+            .insert(run.run_id.clone(), vec![run.run_id.clone()]);
+        heard.callbacks_taken.clear();
+        let mut out = Vec::new();
+        check_callback(&run, &heard, &mut out);
+        assert_eq!(
+            out.iter().map(|v| v.rule).collect::<Vec<_>>(),
+            ["callback_missing"]
+        );
     }
 }

@@ -34,6 +34,9 @@ pub(super) struct Host {
     pub hooks: Arc<dyn StepHooks>,
     /// Which host is running: bumped at each kill.
     pub incarnation: Arc<std::sync::atomic::AtomicU64>,
+    /// The counting receiver (`host:port`): the one private target the
+    /// egress guard lets the workload's calls and callbacks reach.
+    pub receiver: String,
 }
 
 /// The local stack's options for this workload: its own stack name, a
@@ -44,6 +47,11 @@ pub(super) fn options(host: &Host, endpoint: &str) -> LocalOptions {
     let mut opts = LocalOptions::new(root);
     opts.parameters
         .insert("CallbackSigningSecret".into(), host.secret.clone());
+    opts.parameters
+        .insert("EgressAllow".into(), host.receiver.clone());
+    // A refused callback is tried again within the drain.
+    opts.parameters
+        .insert("CallbackRetryBaseSeconds".into(), "2".into());
     opts.delivery_faults = host.deliveries.clone();
     opts.hooks = host.hooks.clone();
     opts.stack = stack.to_string();

@@ -32,6 +32,7 @@ use crate::local::{emulator, process, LocalOptions, LocalStack};
 
 pub mod checker;
 mod faults;
+pub mod receiver;
 pub mod workload;
 
 use checker::{Outcomes, Violation};
@@ -146,6 +147,18 @@ impl Default for ChaosOpts {
     }
 }
 
+/// How much the receiver-backed rules had to check.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct HeardCounts {
+    /// Effect requests (each `http_request` POST that arrived).
+    pub effects: u64,
+    pub callback_attempts: u64,
+    /// Callback attempts answered `2xx` (the rest were refused `503`).
+    pub callbacks_taken: u64,
+    pub approved: u64,
+    pub rejected: u64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Percentiles {
     pub p50: f64,
@@ -165,6 +178,8 @@ pub struct Report {
     pub recovery_s: Option<Percentiles>,
     /// The same, per emulator kill.
     pub emulator_recovery_s: Option<Percentiles>,
+    /// What reached the counting receiver, and the approvals decided.
+    pub heard: HeardCounts,
     pub runs_per_s: f64,
     pub elapsed_s: f64,
     /// Jobs the workload could not post (the API never answered).
@@ -196,6 +211,11 @@ impl Report {
                 ));
             }
         }
+        let h = &self.heard;
+        s.push_str(&format!(
+            "  heard: {} effects, {} callback attempts ({} taken); approvals: {} approved, {} rejected\n",
+            h.effects, h.callback_attempts, h.callbacks_taken, h.approved, h.rejected
+        ));
         for e in &self.errors {
             s.push_str(&format!("  error: {e}\n"));
         }
@@ -238,7 +258,10 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             incarnation.clone(),
         )
     });
+    // A tenth of callback attempts refused: their retries are checked too.
+    let receiver = receiver::Receiver::start(seed.fork("receiver"), 10).await?;
     let host = Host {
+        receiver: receiver.host.clone(),
         root: root.to_path_buf(),
         stack: format!("chaos-{}-{}", opts.seed, std::process::id()),
         api_port: faults::free_port(),
@@ -297,15 +320,19 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         (None, None) => unreachable!("one or the other"),
     };
     let first = LocalStack::start(faults::options(&host, &endpoint)).await?;
-    let api = Api {
+    let mut api = Api {
         http: reqwest::Client::new(),
         base: first.api_url.clone(),
         key: first.tenant_key.clone(),
         admin_key: first.admin_key.clone(),
+        approver_key: String::new(),
         patience: Duration::from_secs(180),
+        effect_url: receiver.effect_url(),
+        callback_url: receiver.callback_url(),
     };
+    let tenant = first.tenant.clone();
     let stack = Arc::new(Mutex::new(Some(first)));
-    workload::prepare(&api).await?;
+    api.approver_key = workload::prepare(&api, &tenant, &receiver.host).await?;
     let jobs = workload::plan(&mut seed.fork("workload"), opts.runs);
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -415,7 +442,12 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     let Some(last) = held else {
         bail!("no stack is running at the end");
     };
-    let checked = checker::check(&last.svc, &started).await;
+    let settled =
+        checker::callbacks_settled(&last.svc, &started, &receiver, Duration::from_secs(90)).await;
+    let checked = match settled {
+        Ok(()) => checker::check(&last.svc, &started, &receiver.heard()).await,
+        Err(e) => Err(e),
+    };
     let stuck = checker::stuck_messages(&last).await;
     last.stop().await;
     let checked = checked?;
@@ -453,6 +485,20 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         )
     };
     let total: u64 = checked.outcomes.values().flat_map(|o| o.values()).sum();
+    let heard = {
+        let h = receiver.heard();
+        let decided: Vec<bool> = started
+            .iter()
+            .flat_map(|s| s.decided.iter().map(|d| d.approved))
+            .collect();
+        HeardCounts {
+            effects: h.effects.values().map(|n| u64::from(*n)).sum(),
+            callback_attempts: h.callbacks.values().map(|v| v.len() as u64).sum(),
+            callbacks_taken: h.callbacks_taken.values().map(|n| u64::from(*n)).sum(),
+            approved: decided.iter().filter(|a| **a).count() as u64,
+            rejected: decided.iter().filter(|a| !**a).count() as u64,
+        }
+    };
     let report = Report {
         seed: opts.seed,
         runs: checked.outcomes,
@@ -490,6 +536,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             .collect()
         },
         violations,
+        heard,
         recovery_s: recovery(&kills),
         emulator_recovery_s: recovery(&emulator_kills),
         runs_per_s: total as f64 / elapsed.as_secs_f64().max(0.001),

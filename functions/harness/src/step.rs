@@ -14,6 +14,7 @@ use armada_domain::chat::ToolCall;
 use armada_domain::collab::resume::RunIdentity;
 use armada_domain::collab::ChildLimits;
 use armada_domain::context;
+use armada_domain::ledger::effect_key;
 use armada_domain::ledger::ToolCallRecord;
 use armada_domain::run::LogEvent;
 use armada_domain::run::Payload;
@@ -109,7 +110,9 @@ impl Harness {
                             name: rec.skill.clone(),
                             args: rec.args.clone(),
                         };
-                        let outcome = svc.tools.execute(agent, &call, svc.clock.now_ms()).await;
+                        let key = effect_key(&run.run_id, &rec.call_id);
+                        let now = svc.clock.now_ms();
+                        let outcome = svc.tools.execute(agent, &call, &key, now).await;
                         let (ok, result) = match outcome {
                             Ok(v) => (true, v),
                             Err(f) => (false, f.to_json()),

@@ -94,6 +94,13 @@ fn first_attempt() -> u32 {
     1
 }
 
+/// What names a call's effect outside Armada, for good: its Run and its
+/// call id. An inline request sends it as `Idempotency-Key`, so a
+/// receiver that deduplicates on it applies a repeat once.
+pub fn effect_key(run_id: &str, call_id: &str) -> String {
+    format!("{run_id}:{call_id}")
+}
+
 /// A tool result kept whole in the ledger (the Run's item); larger ones are
 /// whole in their `tool_result` event only.
 pub const LEDGER_RESULT_BYTES: usize = 4 * 1024;

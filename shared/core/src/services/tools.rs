@@ -53,10 +53,15 @@ impl InlineTools {
         &self.egress
     }
 
+    /// Runs `call`. `effect_key` names the call for good (its Run and
+    /// call id, [`armada_domain::ledger::effect_key`]): a request it makes
+    /// carries it as `Idempotency-Key`, so a receiver that deduplicates
+    /// sees one effect whatever happens to the step.
     pub async fn execute(
         &self,
         agent: &AgentDefinition,
         call: &ToolCall,
+        effect_key: &str,
         now_ms: i64,
     ) -> Result<Value, ToolFailure> {
         let Some(manifest) = agent.manifest(&call.name) else {
@@ -67,7 +72,7 @@ impl InlineTools {
         };
         match manifest.executor() {
             CURRENT_TIME => Ok(json!({"now": rfc3339(now_ms)})),
-            HTTP_REQUEST => self.http_request(agent, &call.args).await,
+            HTTP_REQUEST => self.http_request(agent, &call.args, effect_key).await,
             other => Err(ToolFailure::new(
                 "UNKNOWN_SKILL",
                 format!("skill '{other}' is not an inline skill"),
@@ -79,6 +84,7 @@ impl InlineTools {
         &self,
         agent: &AgentDefinition,
         args: &Value,
+        effect_key: &str,
     ) -> Result<Value, ToolFailure> {
         let url = args
             .get("url")
@@ -122,7 +128,8 @@ impl InlineTools {
             .egress
             .request(method, url.as_str())
             .map_err(refused)?
-            .timeout(Duration::from_secs(30));
+            .timeout(Duration::from_secs(30))
+            .header("idempotency-key", effect_key);
         if let Some(body) = args.get("body").and_then(Value::as_str) {
             req = req.body(body.to_string());
         }
@@ -207,10 +214,13 @@ mod tests {
             args: json!({"url": format!("http://127.0.0.1:{port}/")}),
         };
         // Read whole, a body that never ends would never be answered.
-        let got = tokio::time::timeout(Duration::from_secs(10), tools.execute(&agent, &call, 0))
-            .await
-            .expect("answered without reading the whole body")
-            .unwrap();
+        let got = tokio::time::timeout(
+            Duration::from_secs(10),
+            tools.execute(&agent, &call, "run_1:c1", 0),
+        )
+        .await
+        .expect("answered without reading the whole body")
+        .unwrap();
         assert_eq!(got["status"], 200);
         assert_eq!(got["truncated"], true);
         assert_eq!(got["body"].as_str().unwrap().len(), MAX_BODY);
