@@ -155,6 +155,15 @@ enum Cmd {
         /// Write the report as JSON here.
         #[arg(long)]
         report: Option<std::path::PathBuf>,
+        /// Seconds the Runs have to end once the faults stop.
+        #[arg(long, default_value_t = 240)]
+        drain: u64,
+        /// Seconds between host kills, at least and at most (`MIN-MAX`).
+        #[arg(long, default_value = "3-12", value_parser = armada_cli::chaos::parse_span)]
+        kill_every: (std::time::Duration, std::time::Duration),
+        /// Seconds between emulator kills (`MIN-MAX`).
+        #[arg(long, default_value = "15-40", value_parser = armada_cli::chaos::parse_span)]
+        emulator_kill_every: (std::time::Duration, std::time::Duration),
     },
     /// Measure latency, throughput and AWS calls per Run against the floor.
     Bench {
@@ -539,6 +548,9 @@ async fn run(cli: Cli) -> Result<()> {
             concurrency,
             faults,
             report,
+            drain,
+            kill_every,
+            emulator_kill_every,
         } => {
             let opts = armada_cli::chaos::ChaosOpts {
                 runs,
@@ -546,6 +558,9 @@ async fn run(cli: Cli) -> Result<()> {
                 concurrency,
                 faults: armada_cli::chaos::Fault::parse_list(&faults)?,
                 report,
+                drain: std::time::Duration::from_secs(drain),
+                kill_every,
+                emulator_kill_every,
                 ..Default::default()
             };
             let report = armada_cli::chaos::run(&local::find_root()?, &opts).await?;

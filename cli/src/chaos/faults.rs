@@ -13,8 +13,7 @@ use anyhow::Result;
 use futures::future::BoxFuture;
 use tokio::sync::{mpsc, watch, Mutex};
 
-use armada_domain::run::Run;
-use armada_harness::{Aborted, FaultPoint, StepHooks};
+use armada_core::faults::{Aborted, FaultPoint, FaultPoints};
 
 use crate::local::{emulator, process, LocalOptions, LocalStack};
 use crate::rng::Rng;
@@ -30,8 +29,9 @@ pub(super) struct Host {
     pub secret: String,
     /// The pollers' delivery faults, one schedule across restarts.
     pub deliveries: Option<Arc<crate::local::pollers::DeliveryFaults>>,
-    /// Where steps meet their named fault points, one across restarts.
-    pub hooks: Arc<dyn StepHooks>,
+    /// Where the functions meet their named fault points, one across
+    /// restarts.
+    pub faults: Arc<dyn FaultPoints>,
     /// Which host is running: bumped at each kill.
     pub incarnation: Arc<std::sync::atomic::AtomicU64>,
     /// The counting receiver (`host:port`): the one private target the
@@ -53,7 +53,7 @@ pub(super) fn options(host: &Host, endpoint: &str) -> LocalOptions {
     opts.parameters
         .insert("CallbackRetryBaseSeconds".into(), "2".into());
     opts.delivery_faults = host.deliveries.clone();
-    opts.hooks = host.hooks.clone();
+    opts.faults = host.faults.clone();
     opts.stack = stack.to_string();
     opts.api_port = api_port;
     opts.smtp_port = 0;
@@ -189,10 +189,11 @@ pub(super) async fn emulator_kills(
     Ok(kills)
 }
 
-/// The functions host killed where a step meets a named fault point. While
+/// The functions host killed where its work meets a named fault point. While
 /// armed, each point met is a kill with a seeded chance (at most one every
 /// `gap`); the step is held at its point until the kill ends it, so the
 /// kill lands exactly there.
+#[derive(Debug)]
 pub(super) struct PointKills {
     /// `None` once disarmed; the lock also orders arming against sends.
     state: std::sync::Mutex<Option<Armed>>,
@@ -204,6 +205,7 @@ pub(super) struct PointKills {
     tx: mpsc::UnboundedSender<(FaultPoint, u64)>,
 }
 
+#[derive(Debug)]
 struct Armed {
     rng: Rng,
     last: Option<Instant>,
@@ -254,8 +256,8 @@ impl PointKills {
     }
 }
 
-impl StepHooks for PointKills {
-    fn at<'a>(&'a self, point: FaultPoint, _run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
+impl FaultPoints for PointKills {
+    fn at<'a>(&'a self, point: FaultPoint, _run_id: &'a str) -> BoxFuture<'a, Result<(), Aborted>> {
         if self.strikes(point) {
             // Held here until the host is killed under it.
             return Box::pin(std::future::pending());
@@ -310,9 +312,4 @@ pub(super) async fn point_kills(
         }
         *held = Some(restart(&host, &endpoint).await?);
     }
-}
-
-/// A stand-in when no step is to meet a fault.
-pub(super) fn no_points() -> Arc<dyn StepHooks> {
-    Arc::new(armada_harness::NoHooks)
 }

@@ -10,8 +10,8 @@
 //!
 //! Faults so far: `host-kill` (the functions host ended at once, mid-step,
 //! as `kill -9` would end it, and started again over the same emulator,
-//! tables and queues), `point-kill` (the same, exactly where a step meets
-//! one of the harness's named fault points), `emulator-kill` (`kill -9` of
+//! tables and queues), `point-kill` (the same, exactly where the functions
+//! meet one of their named fault points), `emulator-kill` (`kill -9` of
 //! the emulator, which keeps its state in a directory of the run's own,
 //! and its start again), `redeliver` (the pollers hand 5% of batches to
 //! two invocations at once and, before 5% of batches, an old batch
@@ -51,9 +51,9 @@ pub enum Fault {
     Redeliver,
     /// The emulator killed (`kill -9`) and started again over its state.
     EmulatorKill,
-    /// The functions host killed where a step meets a named fault point
-    /// (after its claim, after the model's reply, after a sandbox
-    /// dispatch, after its commit and before what follows is sent).
+    /// The functions host killed where its work meets a named fault point
+    /// ([`armada_core::faults::FaultPoint`]: in a step, in the children's
+    /// start and their ends' noting, after an approval's decision).
     PointKill,
     /// Batches handed to their function late (up to 20 s, their messages
     /// in flight meanwhile).
@@ -103,6 +103,23 @@ impl Fault {
             })
             .collect()
     }
+}
+
+/// `MIN-MAX` seconds (`3-12`), as the time between two faults.
+pub fn parse_span(s: &str) -> Result<(Duration, Duration)> {
+    let (lo, hi) = s
+        .split_once('-')
+        .with_context(|| format!("'{s}': expected MIN-MAX seconds"))?;
+    let secs = |x: &str| -> Result<u64> {
+        x.trim()
+            .parse()
+            .with_context(|| format!("'{s}': '{x}' is not a whole number of seconds"))
+    };
+    let (lo, hi) = (secs(lo)?, secs(hi)?);
+    if lo == 0 || lo > hi {
+        bail!("'{s}': expected 1 <= MIN <= MAX");
+    }
+    Ok((Duration::from_secs(lo), Duration::from_secs(hi)))
 }
 
 #[derive(Debug, Clone)]
@@ -265,9 +282,9 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         root: root.to_path_buf(),
         stack: format!("chaos-{}-{}", opts.seed, std::process::id()),
         api_port: faults::free_port(),
-        hooks: match &points {
+        faults: match &points {
             Some((p, _)) => p.clone(),
-            None => faults::no_points(),
+            None => Arc::new(armada_core::faults::NoFaults),
         },
         incarnation,
         secret: armada_domain::api::ApiKey::mint().secret,
@@ -548,4 +565,19 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_span_is_min_then_max_whole_seconds() {
+        let s = |x| parse_span(x).map(|(a, b)| (a.as_secs(), b.as_secs()));
+        assert_eq!(s("3-12").ok(), Some((3, 12)));
+        assert_eq!(s(" 30 - 30 ").ok(), Some((30, 30)));
+        for bad in ["12-3", "0-5", "5", "a-b", "-3"] {
+            assert!(s(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -70,8 +70,10 @@ pub struct LocalOptions {
     /// Where a moto we start keeps its state across restarts and crashes
     /// (`None`: in memory, lost when it stops).
     pub emulator_state: Option<PathBuf>,
-    /// Fault injection for the harness (tests).
+    /// Test hooks inside the harness's steps (tests).
     pub hooks: Arc<dyn StepHooks>,
+    /// What every function meets at its named fault points (chaos).
+    pub faults: Arc<dyn armada_core::faults::FaultPoints>,
     /// Where to record the pid of an emulator this stack (re)starts.
     pub emulator_pid_file: Option<PathBuf>,
     /// Run the local sandbox data plane (sandbox tasks as local processes).
@@ -129,6 +131,7 @@ impl LocalOptions {
             emulator_dies_with_us: false,
             emulator_state: None,
             hooks: Arc::new(NoHooks),
+            faults: Arc::new(armada_core::faults::NoFaults),
             emulator_pid_file: None,
             data_plane: true,
             sandbox_root: None,
@@ -351,6 +354,7 @@ impl LocalStack {
             let template = template.clone();
             let outbox = outbox.clone();
             let endpoint = endpoint.clone();
+            let faults = opts.faults.clone();
             async move {
                 let mut env = template.environment(binary)?;
                 // The emulator is the platform's: never a tenant's target.
@@ -359,7 +363,11 @@ impl LocalStack {
                     env.insert("ARMADA_MAIL_OUTBOX".into(), dir.display().to_string());
                 }
                 let cfg = Config::from_map(&env)?;
-                Ok::<_, anyhow::Error>(Services::init(cfg, aws).await?)
+                let mut svc = Services::init(cfg, aws).await?;
+                if let Some(s) = Arc::get_mut(&mut svc) {
+                    s.faults = faults;
+                }
+                Ok::<_, anyhow::Error>(svc)
             }
         };
         let ingress_svc = services("ingress").await?;

@@ -24,7 +24,11 @@ async fn stack(expires_s: u64) -> Stack {
 
 /// The same stack, with the agent's `approvals` block `approvals`.
 async fn stack_with(approvals: serde_json::Value) -> Stack {
-    let s = Stack::new();
+    stack_on(Stack::new(), approvals).await
+}
+
+/// Agent `ops` on stack `s`, with the `approvals` block `approvals`.
+async fn stack_on(s: Stack, approvals: serde_json::Value) -> Stack {
     let mut def = AgentDefinition::from_json(
         "ops",
         &json!({
@@ -128,6 +132,53 @@ async fn links_are_sent_again_with_a_fresh_token_and_a_decision_applies_once() {
         .filter(|k| *k == "tool_result")
         .count();
     assert_eq!(results, 1);
+}
+
+#[tokio::test]
+async fn a_decision_stored_by_an_approver_that_died_before_telling_the_run_is_applied_once() {
+    use armada_core::faults::FaultPoint;
+    let s = stack_on(
+        Stack::dying_at(FaultPoint::AfterApprovalDecided),
+        json!({"approvers": ["ops@example.com"]}),
+    )
+    .await;
+    let run = s.start("ops", "/tool launch {}", None).await;
+    s.to_harness(&s.mem.take_harness()[0]).await;
+    let a = approvals(&s).remove(0);
+    let decide = |verdict| {
+        armada_hitl::decide(
+            &s.svc,
+            &a.approval_id,
+            verdict,
+            Decider::Key {
+                key_id: "k_boss".into(),
+            },
+            None,
+            None,
+            Some(TENANT),
+        )
+    };
+    let died = decide(Verdict::Approve)
+        .await
+        .expect_err("died after storing");
+    assert_eq!(died.status, 503, "{died:?}");
+    assert_eq!(approvals(&s)[0].state(), ApprovalState::Approved, "stored");
+    assert!(s.mem.take_harness().is_empty(), "the Run was not told");
+    // The approver's retry finds it decided; the Run's watchdog tells it.
+    let again = decide(Verdict::Approve).await.expect_err("decided already");
+    assert_eq!(again.status, 409, "{again:?}");
+    let waiting = s.run(&run.run_id);
+    assert_eq!(waiting.state(), RunState::AwaitingHitl);
+    s.to_dispatcher(&check(&waiting)).await;
+    s.pump().await;
+    assert!(s.run(&run.run_id).state().is_terminal());
+    let kinds = s.kinds(&run.run_id);
+    let n = |k: &str| kinds.iter().filter(|x| *x == k).count();
+    assert_eq!(
+        (n("approval_decided"), n("tool_result")),
+        (1, 1),
+        "{kinds:?}"
+    );
 }
 
 #[tokio::test]

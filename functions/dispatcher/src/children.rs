@@ -18,6 +18,7 @@ use armada_core::batch::Outcome;
 use armada_core::cas::until_written;
 use armada_core::cas::Try;
 use armada_core::error::StoreError;
+use armada_core::faults::FaultPoint;
 use armada_core::services::ending::{self, EndOutcome};
 use armada_core::services::unreadable::Ending;
 use armada_domain::agent::AgentDefinition;
@@ -56,6 +57,17 @@ impl Dispatcher {
                 return Ok(Try::Done(Outcome::Done));
             }
             self.send_starts(&start, tenant).await?;
+            if self
+                .svc
+                .faults
+                .at(FaultPoint::AfterChildSpawn, run_id)
+                .await
+                .is_err()
+            {
+                // Died here: the parent is left as it was, for the
+                // redelivery (the children exist; their starts are sent).
+                return Ok(Try::Done(Outcome::Abandoned));
+            }
             match self
                 .svc
                 .runs

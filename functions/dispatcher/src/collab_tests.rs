@@ -132,6 +132,46 @@ async fn a_fan_out_runs_every_member_then_round_two_over_all_of_them() {
     }
 }
 
+/// A fan-out of three (two at a time) whose functions die once at
+/// `point`: it still completes, each child created and started once and
+/// round 2 run once.
+async fn fan_out_dying_once_at(point: armada_core::faults::FaultPoint) {
+    let s = Stack::dying_at(point);
+    for name in ["a", "b", "c"] {
+        agent(&s.svc, name, &["current_time"]).await;
+    }
+    let t = team(
+        serde_json::json!({"members": ["a", "b", "c"], "strategy": "fan_out", "max_parallel": 2}),
+    );
+    let parent = s.queue_start("a", "assess alert 8", t).await;
+    let died = s.pump_redelivering().await;
+    assert_eq!(died, 1, "died once at {}", point.as_str());
+    let done = s.run(&parent.run_id);
+    assert_eq!(done.state(), RunState::ClosedCompleted, "{:?}", done.error);
+    let kinds = s.kinds(&parent.run_id);
+    let n = |k: &str| kinds.iter().filter(|x| *x == k).count();
+    assert_eq!(
+        (n("round_started"), n("child_started"), n("child_finished")),
+        (2, 3, 3),
+        "{kinds:?}"
+    );
+    for kid in s.children(&parent.run_id) {
+        assert_eq!(kid.state(), RunState::ClosedCompleted);
+        let kinds = s.kinds(&kid.run_id);
+        assert_eq!(kinds.iter().filter(|k| *k == "model_reply").count(), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_dispatcher_killed_after_starting_children_leaves_their_record_to_the_redelivery() {
+    fan_out_dying_once_at(armada_core::faults::FaultPoint::AfterChildSpawn).await;
+}
+
+#[tokio::test]
+async fn a_harness_killed_after_noting_childrens_ends_leaves_round_two_to_the_redelivery() {
+    fan_out_dying_once_at(armada_core::faults::FaultPoint::AfterChildEnds).await;
+}
+
 #[tokio::test]
 async fn a_failing_member_fails_the_team_under_all_and_is_listed_under_best_effort() {
     for (policy, ends) in [

@@ -39,6 +39,53 @@ impl Stack {
         }
     }
 
+    /// The stack of a deployment whose functions die once at `point`.
+    pub(crate) fn dying_at(point: armada_core::faults::FaultPoint) -> Stack {
+        let (svc, mem) = Services::in_memory(test_config());
+        let mut dying = (*svc).clone();
+        dying.faults = Arc::new(armada_core::faults::DiesOnceAt::new(point));
+        let svc = Arc::new(dying);
+        Stack {
+            harness: Harness::new(svc.clone()),
+            dispatcher: Dispatcher::new(svc.clone()),
+            svc,
+            mem,
+        }
+    }
+
+    /// As [`Stack::pump`], with a message whose handler died handed again,
+    /// as SQS would once its visibility timeout passed; how many died.
+    pub(crate) async fn pump_redelivering(&self) -> usize {
+        let mut died = 0;
+        for _ in 0..500 {
+            let harness = self.mem.take_harness();
+            let dispatch: Vec<DispatchMessage> = self
+                .mem
+                .take_dispatch()
+                .into_iter()
+                .filter(|m| !matches!(m, DispatchMessage::CheckRun { .. }))
+                .collect();
+            if harness.is_empty() && dispatch.is_empty() {
+                return died;
+            }
+            for m in harness {
+                let body = serde_json::to_string(&m).unwrap_or_default();
+                let event = || sqs_event(&self.svc.cfg.harness_queue, std::slice::from_ref(&body));
+                if self.harness.handle_event(event()).await.is_err() {
+                    died += 1;
+                    self.harness.handle_event(event()).await.expect("handled");
+                }
+            }
+            for m in dispatch {
+                if self.to_dispatcher(&m).await > 0 {
+                    died += 1;
+                    assert_eq!(self.to_dispatcher(&m).await, 0, "handled again: {m:?}");
+                }
+            }
+        }
+        panic!("the messages never settled");
+    }
+
     /// Hands every queued message to its consumer, one at a time, until
     /// none is left; the watchdog's checks are set aside.
     pub(crate) async fn pump(&self) {
@@ -86,12 +133,9 @@ impl Stack {
             .len()
     }
 
-    pub(crate) async fn start(
-        &self,
-        agent_name: &str,
-        input: &str,
-        team: Option<TeamDefinition>,
-    ) -> Run {
+    /// A Run of `agent_name` (as a team's, with `team`), accepted as
+    /// ingress accepts it.
+    async fn accepted(&self, agent_name: &str, input: &str, team: Option<TeamDefinition>) -> Run {
         let def = self.svc.registry.agent(agent_name).await.ok().flatten();
         let mut run = accepted_run(&self.svc, TENANT, &def.expect("agent"), input).await;
         if team.is_some() {
@@ -103,11 +147,41 @@ impl Stack {
                 .await
                 .expect("saved");
         }
-        self.to_dispatcher(&DispatchMessage::StartRun {
+        run
+    }
+
+    fn start_message(run: &Run) -> DispatchMessage {
+        DispatchMessage::StartRun {
             run_id: run.run_id.clone(),
             tenant: TENANT.into(),
-        })
-        .await;
+        }
+    }
+
+    /// Accepts a Run and hands its start to the dispatcher.
+    pub(crate) async fn start(
+        &self,
+        agent_name: &str,
+        input: &str,
+        team: Option<TeamDefinition>,
+    ) -> Run {
+        let run = self.accepted(agent_name, input, team).await;
+        self.to_dispatcher(&Self::start_message(&run)).await;
+        run
+    }
+
+    /// Accepts a Run and queues its start, for the next pump.
+    pub(crate) async fn queue_start(
+        &self,
+        agent_name: &str,
+        input: &str,
+        team: Option<TeamDefinition>,
+    ) -> Run {
+        let run = self.accepted(agent_name, input, team).await;
+        self.svc
+            .queues
+            .send_dispatch(&Self::start_message(&run))
+            .await
+            .expect("queued");
         run
     }
 

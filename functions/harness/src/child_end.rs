@@ -13,6 +13,7 @@ use armada_domain::collab::children::{self, ChildEnd, EndRefused, Noted};
 use armada_domain::collab::SlotState;
 use armada_domain::run::RunState;
 
+use crate::FaultPoint;
 use crate::Harness;
 use crate::StepError;
 use armada_core::cas::{until_written, Try};
@@ -124,6 +125,11 @@ impl Harness {
                 Err(StoreError::Conflict { .. }) => return Ok(Try::Again),
                 Err(e) => return Err(e.into()),
             }
+            self.svc
+                .faults
+                .at(FaultPoint::AfterChildEnds, run_id)
+                .await
+                .map_err(StepError::Aborted)?;
             tracing::info!(run_id, noted = ends.len(), outstanding = next.outstanding_children(), state = %next.state(), "children's ends noted");
             self.carry_out(&next, &actions).await.map(Try::Done)
         })

@@ -187,8 +187,9 @@ impl Harness {
         let now = svc.clock.now_ms();
         run.apply(RunEvent::AwaitChildren, now)?;
         svc.runs.save(prev, &run, &events, vec![]).await?;
-        self.hooks
-            .at(FaultPoint::AfterCommit, &run)
+        self.svc
+            .faults
+            .at(FaultPoint::AfterCommit, &run.run_id)
             .await
             .map_err(StepError::Aborted)?;
         let round = run.children.as_ref().map_or(0, |c| c.round);

@@ -65,8 +65,9 @@ impl Harness {
         match svc.runs.claim(&run, &claimed).await {
             Ok(()) => {
                 tracing::info!(run_id, step, epoch = claimed.epoch, "claimed");
-                self.hooks
-                    .at(FaultPoint::AfterClaim, &claimed)
+                self.svc
+                    .faults
+                    .at(FaultPoint::AfterClaim, &claimed.run_id)
                     .await
                     .map_err(StepError::Aborted)?;
                 Ok(Some((claimed, now)))

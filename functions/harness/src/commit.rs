@@ -143,8 +143,9 @@ impl Harness {
         run: &Run,
         actions: &[RunAction],
     ) -> Result<(), StepError> {
-        self.hooks
-            .at(FaultPoint::AfterCommit, run)
+        self.svc
+            .faults
+            .at(FaultPoint::AfterCommit, &run.run_id)
             .await
             .map_err(StepError::Aborted)?;
         ending::carry_out(&self.svc, run, actions)

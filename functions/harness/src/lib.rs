@@ -38,56 +38,12 @@ mod commit;
 mod step;
 mod tool_result;
 
-/// The step was aborted the way a Lambda dies: nothing acknowledged,
-/// nothing committed, the lease left to expire.
-#[derive(Debug, thiserror::Error)]
-#[error("harness step aborted: {0}")]
-pub struct Aborted(pub String);
+pub use armada_core::faults::{Aborted, FaultPoint};
 
-/// Named moments of a step where a fault can be injected
-/// ([`StepHooks::at`]): `armada chaos` kills the functions host there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum FaultPoint {
-    /// The step is claimed (its lease and epoch written); nothing else is
-    /// done. A decided approval is applied from here too.
-    AfterClaim,
-    /// The model answered; nothing of its answer is committed.
-    AfterModelReply,
-    /// A sandbox call was sent to its sandbox; the dispatch is not
-    /// recorded.
-    AfterSandboxDispatch,
-    /// The step's outcome is committed; what follows it (the next step's
-    /// message, the end announced, the children asked for) is not sent.
-    AfterCommit,
-}
-
-impl FaultPoint {
-    pub const ALL: [FaultPoint; 4] = [
-        FaultPoint::AfterClaim,
-        FaultPoint::AfterModelReply,
-        FaultPoint::AfterSandboxDispatch,
-        FaultPoint::AfterCommit,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FaultPoint::AfterClaim => "after_claim",
-            FaultPoint::AfterModelReply => "after_model_reply",
-            FaultPoint::AfterSandboxDispatch => "after_sandbox_dispatch",
-            FaultPoint::AfterCommit => "after_commit",
-        }
-    }
-}
-
-/// Points where tests inject faults into a step (a worker dying, a worker
-/// stalling until it is superseded). Production uses [`NoHooks`].
+/// Where tests act inside a step (a worker dying, a worker stalling until
+/// it is superseded). Production uses [`NoHooks`]. The named fault points
+/// are met through [`Services::faults`](armada_core::Services).
 pub trait StepHooks: Send + Sync {
-    /// Called at each named point of a step; an error aborts the step as
-    /// a dying worker would, a future that never ends holds it there.
-    fn at<'a>(&'a self, _point: FaultPoint, _run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
-        Box::pin(async { Ok(()) })
-    }
-
     /// Called after the model answered and before anything is committed.
     fn after_model_call<'a>(&'a self, _run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
         Box::pin(async { Ok(()) })

@@ -85,8 +85,9 @@ impl Harness {
                         .after_model_call(&run)
                         .await
                         .map_err(StepError::Aborted)?;
-                    self.hooks
-                        .at(FaultPoint::AfterModelReply, &run)
+                    self.svc
+                        .faults
+                        .at(FaultPoint::AfterModelReply, &run.run_id)
                         .await
                         .map_err(StepError::Aborted)?;
                     let now = svc.clock.now_ms();
@@ -305,8 +306,9 @@ impl Harness {
                     sandboxing::dispatch(svc, rec, &inv)
                         .await
                         .map_err(|e| StepError::Retry(e.to_string()))?;
-                    self.hooks
-                        .at(FaultPoint::AfterSandboxDispatch, &run)
+                    self.svc
+                        .faults
+                        .at(FaultPoint::AfterSandboxDispatch, &run.run_id)
                         .await
                         .map_err(StepError::Aborted)?;
                     let ev =

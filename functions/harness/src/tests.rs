@@ -316,27 +316,19 @@ async fn a_stored_outcome_over_the_bound_fails_its_call_unread() {
     assert!(!mem.take_harness().is_empty(), "its next step is asked for");
 }
 
-/// Dies once at a named point, as a worker killed there would.
-struct DiesOnceAt(FaultPoint, std::sync::atomic::AtomicBool);
-
-impl StepHooks for DiesOnceAt {
-    fn at<'a>(&'a self, point: FaultPoint, _run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
-        let dies = point == self.0 && !self.1.swap(true, Ordering::SeqCst);
-        Box::pin(async move {
-            if dies {
-                Err(Aborted(format!("killed {}", point.as_str())))
-            } else {
-                Ok(())
-            }
-        })
-    }
+/// The test setup, its services dying once at `point`.
+async fn dying_at(point: FaultPoint) -> (Arc<Services>, Arc<Memory>, Harness) {
+    let (svc, mem) = Services::in_memory(test_config());
+    let mut dying = (*svc).clone();
+    dying.faults = Arc::new(armada_core::faults::DiesOnceAt::new(point));
+    let svc = Arc::new(dying);
+    agent(&svc, "assistant", &["current_time"]).await;
+    (svc.clone(), mem, Harness::new(svc))
 }
 
 #[tokio::test]
 async fn a_worker_killed_after_its_commit_leaves_the_follow_up_to_the_redelivery() {
-    let (svc, mem, _) = setup().await;
-    let hooks = Arc::new(DiesOnceAt(FaultPoint::AfterCommit, Default::default()));
-    let h = Harness::with_hooks(svc.clone(), hooks);
+    let (svc, mem, h) = dying_at(FaultPoint::AfterCommit).await;
     let run = new_run(&svc, "hello").await;
     let msg = step_message(&run.run_id, TENANT, 0);
     let event = sqs_event(&svc.cfg.harness_queue, std::slice::from_ref(&msg));
@@ -362,9 +354,7 @@ async fn a_worker_killed_after_its_commit_leaves_the_follow_up_to_the_redelivery
 
 #[tokio::test]
 async fn a_worker_killed_after_its_claim_is_followed_by_one_that_claims_again() {
-    let (svc, mem, _) = setup().await;
-    let hooks = Arc::new(DiesOnceAt(FaultPoint::AfterClaim, Default::default()));
-    let h = Harness::with_hooks(svc.clone(), hooks);
+    let (svc, mem, h) = dying_at(FaultPoint::AfterClaim).await;
     let run = new_run(&svc, "hello").await;
     let msg = step_message(&run.run_id, TENANT, 0);
     let event = sqs_event(&svc.cfg.harness_queue, std::slice::from_ref(&msg));

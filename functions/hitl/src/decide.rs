@@ -5,6 +5,7 @@
 
 use armada_api::ApiError;
 use armada_core::cas::{change, Changed};
+use armada_core::faults::FaultPoint;
 use armada_core::Services;
 use armada_domain::approval::{
     Approval, ApprovalAction, ApprovalEvent, ApprovalRefusal, Decider, Verdict,
@@ -61,6 +62,10 @@ pub async fn decide(
         }
         None => return Err(ApiError::unavailable("the approval kept changing; retry")),
     };
+    svc.faults
+        .at(FaultPoint::AfterApprovalDecided, &next.run_id)
+        .await
+        .map_err(|_| ApiError::unavailable("the decision is stored; the Run is told later"))?;
     if actions.contains(&ApprovalAction::ResumeRun) {
         announce(svc, &next).await;
     }

@@ -15,6 +15,7 @@ pub mod cas;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod faults;
 pub mod http;
 /// The in-memory doubles of every port, for unit tests (here, and in
 /// the crates that enable `test-support`); not compiled into a deployment.
@@ -86,6 +87,8 @@ pub struct Services {
     pub callbacks: Callbacks,
     pub mail: Arc<dyn Mail>,
     pub clock: Clock,
+    /// Where faults are injected ([`faults::NoFaults`] in a deployment).
+    pub faults: Arc<dyn faults::FaultPoints>,
 }
 
 /// Events worth counting that are not errors.
@@ -159,6 +162,7 @@ impl Services {
                 cfg.mail_outbox.clone(),
             )),
             clock: Clock::default(),
+            faults: Arc::new(faults::NoFaults),
             queues: Arc::new(queues),
             cfg,
         }))

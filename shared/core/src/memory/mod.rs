@@ -232,6 +232,7 @@ impl Services {
             callbacks: Callbacks::new(&cfg.callback_signing_secret, 1, egress),
             mail: mem.clone(),
             clock: Clock::default(),
+            faults: Arc::new(crate::faults::NoFaults),
             cfg,
         };
         (Arc::new(svc), mem)
