@@ -293,3 +293,94 @@ async fn a_second_stop_signal_during_the_snapshot_does_not_hang_the_emulator() {
     assert!(state.join("snapshot.pickle").exists());
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// A FIFO message moved to its dead-letter queue, then the emulator killed:
+/// once it has replayed its journal, the message's group hands out the
+/// next message. (The replay once left the moved message counted as in
+/// flight, which held its group, and so its Run's later messages, for
+/// good: `armada chaos` found harness messages that nobody received.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettered_fifo_message_frees_its_group_after_a_restart() {
+    use armada_cli::local::emulator;
+    use aws_sdk_sqs::types::QueueAttributeName as Attr;
+    let port = free_port();
+    let state = fresh_state_dir(port);
+    let how = emulator::Spawn {
+        port,
+        die_with_parent: true,
+        state: Some(state.clone()),
+        slow: None,
+    };
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let first = emulator::spawn(&root(), &how).unwrap();
+    emulator::wait_until_up(&endpoint, Duration::from_secs(300))
+        .await
+        .unwrap();
+    let aws = armada_core::adapters::aws::AwsClients::load_local(&endpoint, "us-east-1").await;
+    let sqs = &aws.sqs;
+    let fifo = |name: &str| {
+        sqs.create_queue()
+            .queue_name(name)
+            .attributes(Attr::FifoQueue, "true")
+    };
+    let dlq = fifo("held-dlq.fifo").send().await.unwrap();
+    let dlq_arn = sqs
+        .get_queue_attributes()
+        .queue_url(dlq.queue_url().unwrap())
+        .attribute_names(Attr::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes()
+        .unwrap()[&Attr::QueueArn]
+        .clone();
+    let redrive = format!(r#"{{"deadLetterTargetArn": "{dlq_arn}", "maxReceiveCount": "1"}}"#);
+    let queue = fifo("held.fifo")
+        .attributes(Attr::RedrivePolicy, redrive)
+        .send()
+        .await
+        .unwrap();
+    let url = queue.queue_url().unwrap().to_string();
+    let send = |body: &'static str| {
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(body)
+            .message_group_id("run_1")
+            .message_deduplication_id(body)
+            .send()
+    };
+    let receive = |wait: i32| {
+        sqs.receive_message()
+            .queue_url(&url)
+            .wait_time_seconds(wait)
+            .send()
+    };
+    // Received once, handed back at once, then moved on the next receive.
+    send("first").await.unwrap();
+    let got = receive(1).await.unwrap();
+    let handle = got.messages()[0].receipt_handle().unwrap();
+    sqs.change_message_visibility()
+        .queue_url(&url)
+        .receipt_handle(handle)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap();
+    assert!(receive(1).await.unwrap().messages().is_empty(), "moved");
+    send("second").await.unwrap();
+
+    assert!(process::kill(first));
+    let gone = std::time::Instant::now() + Duration::from_secs(30);
+    while process::alive(first) && std::time::Instant::now() < gone {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let second = emulator::spawn(&root(), &how).unwrap();
+    emulator::wait_until_up(&endpoint, Duration::from_secs(300))
+        .await
+        .unwrap();
+    let got = receive(5).await.unwrap();
+    let bodies: Vec<&str> = got.messages().iter().filter_map(|m| m.body()).collect();
+    assert_eq!(bodies, ["second"], "the group hands out its next message");
+    process::stop(second, Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(&state);
+}

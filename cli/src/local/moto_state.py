@@ -363,6 +363,10 @@ def _apply_receive(key, taken, dead_lettered):
     for message_id in dead_lettered:
         message = by_id.get(message_id)
         if message is not None and queue.dead_letter_queue is not None:
+            # The scan that moved it took it out of the messages in flight
+            # first (it was visible again): so must the replay, or a FIFO
+            # queue would hold its group for a message no longer there.
+            queue.pending_messages.discard(message)
             queue._messages.remove(message)
             queue.dead_letter_queue.add_message(message)
 
