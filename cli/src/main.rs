@@ -159,10 +159,10 @@ enum Cmd {
         #[arg(long, default_value_t = 240)]
         drain: u64,
         /// Seconds between host kills, at least and at most (`MIN-MAX`).
-        #[arg(long, default_value = "3-12", value_parser = armada_cli::chaos::parse_span)]
+        #[arg(long, default_value = "45-90", value_parser = armada_cli::chaos::parse_span)]
         kill_every: (std::time::Duration, std::time::Duration),
         /// Seconds between emulator kills (`MIN-MAX`).
-        #[arg(long, default_value = "15-40", value_parser = armada_cli::chaos::parse_span)]
+        #[arg(long, default_value = "90-180", value_parser = armada_cli::chaos::parse_span)]
         emulator_kill_every: (std::time::Duration, std::time::Duration),
     },
     /// Measure latency, throughput and AWS calls per Run against the floor.

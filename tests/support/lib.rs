@@ -27,10 +27,7 @@ pub fn root() -> PathBuf {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    armada_cli::local::process::free_port().expect("a free port")
 }
 
 /// The pid of this process's own moto server, once started (`None` with

@@ -27,15 +27,9 @@ struct Target {
     requests: u64,
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 async fn start(root: &Path, name: &'static str, state: Option<PathBuf>) -> Result<Target> {
     let how = emulator::Spawn {
-        port: free_port()?,
+        port: process::free_port()?,
         die_with_parent: true,
         state,
         slow: None,

@@ -82,9 +82,7 @@ pub async fn run(root: &Path, opts: BenchOptions) -> Result<()> {
         if emulator::answers(default).await {
             lo.endpoint = Some(default.into());
         } else {
-            lo.emulator_port = std::net::TcpListener::bind("127.0.0.1:0")?
-                .local_addr()?
-                .port();
+            lo.emulator_port = crate::local::process::free_port()?;
             lo.emulator_dies_with_us = true;
             // Durable, as `armada up` runs it.
             lo.emulator_state = Some(emulator::ensure_state_dir(root)?.join(lo.stack.clone()));

@@ -391,6 +391,17 @@ async fn check_session(
     Ok(())
 }
 
+/// How a Run ended, with its error's code when it failed
+/// (`FAILED:DEAD_LETTERED`): a failure the faults caused is told apart
+/// from one the workload asked for.
+fn outcome_of(run: &Run) -> String {
+    let outcome = run.state().outcome();
+    match (&run.error, outcome) {
+        (Some(e), RunState::Failed) => format!("{outcome}:{}", e.code),
+        _ => outcome.to_string(),
+    }
+}
+
 /// How many Runs of the workload's trees are not closed yet (a chain's
 /// later steps and children outlive their root's close).
 pub async fn unclosed(svc: &Services, started: &[Started]) -> Result<usize> {
@@ -466,7 +477,7 @@ pub async fn check(svc: &Services, started: &[Started], heard: &Heard) -> Result
             }
             let outcome = runs
                 .get(root)
-                .map(|(r, _)| r.state().outcome().to_string())
+                .map(|(r, _)| outcome_of(r))
                 .unwrap_or_else(|| "MISSING".into());
             *checked
                 .outcomes

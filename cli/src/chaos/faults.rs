@@ -65,13 +65,6 @@ pub(super) fn options(host: &Host, endpoint: &str) -> LocalOptions {
     opts
 }
 
-pub(super) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}
-
 /// The stack started again over the same emulator: the port the killed
 /// one held is taken again as soon as it is let go.
 async fn restart(host: &Host, endpoint: &str) -> Result<LocalStack> {
@@ -137,7 +130,7 @@ impl Emulator {
     /// `slow`: the share of requests answered late, and by up to how
     /// many ms (`slow-emulator`).
     pub async fn start(root: &Path, state: PathBuf, slow: Option<(u32, u32)>) -> Result<Self> {
-        let port = free_port();
+        let port = process::free_port()?;
         let how = emulator::Spawn {
             port,
             die_with_parent: true,

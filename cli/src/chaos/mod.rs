@@ -155,10 +155,13 @@ impl Default for ChaosOpts {
             faults: Fault::ALL.to_vec(),
             report: None,
             drain: Duration::from_secs(240),
-            kill_every: (Duration::from_secs(3), Duration::from_secs(12)),
-            emulator_kill_every: (Duration::from_secs(15), Duration::from_secs(40)),
+            // A sane rate: each Run meets a kill or two, and a host comes
+            // back (its messages after their visibility timeout, 60 s for
+            // steps) before the next. `tests/chaos.rs` runs far denser.
+            kill_every: (Duration::from_secs(45), Duration::from_secs(90)),
+            emulator_kill_every: (Duration::from_secs(90), Duration::from_secs(180)),
             point_kill_per_mille: 20,
-            point_kill_gap: Duration::from_secs(10),
+            point_kill_gap: Duration::from_secs(45),
             fault_window: Duration::from_secs(60),
         }
     }
@@ -281,7 +284,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         receiver: receiver.host.clone(),
         root: root.to_path_buf(),
         stack: format!("chaos-{}-{}", opts.seed, std::process::id()),
-        api_port: faults::free_port(),
+        api_port: process::free_port()?,
         faults: match &points {
             Some((p, _)) => p.clone(),
             None => Arc::new(armada_core::faults::NoFaults),

@@ -122,6 +122,14 @@ pub fn write_private(path: &Path, contents: &str) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
+/// A loopback port free at this moment (the OS's pick), for a server
+/// started next: an emulator, an API, a receiver.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
