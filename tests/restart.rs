@@ -112,6 +112,20 @@ fn durable_options(stack: &str, port: u16, state: &std::path::Path) -> LocalOpti
     opts
 }
 
+/// How to start an emulator of the test's own on a free port, with a
+/// fresh state directory; and that directory.
+fn durable_emulator() -> (armada_cli::local::emulator::Spawn, std::path::PathBuf) {
+    let port = free_port();
+    let state = fresh_state_dir(port);
+    let how = armada_cli::local::emulator::Spawn {
+        port,
+        die_with_parent: true,
+        state: Some(state.clone()),
+        slow: None,
+    };
+    (how, state)
+}
+
 fn fresh_state_dir(port: u16) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("armada-emulator-state-{port}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -228,14 +242,8 @@ async fn a_second_stop_signal_during_the_snapshot_does_not_hang_the_emulator() {
         AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, PutRequest,
         ScalarAttributeType, WriteRequest,
     };
-    let port = free_port();
-    let state = fresh_state_dir(port);
-    let how = emulator::Spawn {
-        port,
-        die_with_parent: true,
-        state: Some(state.clone()),
-        slow: None,
-    };
+    let (how, state) = durable_emulator();
+    let port = how.port;
     let pid = emulator::spawn(&root(), &how).unwrap();
     let endpoint = format!("http://127.0.0.1:{port}");
     emulator::wait_until_up(&endpoint, Duration::from_secs(60))
@@ -303,14 +311,8 @@ async fn a_second_stop_signal_during_the_snapshot_does_not_hang_the_emulator() {
 async fn a_dead_lettered_fifo_message_frees_its_group_after_a_restart() {
     use armada_cli::local::emulator;
     use aws_sdk_sqs::types::QueueAttributeName as Attr;
-    let port = free_port();
-    let state = fresh_state_dir(port);
-    let how = emulator::Spawn {
-        port,
-        die_with_parent: true,
-        state: Some(state.clone()),
-        slow: None,
-    };
+    let (how, state) = durable_emulator();
+    let port = how.port;
     let endpoint = format!("http://127.0.0.1:{port}");
     let first = emulator::spawn(&root(), &how).unwrap();
     emulator::wait_until_up(&endpoint, Duration::from_secs(300))

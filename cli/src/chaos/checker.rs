@@ -543,6 +543,20 @@ mod tests {
     use armada_domain::run::{RunError, RunEvent};
     use serde_json::json;
 
+    /// Claimed, failed and closed, as a Run the faults ended.
+    fn fail_and_close(run: &mut Run) {
+        run.apply(RunEvent::Claimed { lease_until_ms: 10 }, 1)
+            .expect("claimed");
+        run.apply(
+            RunEvent::Failed {
+                error: RunError::new("X", "x"),
+            },
+            2,
+        )
+        .expect("failed");
+        run.apply(RunEvent::Closed, 3).expect("closed");
+    }
+
     #[tokio::test]
     async fn a_run_ended_twice_or_never_closed_is_named() {
         let (svc, _mem) = Services::in_memory(test_config());
@@ -556,16 +570,7 @@ mod tests {
             ["not_closed"]
         );
         // Ended, and its end recorded twice.
-        run.apply(RunEvent::Claimed { lease_until_ms: 10 }, 1)
-            .expect("claimed");
-        run.apply(
-            RunEvent::Failed {
-                error: RunError::new("X", "x"),
-            },
-            2,
-        )
-        .expect("failed");
-        run.apply(RunEvent::Closed, 3).expect("closed");
+        fail_and_close(&mut run);
         let end = LogEvent::RunFailed {
             error: Some(RunError::new("X", "x")),
             receives: None,
@@ -715,16 +720,7 @@ mod tests {
 
         // A closed Run's callback: under two ids, then never taken.
         run.callback_url = Some("http://127.0.0.1:9/callback".into());
-        run.apply(RunEvent::Claimed { lease_until_ms: 10 }, 1)
-            .expect("claimed");
-        run.apply(
-            RunEvent::Failed {
-                error: RunError::new("X", "x"),
-            },
-            2,
-        )
-        .expect("failed");
-        run.apply(RunEvent::Closed, 3).expect("closed");
+        fail_and_close(&mut run);
         heard
             .callbacks
             .insert(run.run_id.clone(), vec!["a".into(), "b".into()]);

@@ -53,18 +53,24 @@ impl Stack {
         }
     }
 
+    /// What is queued for the harness and the dispatcher (taken), the
+    /// watchdog's checks set aside.
+    fn queued(&self) -> (Vec<HarnessMessage>, Vec<DispatchMessage>) {
+        let dispatch = self
+            .mem
+            .take_dispatch()
+            .into_iter()
+            .filter(|m| !matches!(m, DispatchMessage::CheckRun { .. }))
+            .collect();
+        (self.mem.take_harness(), dispatch)
+    }
+
     /// As [`Stack::pump`], with a message whose handler died handed again,
     /// as SQS would once its visibility timeout passed; how many died.
     pub(crate) async fn pump_redelivering(&self) -> usize {
         let mut died = 0;
         for _ in 0..500 {
-            let harness = self.mem.take_harness();
-            let dispatch: Vec<DispatchMessage> = self
-                .mem
-                .take_dispatch()
-                .into_iter()
-                .filter(|m| !matches!(m, DispatchMessage::CheckRun { .. }))
-                .collect();
+            let (harness, dispatch) = self.queued();
             if harness.is_empty() && dispatch.is_empty() {
                 return died;
             }
@@ -90,13 +96,7 @@ impl Stack {
     /// none is left; the watchdog's checks are set aside.
     pub(crate) async fn pump(&self) {
         for _ in 0..500 {
-            let harness = self.mem.take_harness();
-            let dispatch: Vec<DispatchMessage> = self
-                .mem
-                .take_dispatch()
-                .into_iter()
-                .filter(|m| !matches!(m, DispatchMessage::CheckRun { .. }))
-                .collect();
+            let (harness, dispatch) = self.queued();
             if harness.is_empty() && dispatch.is_empty() {
                 return;
             }
