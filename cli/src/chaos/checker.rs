@@ -450,8 +450,29 @@ pub async fn callbacks_settled(
 pub struct Checked {
     pub violations: Vec<Violation>,
     pub outcomes: Outcomes,
-    /// Every Run's creation and end (ms), for the recovery times.
-    pub spans: Vec<(i64, Option<i64>)>,
+    /// Every Run's life, for the recovery times.
+    pub spans: Vec<Span>,
+}
+
+/// A Run's creation, end and every event between (ms).
+#[derive(Debug, Clone, Default)]
+pub struct Span {
+    pub created: i64,
+    pub ended: Option<i64>,
+    /// Its events' times, oldest first.
+    pub events: Vec<i64>,
+}
+
+impl Span {
+    /// Whether it had begun and not ended at `at`.
+    pub fn active_at(&self, at: i64) -> bool {
+        self.created < at && self.ended.is_none_or(|e| e > at)
+    }
+
+    /// Its first event at or after `at`.
+    pub fn next_event(&self, at: i64) -> Option<i64> {
+        self.events.iter().copied().find(|&t| t >= at)
+    }
 }
 
 /// Reads every Run the workload started and what came of it, with what
@@ -469,10 +490,12 @@ pub async fn check(svc: &Services, started: &[Started], heard: &Heard) -> Result
                 check_effects(&run, heard, out);
                 check_callback(&run, heard, out);
                 recorded.extend(run.ledger.keys().map(|c| effect_key(&run.run_id, c)));
-                checked.spans.push((
-                    first_at(&events, &[EventKind::RunCreated]).unwrap_or(run.created_at_ms),
-                    first_at(&events, &TERMINAL),
-                ));
+                checked.spans.push(Span {
+                    created: first_at(&events, &[EventKind::RunCreated])
+                        .unwrap_or(run.created_at_ms),
+                    ended: first_at(&events, &TERMINAL),
+                    events: events.iter().map(|e| e.at_ms).collect(),
+                });
                 runs.insert(run.run_id.clone(), (run, events));
             }
             let outcome = runs
@@ -542,6 +565,24 @@ mod tests {
     use armada_core::memory::test_config;
     use armada_domain::run::{RunError, RunEvent};
     use serde_json::json;
+
+    #[test]
+    fn a_span_is_active_between_its_creation_and_end_and_moves_at_its_events() {
+        let span = Span {
+            created: 10,
+            ended: Some(50),
+            events: vec![10, 20, 45, 50],
+        };
+        assert!(!span.active_at(10) && span.active_at(11) && !span.active_at(50));
+        assert_eq!(span.next_event(21), Some(45));
+        assert_eq!(span.next_event(45), Some(45));
+        assert_eq!(span.next_event(51), None);
+        let open = Span {
+            ended: None,
+            ..span
+        };
+        assert!(open.active_at(1_000));
+    }
 
     /// Claimed, failed and closed, as a Run the faults ended.
     fn fail_and_close(run: &mut Run) {

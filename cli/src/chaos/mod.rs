@@ -196,6 +196,8 @@ pub struct Report {
     pub violations: Vec<Violation>,
     /// Per host kill: from the kill until every Run active at it had ended.
     pub recovery_s: Option<Percentiles>,
+    /// Per Run active at a host kill: from the kill until its next event.
+    pub resumed_s: Option<Percentiles>,
     /// The same, per emulator kill.
     pub emulator_recovery_s: Option<Percentiles>,
     /// What reached the counting receiver, and the approvals decided.
@@ -221,12 +223,13 @@ impl Report {
             s.push_str(&format!("  fault {fault}: {n}\n"));
         }
         for (what, r) in [
-            ("host", &self.recovery_s),
-            ("emulator", &self.emulator_recovery_s),
+            ("recovery after a host kill", &self.recovery_s),
+            ("a Run's next event after a host kill", &self.resumed_s),
+            ("recovery after an emulator kill", &self.emulator_recovery_s),
         ] {
             if let Some(r) = r {
                 s.push_str(&format!(
-                    "  recovery after a {what} kill: p50 {:.1} s, p99 {:.1} s\n",
+                    "  {what}: p50 {:.1} s, p99 {:.1} s\n",
                     r.p50, r.p99
                 ));
             }
@@ -495,11 +498,28 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
                     let ends: Vec<i64> = checked
                         .spans
                         .iter()
-                        .filter(|(created, ended)| *created < at && ended.is_none_or(|e| e > at))
-                        .map(|(_, ended)| ended.unwrap_or(i64::MAX))
+                        .filter(|s| s.active_at(at))
+                        .map(|s| s.ended.unwrap_or(i64::MAX))
                         .collect();
                     let last = ends.into_iter().max()?;
                     (last != i64::MAX).then(|| (last - at) as f64 / 1000.0)
+                })
+                .collect(),
+        )
+    };
+    // Per Run active at a kill: how long until it moved again (its next
+    // event), whatever else it waited for meanwhile.
+    let resumed = |kills: &[i64]| {
+        percentiles(
+            kills
+                .iter()
+                .flat_map(|&at| {
+                    checked
+                        .spans
+                        .iter()
+                        .filter(move |s| s.active_at(at))
+                        .filter_map(move |s| s.next_event(at))
+                        .map(move |next| (next - at) as f64 / 1000.0)
                 })
                 .collect(),
         )
@@ -558,6 +578,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         violations,
         heard,
         recovery_s: recovery(&kills),
+        resumed_s: resumed(&kills),
         emulator_recovery_s: recovery(&emulator_kills),
         runs_per_s: total as f64 / elapsed.as_secs_f64().max(0.001),
         elapsed_s: elapsed.as_secs_f64(),
