@@ -31,6 +31,7 @@ async fn a_seeded_workload_under_kills_and_redeliveries_breaks_no_promise() {
         point_kill_per_mille: 50,
         point_kill_gap: Duration::from_secs(5),
         fault_window: Duration::from_secs(20),
+        label: String::new(),
     };
     let report = chaos::run(&root(), &opts).await.unwrap();
     let summary = report.summary();
@@ -50,7 +51,7 @@ async fn a_seeded_workload_under_kills_and_redeliveries_breaks_no_promise() {
         .sum();
     assert!(at_points >= 1, "{summary}");
     // Every shape ran, and every root Run is counted once.
-    assert_eq!(report.runs.len(), 9, "{summary}");
+    assert_eq!(report.runs.len(), 10, "{summary}");
     // The receiver's rules had something to check.
     let h = report.heard;
     assert!(h.effects >= 1 && h.callbacks_taken >= 1, "{summary}");

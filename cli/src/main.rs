@@ -164,6 +164,9 @@ enum Cmd {
         /// Seconds between emulator kills (`MIN-MAX`).
         #[arg(long, default_value = "90-180", value_parser = armada_cli::chaos::parse_span)]
         emulator_kill_every: (std::time::Duration, std::time::Duration),
+        /// First run the same workload without faults, for its throughput.
+        #[arg(long)]
+        compare: bool,
     },
     /// Measure latency, throughput and AWS calls per Run against the floor.
     Bench {
@@ -551,6 +554,7 @@ async fn run(cli: Cli) -> Result<()> {
             drain,
             kill_every,
             emulator_kill_every,
+            compare,
         } => {
             let opts = armada_cli::chaos::ChaosOpts {
                 runs,
@@ -563,7 +567,8 @@ async fn run(cli: Cli) -> Result<()> {
                 emulator_kill_every,
                 ..Default::default()
             };
-            let report = armada_cli::chaos::run(&local::find_root()?, &opts).await?;
+            let report =
+                armada_cli::chaos::run_compared(&local::find_root()?, &opts, compare).await?;
             print!("{}", report.summary());
             if !report.violations.is_empty() || !report.errors.is_empty() {
                 std::process::exit(1);

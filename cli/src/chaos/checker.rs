@@ -21,7 +21,7 @@ use armada_domain::run::family::SlotState;
 use armada_domain::run::{EventKind, LogEvent, Run, RunEventRecord, RunState};
 
 use armada_domain::ledger::{effect_key, ToolCallState};
-use armada_domain::skills::HTTP_REQUEST;
+use armada_domain::skills::{HTTP_REQUEST, SHELL_EXEC};
 use armada_domain::team::Strategy;
 
 use super::receiver::Heard;
@@ -246,6 +246,33 @@ fn check_callback(run: &Run, heard: &Heard, out: &mut Vec<Violation>) {
             rule,
             detail,
         });
+    }
+}
+
+/// A sandbox job's command appended one line to a file of its own and
+/// printed the file: a Run that completed with any other number of lines
+/// ran its command twice (or never).
+fn check_sandbox_effect(run: &Run, out: &mut Vec<Violation>) {
+    if run.state().outcome() != RunState::Completed {
+        return;
+    }
+    for (call_id, rec) in &run.ledger {
+        if rec.skill != SHELL_EXEC || rec.state() != ToolCallState::Done {
+            continue;
+        }
+        let stdout = rec
+            .result
+            .as_ref()
+            .and_then(|r| r["stdout"].as_str())
+            .unwrap_or_default();
+        let lines = stdout.lines().count();
+        if lines != 1 {
+            out.push(Violation {
+                run_id: run.run_id.clone(),
+                rule: "sandbox_effect_not_once",
+                detail: format!("call {call_id} found its line {lines} times: {stdout:?}"),
+            });
+        }
     }
 }
 
@@ -510,6 +537,13 @@ pub async fn check(svc: &Services, started: &[Started], heard: &Heard) -> Result
                 .or_default() += 1;
         }
         check_chain(&runs, out);
+        if job.shape == super::workload::Shape::Sandbox {
+            for root in &job.runs {
+                if let Some((run, _)) = runs.get(root) {
+                    check_sandbox_effect(run, out);
+                }
+            }
+        }
         for d in &job.decided {
             check_decided(d, &runs, heard, out);
         }
@@ -582,6 +616,49 @@ mod tests {
             ..span
         };
         assert!(open.active_at(1_000));
+    }
+
+    #[tokio::test]
+    async fn a_sandbox_command_that_found_its_line_twice_is_named() {
+        use armada_domain::ledger::{ToolCallEvent, ToolCallRecord};
+        use armada_domain::machine::Machine;
+        let (svc, _mem) = Services::in_memory(test_config());
+        let def = armada_core::memory::fixtures::agent(&svc, "coder", &[]).await;
+        let mut run = accepted_run(&svc, "acme", &def, "hi").await;
+        let mut rec = ToolCallRecord::planned("c1", SHELL_EXEC, json!({}), 1, false, true);
+        rec.apply(
+            ToolCallEvent::Dispatched {
+                generation: Some(1),
+            },
+            1,
+        )
+        .expect("dispatched");
+        rec.apply(
+            ToolCallEvent::Answered {
+                ok: true,
+                result: json!({"exit_code": 0, "stdout": "effect\neffect\n"}),
+            },
+            2,
+        )
+        .expect("answered");
+        run.ledger.insert("c1".into(), rec);
+        run.apply(RunEvent::Claimed { lease_until_ms: 10 }, 1)
+            .expect("claimed");
+        run.apply(
+            RunEvent::Answered {
+                output: armada_domain::run::Payload::Inline {
+                    text: "done".into(),
+                },
+            },
+            2,
+        )
+        .expect("completed");
+        let mut out = Vec::new();
+        check_sandbox_effect(&run, &mut out);
+        assert_eq!(
+            out.iter().map(|v| v.rule).collect::<Vec<_>>(),
+            ["sandbox_effect_not_once"]
+        );
     }
 
     /// Claimed, failed and closed, as a Run the faults ended.

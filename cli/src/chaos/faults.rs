@@ -58,7 +58,16 @@ pub(super) fn options(host: &Host, endpoint: &str) -> LocalOptions {
     opts.api_port = api_port;
     opts.smtp_port = 0;
     opts.poll_wait_seconds = 1;
-    opts.data_plane = false;
+    // Sandbox tasks run as local processes, killed with the host (a
+    // sandbox agent dies mid-call) and started again by the next one.
+    opts.data_plane = true;
+    for (k, v) in [
+        ("SandboxCheckSeconds", "1"),
+        ("SandboxHeartbeatSeconds", "1"),
+        ("SandboxStaleSeconds", "4"),
+    ] {
+        opts.parameters.insert(k.into(), v.into());
+    }
     opts.emulator_dies_with_us = true;
     opts.mail_outbox = None;
     opts.endpoint = Some(endpoint.to_string());

@@ -144,6 +144,9 @@ pub struct ChaosOpts {
     /// Faults go on at least this long (and while the workload is
     /// posted).
     pub fault_window: Duration,
+    /// Set apart this run's stack, state and keys from another's of the
+    /// same process (`-free` for the fault-free run beside it).
+    pub label: String,
 }
 
 impl Default for ChaosOpts {
@@ -163,6 +166,7 @@ impl Default for ChaosOpts {
             point_kill_per_mille: 20,
             point_kill_gap: Duration::from_secs(45),
             fault_window: Duration::from_secs(60),
+            label: String::new(),
         }
     }
 }
@@ -203,18 +207,32 @@ pub struct Report {
     /// What reached the counting receiver, and the approvals decided.
     pub heard: HeardCounts,
     pub runs_per_s: f64,
+    /// The same workload's throughput without faults, when it was run
+    /// beside (`--compare`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault_free_runs_per_s: Option<f64>,
     pub elapsed_s: f64,
     /// Jobs the workload could not post (the API never answered).
     pub errors: Vec<String>,
 }
 
 impl Report {
+    /// `--report`'s JSON.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        std::fs::write(path, serde_json::to_string_pretty(self)?)
+            .with_context(|| format!("writing {}", path.display()))
+    }
+
     /// The readable summary the command prints.
     pub fn summary(&self) -> String {
         let mut s = format!(
-            "armada chaos: seed {}, {:.1} s, {:.2} runs/s\n",
+            "armada chaos: seed {}, {:.1} s, {:.2} runs/s",
             self.seed, self.elapsed_s, self.runs_per_s
         );
+        if let Some(free) = self.fault_free_runs_per_s {
+            s.push_str(&format!(" ({free:.2} runs/s without faults)"));
+        }
+        s.push('\n');
         for (shape, outcomes) in &self.runs {
             let parts: Vec<String> = outcomes.iter().map(|(o, n)| format!("{o} {n}")).collect();
             s.push_str(&format!("  {shape:<11} {}\n", parts.join(", ")));
@@ -286,7 +304,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     let host = Host {
         receiver: receiver.host.clone(),
         root: root.to_path_buf(),
-        stack: format!("chaos-{}-{}", opts.seed, std::process::id()),
+        stack: format!("chaos-{}-{}{}", opts.seed, std::process::id(), opts.label),
         api_port: process::free_port()?,
         faults: match &points {
             Some((p, _)) => p.clone(),
@@ -391,7 +409,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         ))
     });
     let began = Instant::now();
-    let tag = format!("{}-{}", opts.seed, std::process::id());
+    let tag = format!("{}-{}{}", opts.seed, std::process::id(), opts.label);
     let results: Vec<Result<Started>> = futures::stream::iter(jobs.iter())
         .map(|job| workload::execute(&api, job, &tag))
         .buffer_unordered(opts.concurrency)
@@ -581,12 +599,34 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         resumed_s: resumed(&kills),
         emulator_recovery_s: recovery(&emulator_kills),
         runs_per_s: total as f64 / elapsed.as_secs_f64().max(0.001),
+        fault_free_runs_per_s: None,
         elapsed_s: elapsed.as_secs_f64(),
         errors,
     };
     if let Some(path) = &opts.report {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        report.write(path)?;
+    }
+    Ok(report)
+}
+
+/// The workload under its faults, and (`compare`) first the same workload
+/// without any, on a stack of its own, for the throughput beside it.
+pub async fn run_compared(root: &Path, opts: &ChaosOpts, compare: bool) -> Result<Report> {
+    let free = if compare {
+        let quiet = ChaosOpts {
+            faults: vec![],
+            report: None,
+            label: format!("{}-free", opts.label),
+            ..opts.clone()
+        };
+        Some(run(root, &quiet).await?.runs_per_s)
+    } else {
+        None
+    };
+    let mut report = run(root, opts).await?;
+    report.fault_free_runs_per_s = free;
+    if let (Some(path), Some(_)) = (&opts.report, free) {
+        report.write(path)?;
     }
     Ok(report)
 }

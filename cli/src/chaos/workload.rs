@@ -27,6 +27,8 @@ pub const LEAD_TEAM: &str = "chaos-lead";
 const LEAD: &str = "chaos-planner";
 /// The agent whose `http_request` POSTs reach the receiver unasked.
 pub const EFFECTS_AGENT: &str = "chaos-effects";
+/// The agent whose sandbox runs the workload's commands (the stack's own).
+pub const SANDBOX_AGENT: &str = "coder";
 /// The agent whose `http_request` calls each wait for an approval.
 pub const APPROVALS_AGENT: &str = "chaos-approvals";
 
@@ -52,6 +54,9 @@ pub enum Shape {
     Approval,
     /// A lead team: two tasks planned, run in parallel, consolidated.
     Lead,
+    /// A command in the coder's sandbox that appends a line to a file of
+    /// its own and prints the file: one line, unless it ran twice.
+    Sandbox,
 }
 
 impl Shape {
@@ -66,6 +71,7 @@ impl Shape {
             Shape::Effect => "effect",
             Shape::Approval => "approval",
             Shape::Lead => "lead",
+            Shape::Sandbox => "sandbox",
         }
     }
 }
@@ -86,8 +92,9 @@ pub struct Job {
 /// `runs` jobs, their shapes and details drawn from `rng`.
 pub fn plan(rng: &mut Rng, runs: usize) -> Vec<Job> {
     // Weights, out of 100.
-    const SHAPES: [(Shape, u64); 9] = [
-        (Shape::Single, 20),
+    const SHAPES: [(Shape, u64); 10] = [
+        (Shape::Single, 15),
+        (Shape::Sandbox, 5),
         (Shape::Session, 12),
         (Shape::Delegation, 12),
         (Shape::FanOut, 8),
@@ -384,6 +391,13 @@ pub async fn execute(api: &Api, job: &Job, tag: &str) -> Result<Started> {
                 ..one(vec![run_id])
             }
         }
+        Shape::Sandbox => {
+            let file = format!("effects-{tag}-{i}.txt");
+            let command = format!("echo effect >> {file}; cat {file}");
+            let calls = json!([{"name": "shell_exec", "args": {"command": command}}]);
+            let body = json!({"agent": SANDBOX_AGENT, "input": format!("/tools {calls}")});
+            one(vec![api.start("/v1/runs", body, &idem("run")).await?])
+        }
         Shape::Lead => {
             let plan = json!({"tasks": [
                 {"agent": "assistant", "task": format!("write part a of {i}")},
@@ -477,6 +491,7 @@ mod tests {
             Shape::Effect,
             Shape::Approval,
             Shape::Lead,
+            Shape::Sandbox,
         ] {
             assert!(a.iter().any(|j| j.shape == s), "{s:?}");
         }
