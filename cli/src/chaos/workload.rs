@@ -300,6 +300,10 @@ fn effect_call(api: &Api, what: String) -> Value {
         "args": {"url": api.effect_url, "method": "POST", "body": what}})
 }
 
+/// How long a job waits for its Run to ask for an approval: the
+/// approvals agent's timeout.
+const ASKING_PATIENCE: Duration = Duration::from_secs(600);
+
 /// Waits for the Run's approval request and decides it; `None` when the
 /// Run ended without asking.
 async fn decide(api: &Api, run_id: &str, approve: bool) -> Result<Option<Decided>> {
@@ -327,8 +331,10 @@ async fn decide(api: &Api, run_id: &str, approve: bool) -> Result<Option<Decided
         if page.events.iter().any(|e| e.kind().is_terminal()) {
             break None;
         }
-        if start.elapsed() > api.patience {
-            bail!("{run_id} asked for no approval within {:?}", api.patience);
+        // As long as a Run may take to get there (its agent's timeout):
+        // under faults its first step can wait on a kill or two.
+        if start.elapsed() > ASKING_PATIENCE {
+            bail!("{run_id} asked for no approval within {ASKING_PATIENCE:?}");
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     };

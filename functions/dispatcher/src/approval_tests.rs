@@ -182,6 +182,33 @@ async fn a_decision_stored_by_an_approver_that_died_before_telling_the_run_is_ap
 }
 
 #[tokio::test]
+async fn a_worker_that_died_after_applying_a_decision_is_followed_by_its_repeat() {
+    use armada_core::faults::FaultPoint;
+    let s = stack_on(
+        Stack::dying_at(FaultPoint::AfterCommit),
+        json!({"approvers": ["ops@example.com"]}),
+    )
+    .await;
+    let run = s.start("ops", "/tool launch {}", None).await;
+    s.to_harness(&s.mem.take_harness()[0]).await;
+    let a = approvals(&s).remove(0);
+    let msg = decided(&s, &a, Verdict::Approve);
+    s.svc.queues.send_harness(&msg).await.expect("queued");
+    // The decision is applied and the call run, then the worker dies
+    // before the next step is asked for; the decision's redelivery asks.
+    assert_eq!(s.pump_redelivering().await, 1, "died once");
+    let done = s.run(&run.run_id);
+    assert_eq!(done.state(), RunState::ClosedCompleted, "{:?}", done.error);
+    let kinds = s.kinds(&run.run_id);
+    let n = |k: &str| kinds.iter().filter(|x| *x == k).count();
+    assert_eq!(
+        (n("approval_decided"), n("tool_result")),
+        (1, 1),
+        "{kinds:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_decision_waits_for_a_step_in_flight() {
     let s = stack(3600).await;
     let run = s.start("ops", "/tool launch {}", None).await;

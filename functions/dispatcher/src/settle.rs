@@ -110,7 +110,14 @@ impl Dispatcher {
         };
         events.push(next.push_event(closed, now));
         match self.svc.runs.save(prev, &next, &events, vec![]).await {
-            Ok(()) | Err(StoreError::Conflict { .. }) => Ok(Outcome::Done),
+            Ok(()) => Ok(Outcome::Done),
+            // Changed since it was read: closed by another settling (the
+            // repeat finds it closed and drops itself) or changed by
+            // another writer, which would leave it unclosed for good if
+            // this were taken for done.
+            Err(StoreError::Conflict { .. }) => {
+                Ok(Outcome::retry("the run changed while it was closed"))
+            }
             Err(e) => Err(e.into()),
         }
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use armada_core::memory::fixtures::{accepted_run, agent, session, session_message, sqs_event};
 use armada_core::memory::{test_config, Memory};
 use armada_domain::agent::AgentDefinition;
-use armada_domain::run::Payload;
+use armada_domain::run::{LogEvent, Payload};
 
 use super::*;
 use armada_domain::messages::HarnessMessage;
@@ -181,6 +181,37 @@ async fn a_settled_run_no_longer_counts_as_its_tenants_active_run() {
     assert_eq!(active(&svc).await, 0);
     assert_eq!(deliver(&d, &q, &terminal(&done)).await, 0);
     assert_eq!(active(&svc).await, 0);
+}
+
+#[tokio::test]
+async fn a_close_that_meets_another_writer_is_tried_again_not_taken_for_done() {
+    let (svc, mem, d, def) = setup().await;
+    let run = accepted_run(&svc, TENANT, &def, "hi").await;
+    let output = Payload::Inline { text: "1".into() };
+    step_to(&mem, &run.run_id, Some(RunEvent::Answered { output }));
+    let read = mem.state().runs[&run.run_id].clone();
+    // Another writer changes the Run after the settling read it.
+    let mut other = read.clone();
+    let noted = LogEvent::HistoryCompacted {
+        dropped_turns: 0,
+        kept_turns: 0,
+    };
+    let event = other.push_event(noted, 5);
+    svc.runs
+        .save(read.stamp(), &other, &[event], vec![])
+        .await
+        .expect("the other write");
+    let outcome = d.close(read, vec![]).await.expect("answered");
+    assert!(matches!(outcome, Outcome::Retry { .. }), "{outcome:?}");
+    assert_eq!(
+        state_of(&mem, &run.run_id),
+        RunState::Completed,
+        "not closed yet"
+    );
+    // Its repeat closes it.
+    let q = svc.cfg.dispatch_queue.clone();
+    assert_eq!(deliver(&d, &q, &terminal(&run)).await, 0);
+    assert_eq!(state_of(&mem, &run.run_id), RunState::ClosedCompleted);
 }
 
 #[tokio::test]

@@ -100,7 +100,12 @@ impl Harness {
                 .stale_drops
                 .fetch_add(1, Ordering::Relaxed);
             tracing::info!(run_id, approval_id, state = %current.state(), "decision already applied, or for a run that ended; dropped");
-            return Ok(());
+            // Applied by a worker that died before sending what follows
+            // (the next step, the end's notice): this repeat sends it, as
+            // a repeated step message does; nothing else would.
+            return self
+                .resend_followup(&current, self.svc.clock.now_ms())
+                .await;
         }
         let mut decided = Vec::new();
         for id in &waiting {

@@ -163,6 +163,10 @@ impl Harness {
                 Next::Continue => {
                     let actions = run.apply(RunEvent::StepContinues, now)?;
                     svc.runs.save(prev, &run, &events, vec![]).await?;
+                    svc.faults
+                        .at(FaultPoint::AfterCommit, &run.run_id)
+                        .await
+                        .map_err(StepError::Aborted)?;
                     return self.carry_out(&run, &actions).await;
                 }
             };
