@@ -111,12 +111,22 @@ impl Dispatcher {
         events.push(next.push_event(closed, now));
         match self.svc.runs.save(prev, &next, &events, vec![]).await {
             Ok(()) => Ok(Outcome::Done),
-            // Changed since it was read: closed by another settling (the
-            // repeat finds it closed and drops itself) or changed by
-            // another writer, which would leave it unclosed for good if
-            // this were taken for done.
+            // Changed since it was read: closed by another settling, or
+            // changed by another writer, which would leave it unclosed for
+            // good if this were taken for done: then the settling is
+            // tried again.
             Err(StoreError::Conflict { .. }) => {
-                Ok(Outcome::retry("the run changed while it was closed"))
+                let now_closed = self
+                    .svc
+                    .runs
+                    .head(&next.run_id)
+                    .await?
+                    .is_some_and(|h| h.state.is_closed());
+                if now_closed {
+                    Ok(Outcome::Done)
+                } else {
+                    Ok(Outcome::retry("the run changed while it was closed"))
+                }
             }
             Err(e) => Err(e.into()),
         }

@@ -212,6 +212,9 @@ async fn a_close_that_meets_another_writer_is_tried_again_not_taken_for_done() {
     let q = svc.cfg.dispatch_queue.clone();
     assert_eq!(deliver(&d, &q, &terminal(&run)).await, 0);
     assert_eq!(state_of(&mem, &run.run_id), RunState::ClosedCompleted);
+    // A close that lost to another settling's close is done.
+    let outcome = d.close(other, vec![]).await.expect("answered");
+    assert_eq!(outcome, Outcome::Done);
 }
 
 #[tokio::test]
