@@ -147,6 +147,8 @@ pub struct ChaosOpts {
     /// Set apart this run's stack, state and keys from another's of the
     /// same process (`-free` for the fault-free run beside it).
     pub label: String,
+    /// Whether the workload runs sandbox commands.
+    pub sandbox_jobs: bool,
 }
 
 impl Default for ChaosOpts {
@@ -167,6 +169,7 @@ impl Default for ChaosOpts {
             point_kill_gap: Duration::from_secs(45),
             fault_window: Duration::from_secs(60),
             label: String::new(),
+            sandbox_jobs: true,
         }
     }
 }
@@ -374,7 +377,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     let tenant = first.tenant.clone();
     let stack = Arc::new(Mutex::new(Some(first)));
     api.approver_key = workload::prepare(&api, &tenant, &receiver.host).await?;
-    let jobs = workload::plan(&mut seed.fork("workload"), opts.runs);
+    let jobs = workload::plan(&mut seed.fork("workload"), opts.runs, opts.sandbox_jobs);
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let killer = opts.faults.contains(&Fault::HostKill).then(|| {

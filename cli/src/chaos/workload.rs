@@ -89,8 +89,9 @@ pub struct Job {
     pub approve: bool,
 }
 
-/// `runs` jobs, their shapes and details drawn from `rng`.
-pub fn plan(rng: &mut Rng, runs: usize) -> Vec<Job> {
+/// `runs` jobs, their shapes and details drawn from `rng`; without
+/// `sandbox`, a sandbox job is a single answer instead.
+pub fn plan(rng: &mut Rng, runs: usize, sandbox: bool) -> Vec<Job> {
     // Weights, out of 100.
     const SHAPES: [(Shape, u64); 10] = [
         (Shape::Single, 15),
@@ -115,6 +116,7 @@ pub fn plan(rng: &mut Rng, runs: usize) -> Vec<Job> {
                     hit
                 })
                 .map(|(s, _)| *s)
+                .filter(|s| sandbox || *s != Shape::Sandbox)
                 .unwrap_or(Shape::Single);
             Job {
                 index,
@@ -483,8 +485,8 @@ mod tests {
 
     #[test]
     fn a_seed_is_one_workload_of_every_shape() {
-        let a = plan(&mut Rng::new(42), 200);
-        let b = plan(&mut Rng::new(42), 200);
+        let a = plan(&mut Rng::new(42), 200, true);
+        let b = plan(&mut Rng::new(42), 200, true);
         let shapes = |p: &[Job]| p.iter().map(|j| j.shape).collect::<Vec<_>>();
         assert_eq!(shapes(&a), shapes(&b));
         for s in [
@@ -504,6 +506,9 @@ mod tests {
         assert!(a.iter().all(|j| (3..=5).contains(&j.messages)));
         let approvals = a.iter().filter(|j| j.shape == Shape::Approval);
         assert!(approvals.clone().any(|j| j.approve) && approvals.clone().any(|j| !j.approve));
-        assert_ne!(shapes(&a), shapes(&plan(&mut Rng::new(43), 200)));
+        assert_ne!(shapes(&a), shapes(&plan(&mut Rng::new(43), 200, true)));
+        let without = plan(&mut Rng::new(42), 200, false);
+        assert!(without.iter().all(|j| j.shape != Shape::Sandbox));
+        assert_eq!(without.len(), 200);
     }
 }
