@@ -134,17 +134,34 @@ async fn links_are_sent_again_with_a_fresh_token_and_a_decision_applies_once() {
     assert_eq!(results, 1);
 }
 
-#[tokio::test]
-async fn a_decision_stored_by_an_approver_that_died_before_telling_the_run_is_applied_once() {
-    use armada_core::faults::FaultPoint;
+/// The Run's decision taken note of once, and its call run once.
+fn assert_applied_once(s: &Stack, run: &Run) {
+    let kinds = s.kinds(&run.run_id);
+    let n = |k: &str| kinds.iter().filter(|x| *x == k).count();
+    assert_eq!(
+        (n("approval_decided"), n("tool_result")),
+        (1, 1),
+        "{kinds:?}"
+    );
+}
+
+/// A Run of `ops` parked for its approval, on a stack whose functions die
+/// once at `point`; the approval.
+async fn parked_dying_at(point: armada_core::faults::FaultPoint) -> (Stack, Run, Approval) {
     let s = stack_on(
-        Stack::dying_at(FaultPoint::AfterApprovalDecided),
+        Stack::dying_at(point),
         json!({"approvers": ["ops@example.com"]}),
     )
     .await;
     let run = s.start("ops", "/tool launch {}", None).await;
     s.to_harness(&s.mem.take_harness()[0]).await;
     let a = approvals(&s).remove(0);
+    (s, run, a)
+}
+
+#[tokio::test]
+async fn a_decision_stored_by_an_approver_that_died_before_telling_the_run_is_applied_once() {
+    let (s, run, a) = parked_dying_at(armada_core::faults::FaultPoint::AfterApprovalDecided).await;
     let decide = |verdict| {
         armada_hitl::decide(
             &s.svc,
@@ -172,26 +189,12 @@ async fn a_decision_stored_by_an_approver_that_died_before_telling_the_run_is_ap
     s.to_dispatcher(&check(&waiting)).await;
     s.pump().await;
     assert!(s.run(&run.run_id).state().is_terminal());
-    let kinds = s.kinds(&run.run_id);
-    let n = |k: &str| kinds.iter().filter(|x| *x == k).count();
-    assert_eq!(
-        (n("approval_decided"), n("tool_result")),
-        (1, 1),
-        "{kinds:?}"
-    );
+    assert_applied_once(&s, &run);
 }
 
 #[tokio::test]
 async fn a_worker_that_died_after_applying_a_decision_is_followed_by_its_repeat() {
-    use armada_core::faults::FaultPoint;
-    let s = stack_on(
-        Stack::dying_at(FaultPoint::AfterCommit),
-        json!({"approvers": ["ops@example.com"]}),
-    )
-    .await;
-    let run = s.start("ops", "/tool launch {}", None).await;
-    s.to_harness(&s.mem.take_harness()[0]).await;
-    let a = approvals(&s).remove(0);
+    let (s, run, a) = parked_dying_at(armada_core::faults::FaultPoint::AfterCommit).await;
     let msg = decided(&s, &a, Verdict::Approve);
     s.svc.queues.send_harness(&msg).await.expect("queued");
     // The decision is applied and the call run, then the worker dies
@@ -199,13 +202,7 @@ async fn a_worker_that_died_after_applying_a_decision_is_followed_by_its_repeat(
     assert_eq!(s.pump_redelivering().await, 1, "died once");
     let done = s.run(&run.run_id);
     assert_eq!(done.state(), RunState::ClosedCompleted, "{:?}", done.error);
-    let kinds = s.kinds(&run.run_id);
-    let n = |k: &str| kinds.iter().filter(|x| *x == k).count();
-    assert_eq!(
-        (n("approval_decided"), n("tool_result")),
-        (1, 1),
-        "{kinds:?}"
-    );
+    assert_applied_once(&s, &run);
 }
 
 #[tokio::test]
