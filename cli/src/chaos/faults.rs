@@ -37,6 +37,8 @@ pub(super) struct Host {
     /// The counting receiver (`host:port`): the one private target the
     /// egress guard lets the workload's calls and callbacks reach.
     pub receiver: String,
+    /// Whether the stack runs the local sandbox data plane.
+    pub data_plane: bool,
 }
 
 /// The local stack's options for this workload: its own stack name, a
@@ -59,8 +61,9 @@ pub(super) fn options(host: &Host, endpoint: &str) -> LocalOptions {
     opts.smtp_port = 0;
     opts.poll_wait_seconds = 1;
     // Sandbox tasks run as local processes, killed with the host (a
-    // sandbox agent dies mid-call) and started again by the next one.
-    opts.data_plane = true;
+    // sandbox agent dies mid-call) and started again by the next one;
+    // without sandbox jobs there is nothing for a data plane to run.
+    opts.data_plane = host.data_plane;
     for (k, v) in [
         ("SandboxCheckSeconds", "1"),
         ("SandboxHeartbeatSeconds", "1"),

@@ -306,6 +306,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     let receiver = receiver::Receiver::start(seed.fork("receiver"), 10).await?;
     let host = Host {
         receiver: receiver.host.clone(),
+        data_plane: opts.sandbox_jobs,
         root: root.to_path_buf(),
         stack: format!("chaos-{}-{}{}", opts.seed, std::process::id(), opts.label),
         api_port: process::free_port()?,
