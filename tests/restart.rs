@@ -292,7 +292,18 @@ async fn a_second_stop_signal_during_the_snapshot_does_not_hang_the_emulator() {
             .unwrap();
     }
     assert!(process::terminate(pid));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The second signal comes while the snapshot is being written (or, if
+    // that was over before it could be seen, after it).
+    let writing = state.join("snapshot.pickle.tmp");
+    wait::until(
+        "the snapshot to be written",
+        Duration::from_secs(60),
+        || {
+            let seen = writing.exists() || !process::alive(pid);
+            async move { seen.then_some(()) }
+        },
+    )
+    .await;
     process::terminate(pid);
     wait::until("the emulator to end", Duration::from_secs(60), || async {
         (!process::alive(pid)).then_some(())
@@ -372,10 +383,15 @@ async fn a_dead_lettered_fifo_message_frees_its_group_after_a_restart() {
     send("second").await.unwrap();
 
     assert!(process::kill(first));
-    let gone = std::time::Instant::now() + Duration::from_secs(30);
-    while process::alive(first) && std::time::Instant::now() < gone {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until(
+        "the killed emulator to end",
+        Duration::from_secs(30),
+        || {
+            let gone = !process::alive(first);
+            async move { gone.then_some(()) }
+        },
+    )
+    .await;
     let second = emulator::spawn(&root(), &how).unwrap();
     emulator::wait_until_up(&endpoint, Duration::from_secs(300))
         .await
