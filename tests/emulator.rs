@@ -357,3 +357,65 @@ async fn a_long_poll_on_a_fifo_group_in_flight_waits_instead_of_spinning() {
         "the freed group waited {waited:?}"
     );
 }
+
+/// SQS drops a FIFO message whose deduplication id was sent in the last
+/// five minutes, received and deleted or not; an AWS-faithful emulator is
+/// what shows a resend that would be lost in AWS (a sandbox's hand-over
+/// was one: it reused its step's id).
+#[tokio::test]
+async fn a_fifo_queue_drops_a_repeat_of_a_message_already_consumed() {
+    let ep = emulator_endpoint();
+    armada_cli::local::emulator::wait_until_up(&ep, std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    let aws = AwsClients::load_local(&ep, "us-east-1").await;
+    let name = format!("{}-dedup.fifo", TestStack::stack_name());
+    let url = aws
+        .sqs
+        .create_queue()
+        .queue_name(&name)
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let send = |body: &'static str, dedup: &'static str| {
+        aws.sqs
+            .send_message()
+            .queue_url(&url)
+            .message_body(body)
+            .message_group_id("run_1")
+            .message_deduplication_id(dedup)
+            .send()
+    };
+    let take = || async {
+        let got = aws
+            .sqs
+            .receive_message()
+            .queue_url(&url)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        let mut bodies = Vec::new();
+        for m in got.messages() {
+            bodies.push(m.body().unwrap_or_default().to_string());
+            aws.sqs
+                .delete_message()
+                .queue_url(&url)
+                .receipt_handle(m.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+        bodies
+    };
+    send("step 3", "run_1-step-3").await.unwrap();
+    assert_eq!(take().await, ["step 3"]);
+    // Consumed and deleted: a repeat of its id is still a repeat.
+    send("step 3 again", "run_1-step-3").await.unwrap();
+    send("handed over", "run_1-step-3-handed-7").await.unwrap();
+    assert_eq!(take().await, ["handed over"]);
+    assert!(take().await.is_empty());
+}

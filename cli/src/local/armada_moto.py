@@ -12,7 +12,9 @@ Two changes to moto's DynamoDB, both about cost, neither about meaning:
   of sorting every item of the table and keeping those of that partition
   (O(items stored) per query). Same items, same order, same paging.
 
-And two to its SQS, about a long poll on a FIFO queue whose visible
+And three to its SQS. A FIFO queue's deduplication remembers what was
+sent in the last five minutes, as SQS's does, not only what it still
+holds. And two about a long poll on a FIFO queue whose visible
 messages all belong to groups with a message in flight (a parent Run's
 group, with its children's ends queued behind the one being noted):
 
@@ -24,8 +26,9 @@ group, with its children's ends queued behind the one being noted):
   a deletion stayed closed to it until its wait ended (up to 20 s a batch).
   Now each scan looks again, as SQS does.
 
-And one to its DynamoDB that is about meaning: ``TransactWriteItems``
-honours ``ClientRequestToken`` as DynamoDB does (see below).
+And two that are about meaning: DynamoDB's ``TransactWriteItems``
+honours ``ClientRequestToken`` and ECS's ``RunTask`` its ``clientToken``,
+as AWS does (see below).
 
 The patch is written against one moto version; any other refuses to start
 rather than run with a rollback nobody checked.
@@ -51,6 +54,8 @@ from moto.dynamodb.exceptions import DynamodbException
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.responses import DynamoHandler
 from moto.core.responses import ActionResult
+from moto.ecs.exceptions import ECSException
+from moto.ecs.responses import EC2ContainerServiceResponse
 
 import moto_state
 
@@ -179,6 +184,51 @@ def handle_transact_write_items(self):
             return ActionResult({"ConsumedCapacity": [], "ItemCollectionMetrics": {}})
         answer = _moto_handle_transact(self)
         seen[token] = (digest, now)
+        return answer
+
+
+class EcsConflict(ECSException):
+    def __init__(self):
+        super().__init__(
+            "ConflictException",
+            "The request uses the same client token as a previous, but "
+            "not identical request.",
+        )
+
+
+# How long ECS remembers a RunTask's clientToken.
+_RUN_TOKEN_WINDOW_S = 24 * 3600
+_moto_run_task = EC2ContainerServiceResponse.run_task
+
+
+def run_task(self):
+    """ECS's idempotent ``RunTask``, which moto 5.2.5 lacks: a request
+    repeated with the same ``clientToken`` (in the same cluster, within a
+    day) answers with the tasks the first one started and starts none; the
+    same token with other parameters is ``ConflictException``."""
+    token = self._get_param("clientToken")
+    if not token:
+        return _moto_run_task(self)
+    backend = self.ecs_backend
+    cluster = self._get_param("cluster", "default")
+    params = json.loads(self.body or "{}")
+    params.pop("clientToken", None)
+    digest = json.dumps(params, sort_keys=True)
+    with _tokens:
+        # Kept on the backend, so a snapshot of the emulator keeps them.
+        seen = backend.__dict__.setdefault("armada_run_tokens", {})
+        now = unix_time()
+        for old in [k for k, v in seen.items() if now - v[2] > _RUN_TOKEN_WINDOW_S]:
+            del seen[old]
+        key = (cluster, token)
+        if key in seen:
+            if seen[key][0] != digest:
+                raise EcsConflict()
+            tasks = backend.describe_tasks(cluster, seen[key][1])
+            return ActionResult({"tasks": tasks, "failures": []})
+        answer = _moto_run_task(self)
+        started = [t.task_arn for t in answer.result["tasks"]]
+        seen[key] = (digest, started, now)
         return answer
 
 
@@ -334,6 +384,33 @@ def _scan(
     return result
 
 
+_moto_add_message = sqs_models.Queue.add_message
+
+
+def add_message(self, message):
+    """A FIFO queue drops a message whose deduplication id it was sent in
+    the last five minutes, as SQS does, even if that message was received
+    and deleted since (moto 5.2.5 compares only with the messages still
+    held, so a repeat sent after the first was consumed got through here
+    and would not in AWS). A dead-lettered message moved here is not a
+    send."""
+    deduplicated = self.fifo_queue and (
+        self.attributes.get("ContentBasedDeduplication") == "true"
+        or message.deduplication_id
+    )
+    if deduplicated and not message.approximate_receive_count:
+        # Kept on the queue, so a snapshot of the emulator keeps them.
+        sent = self.__dict__.setdefault("armada_dedup_sent", {})
+        now = message.sent_timestamp
+        window_ms = sqs_models.DEDUPLICATION_TIME_IN_SECONDS * 1000
+        for old in [k for k, at in sent.items() if now - at >= window_ms]:
+            del sent[old]
+        if message.deduplication_id in sent:
+            return
+        sent[message.deduplication_id] = now
+    _moto_add_message(self, message)
+
+
 def wait_for_messages(self, timeout):
     with self._messages_lock:
         if self.messages:
@@ -354,7 +431,9 @@ def install():
     Table.all_items = all_items
     Table.query = query
     sqs_models.Queue.wait_for_messages = wait_for_messages
+    sqs_models.Queue.add_message = add_message
     sqs_models.SQSBackend.receive_message = receive_message
+    EC2ContainerServiceResponse.run_task = run_task
 
 
 class Slowed:

@@ -22,6 +22,12 @@ impl Dispatcher {
                     tenant,
                     step,
                 } => (run_id, tenant, format!("step {step}")),
+                HarnessMessage::SandboxHanded {
+                    run_id,
+                    tenant,
+                    step,
+                    ..
+                } => (run_id, tenant, format!("sandbox hand-over at step {step}")),
                 HarnessMessage::ToolResult {
                     run_id,
                     tenant,

@@ -255,3 +255,44 @@ async fn a_message_naming_another_tenant_changes_nothing() {
     assert!(mem.take_harness().is_empty());
     assert_eq!(state_of(&mem, &run.run_id), RunState::Pending);
 }
+
+#[tokio::test]
+async fn the_watchdog_tells_a_run_again_that_it_holds_its_sandbox() {
+    let (svc, mem, d, def) = setup().await;
+    let first = accepted_run(&svc, TENANT, &def, "one").await;
+    let second = accepted_run(&svc, TENANT, &def, "two").await;
+    for run in [&first, &second] {
+        armada_core::services::sandboxing::acquire(&svc, TENANT, &run.run_id, &def)
+            .await
+            .expect("asked");
+        step_to(&mem, &run.run_id, Some(RunEvent::AwaitTool));
+        let mut st = mem.state();
+        st.runs.get_mut(&run.run_id).expect("the run").sandbox_key = Some(
+            armada_domain::sandbox::lifecycle::sandbox_key(TENANT, "assistant"),
+        );
+    }
+    let check = |run: &Run| DispatchMessage::CheckRun {
+        run_id: run.run_id.clone(),
+        tenant: TENANT.into(),
+        step: 0,
+        epoch: 1,
+    };
+    // A Run still waiting for the sandbox is not told anything.
+    deliver(&d, &svc.cfg.dispatch_queue, &check(&second)).await;
+    assert!(mem.take_harness().is_empty());
+    // The first lets go; the message handing the sandbox over is lost
+    // (its sender died after the release).
+    armada_core::services::sandboxing::release_and_wake(&svc, &first)
+        .await
+        .expect("released");
+    let handed = mem.take_harness();
+    assert!(
+        matches!(&handed[..], [HarnessMessage::SandboxHanded { run_id, .. }] if *run_id == second.run_id),
+        "{handed:?}"
+    );
+    // The watchdog sends the same message again: the same hand-over.
+    deliver(&d, &svc.cfg.dispatch_queue, &check(&second)).await;
+    let again = mem.take_harness();
+    assert_eq!(again, handed);
+    assert_eq!(again[0].dedup_id(), handed[0].dedup_id());
+}

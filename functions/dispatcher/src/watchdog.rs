@@ -24,8 +24,22 @@ use armada_domain::run::RunState;
 use armada_domain::sandbox::hand::codes;
 use armada_domain::sandbox::hand::CallOutcome;
 use armada_domain::sandbox::hand::SANDBOX_LOST;
+use armada_domain::sandbox::lifecycle::SandboxRecord;
 use armada_domain::sandbox::lifecycle::SandboxState;
 use armada_domain::sandbox::seal::{answer_key, Answer};
+
+/// Whether a Run waiting for its sandbox holds it (handed over when the
+/// last holder let go, which stamps the record's `last_used_at_ms`) but
+/// has not gone on: none of its sandbox calls of this step was sent.
+fn handed_but_not_told(run: &Run, rec: &SandboxRecord) -> bool {
+    rec.holder_run_id.as_deref() == Some(run.run_id.as_str())
+        && !rec.state().is_gone()
+        && run
+            .ledger
+            .values()
+            .filter(|c| c.step == run.step && c.sandbox)
+            .all(|c| c.state() == ToolCallState::Planned)
+}
 
 impl Dispatcher {
     /// The watchdog of a Run waiting at `step`: its deadline, its sandbox's
@@ -86,8 +100,22 @@ impl Dispatcher {
                         Err(SandboxError::Placement(why)) => {
                             tracing::warn!(run_id, %why, "sandbox restart after a start timeout failed");
                         }
+                        // Died there: the redelivery looks again.
+                        Err(SandboxError::Aborted(_)) => return Ok(Outcome::Abandoned),
                     }
                 }
+            }
+            if let Some(r) = rec.as_ref().filter(|r| handed_but_not_told(&run, r)) {
+                // Its hand-over message was lost (its sender died after
+                // letting go): the same message again.
+                tracing::warn!(
+                    run_id,
+                    "a run holding its sandbox never went on; told again"
+                );
+                self.svc
+                    .queues
+                    .send_harness(&sandboxing::handed(&run, r.last_used_at_ms))
+                    .await?;
             }
             let dispatched: Vec<_> = run
                 .ledger

@@ -172,6 +172,17 @@ impl Harness {
                 let work = self.step(&run_id, &tenant, step).instrument(span);
                 on_behalf(Some(&run_id), work).await
             }
+            HarnessMessage::SandboxHanded {
+                run_id,
+                tenant,
+                step,
+                ..
+            } => {
+                // The step goes on as a redelivery of it would.
+                let span = tracing::info_span!("sandbox_handed", %run_id, %tenant, step);
+                let work = self.step(&run_id, &tenant, step).instrument(span);
+                on_behalf(Some(&run_id), work).await
+            }
             HarnessMessage::ChildEnded {
                 run_id,
                 tenant,

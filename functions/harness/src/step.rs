@@ -269,6 +269,7 @@ impl Harness {
         let holding = match sandboxing::acquire(&self.svc, &run.tenant, &run.run_id, agent).await {
             Ok(h) => h,
             Err(SandboxError::Store(e)) => return Err(e.into()),
+            Err(SandboxError::Aborted(a)) => return Err(StepError::Aborted(a)),
             // A placement that cannot be met fails when a call needs it.
             Err(SandboxError::Placement(why)) => {
                 tracing::warn!(%why, "eager sandbox could not be placed");
@@ -296,6 +297,7 @@ impl Harness {
         let holding = match sandboxing::acquire(svc, &run.tenant, &run.run_id, agent).await {
             Ok(h) => h,
             Err(SandboxError::Store(e)) => return Err(e.into()),
+            Err(SandboxError::Aborted(a)) => return Err(StepError::Aborted(a)),
             Err(SandboxError::Placement(why)) => {
                 let error = RunError::new(codes::SANDBOX_UNAVAILABLE, why);
                 let event = RunEvent::Failed { error };

@@ -1,7 +1,8 @@
 //! Named moments of the functions' work where a fault can be injected:
-//! the harness's step (its claim, the model's reply, a sandbox dispatch,
-//! its commit, children's ends noted on their parent), the dispatcher's
-//! start of children, and an approval's decision. Each is a place where a
+//! the harness's step (its claim, the model's reply, a sandbox task's
+//! start, a sandbox dispatch, its commit, children's ends noted on their
+//! parent), the dispatcher's start of children, and an approval's
+//! decision. Each is a place where a
 //! process dying leaves a half-done change that another delivery must
 //! finish exactly once; `armada chaos` kills the functions host there and
 //! checks that it does. A deployment meets every point with [`NoFaults`].
@@ -22,6 +23,9 @@ pub enum FaultPoint {
     AfterClaim,
     /// The model answered; nothing of its answer is committed.
     AfterModelReply,
+    /// A sandbox's task was started (the provider answered); its record
+    /// does not name the task yet.
+    AfterTaskStart,
     /// A sandbox call was sent to its sandbox; the dispatch is not
     /// recorded.
     AfterSandboxDispatch,
@@ -40,9 +44,10 @@ pub enum FaultPoint {
 }
 
 impl FaultPoint {
-    pub const ALL: [FaultPoint; 7] = [
+    pub const ALL: [FaultPoint; 8] = [
         FaultPoint::AfterClaim,
         FaultPoint::AfterModelReply,
+        FaultPoint::AfterTaskStart,
         FaultPoint::AfterSandboxDispatch,
         FaultPoint::AfterCommit,
         FaultPoint::AfterChildSpawn,
@@ -54,6 +59,7 @@ impl FaultPoint {
         match self {
             FaultPoint::AfterClaim => "after_claim",
             FaultPoint::AfterModelReply => "after_model_reply",
+            FaultPoint::AfterTaskStart => "after_task_start",
             FaultPoint::AfterSandboxDispatch => "after_sandbox_dispatch",
             FaultPoint::AfterCommit => "after_commit",
             FaultPoint::AfterChildSpawn => "after_child_spawn",

@@ -287,6 +287,17 @@ pub enum HarnessMessage {
         tenant: String,
         step: u32,
     },
+    /// The Run's agent's sandbox was handed to it (its holder let go) at
+    /// `handed_at_ms`, while it waited at `step`: the step goes on. Not a
+    /// `Step`: the FIFO queue would take it for a repeat of the message
+    /// that began the step (the same deduplication id, within SQS's five
+    /// minutes) and drop it.
+    SandboxHanded {
+        run_id: String,
+        tenant: String,
+        step: u32,
+        handed_at_ms: i64,
+    },
     /// A child of the Run ended: the parent takes note (in the parent's
     /// FIFO group, so notes never race its steps nor each other, and a
     /// batch of them is one write).
@@ -324,16 +335,26 @@ impl HarnessMessage {
     pub fn run_id(&self) -> &str {
         match self {
             HarnessMessage::Step { run_id, .. }
+            | HarnessMessage::SandboxHanded { run_id, .. }
             | HarnessMessage::ChildEnded { run_id, .. }
             | HarnessMessage::ApprovalDecided { run_id, .. }
             | HarnessMessage::ToolResult { run_id, .. } => run_id,
         }
     }
 
-    /// The FIFO deduplication id: one per Run step.
+    /// The FIFO deduplication id: one per Run step (and per hand-over,
+    /// child's end, decision and result).
     pub fn dedup_id(&self) -> String {
         match self {
             HarnessMessage::Step { run_id, step, .. } => format!("{run_id}-step-{step}"),
+            // One per hand-over: the watchdog's resend of a lost one is
+            // the same message.
+            HarnessMessage::SandboxHanded {
+                run_id,
+                step,
+                handed_at_ms,
+                ..
+            } => format!("{run_id}-step-{step}-handed-{handed_at_ms}"),
             HarnessMessage::ChildEnded {
                 run_id,
                 child_run_id,

@@ -454,6 +454,8 @@ impl Provider for SandboxProvider {
             .task_definition(self.task_definition(req.spec))
             .launch_type(aws_sdk_ecs::types::LaunchType::Fargate)
             .count(1)
+            // ECS answers a repeat of the token with the task it started.
+            .client_token(req.start_token)
             .started_by(started_by(req.tenant, req.agent))
             .tags(tag(TAG_TENANT, req.tenant))
             .tags(tag(TAG_AGENT, req.agent))

@@ -125,6 +125,8 @@ pub struct State {
     pub hands: Vec<(String, HandMessage)>,
     /// Tasks the provider started, by ARN.
     pub tasks: BTreeMap<String, TaskInfo>,
+    /// The task each start token started (as ECS keeps client tokens).
+    pub start_tokens: HashMap<String, String>,
     /// Credentials the provider issued: (tenant, agent, generation, key id).
     pub credentials: Vec<(String, String, u64, String)>,
 }

@@ -388,7 +388,12 @@ impl Provider for Memory {
 
     async fn start(&self, req: &TaskRequest<'_>) -> Result<String, StoreError> {
         let mut st = self.state();
+        if let Some(arn) = st.start_tokens.get(req.start_token) {
+            return Ok(arn.clone());
+        }
         let arn = format!("arn:memory:task/{}", st.tasks.len() + 1);
+        st.start_tokens
+            .insert(req.start_token.to_string(), arn.clone());
         let info = TaskInfo {
             arn: arn.clone(),
             last_status: "PROVISIONING".into(),

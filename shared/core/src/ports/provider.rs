@@ -74,6 +74,10 @@ pub struct TaskRequest<'a> {
     pub spec: &'a SandboxSpec,
     /// The workspace snapshot to restore (waking a hibernated sandbox).
     pub restore: Option<&'a str>,
+    /// Names this start: a start asked again under the same token is the
+    /// one task already started, not a second
+    /// ([`start_token`](armada_domain::sandbox::lifecycle::SandboxRecord::start_token)).
+    pub start_token: &'a str,
 }
 
 /// A task as ECS describes it.

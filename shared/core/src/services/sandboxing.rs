@@ -13,6 +13,7 @@ use armada_domain::sandbox::lifecycle::{
 };
 
 use crate::error::StoreError;
+use crate::faults::{Aborted, FaultPoint};
 use crate::ports::provider::TaskRequest;
 use crate::ports::{CallRef, Change, SandboxesExt, StoredMark};
 use crate::Services;
@@ -24,6 +25,9 @@ pub enum SandboxError {
     /// The frozen requirement cannot be met: placement fails closed.
     #[error("the sandbox cannot be placed: {0}")]
     Placement(String),
+    /// Killed at a fault point (tests): the start is left half done.
+    #[error(transparent)]
+    Aborted(#[from] Aborted),
 }
 
 /// What became of a Run's request for its agent's sandbox.
@@ -89,12 +93,7 @@ pub async fn acquire(
             }
         })
         .await?;
-    let needs_task = matches!(acquired, Acquired::Held { .. })
-        && matches!(
-            record.state(),
-            SandboxState::Provisioning | SandboxState::Waking
-        )
-        && record.task_arn.is_none();
+    let needs_task = matches!(acquired, Acquired::Held { .. }) && record.wants_task();
     if !needs_task {
         return Ok(Holding { record, acquired });
     }
@@ -127,11 +126,7 @@ pub async fn prewarm(
             }
         })
         .await?;
-    let needs_task = matches!(
-        record.state(),
-        SandboxState::Provisioning | SandboxState::Waking
-    ) && record.task_arn.is_none();
-    if needs_task {
+    if record.wants_task() {
         return start_task(svc, &record, agent).await;
     }
     Ok(record)
@@ -177,9 +172,12 @@ pub async fn start_task(
             restore: (rec.state() == SandboxState::Waking)
                 .then_some(rec.snapshot_key.as_deref())
                 .flatten(),
+            start_token: &rec.start_token(),
         })
         .await?;
     tracing::info!(sandbox = %rec.key(), generation = rec.generation, task = %arn, "sandbox task started");
+    let holder = rec.holder_run_id.as_deref().unwrap_or_default();
+    svc.faults.at(FaultPoint::AfterTaskStart, holder).await?;
     let generation = rec.generation;
     let updated = svc
         .sandboxes
@@ -261,13 +259,13 @@ pub async fn dispatch(
 }
 
 /// A Run ended: it lets go of its sandbox (or leaves the queue for it).
-/// Returns the Run the sandbox was handed to.
+/// Returns the Run the sandbox was handed to, and when.
 pub async fn release(
     svc: &Services,
     tenant: &str,
     agent: &str,
     run_id: &str,
-) -> Result<Option<String>, StoreError> {
+) -> Result<Option<(String, i64)>, StoreError> {
     let now = now_ms(svc);
     let (next, queue) = svc
         .sandboxes
@@ -298,6 +296,7 @@ pub async fn release(
             None => Change::Keep((None, None)),
         })
         .await?;
+    let next = next.map(|n| (n, now));
     if let Some(q) = queue {
         // The Run's scratch directory goes with it.
         let end = HandMessage::EndRun {
@@ -315,7 +314,8 @@ pub async fn release(
 /// children holding nothing but its record) and the next Run waiting for
 /// it, if it still waits, is sent its step.
 pub async fn release_and_wake(svc: &Services, run: &Run) -> Result<(), StoreError> {
-    let Some(next_id) = release(svc, &run.tenant, &run.agent, &run.run_id).await? else {
+    let Some((next_id, handed_at_ms)) = release(svc, &run.tenant, &run.agent, &run.run_id).await?
+    else {
         return Ok(());
     };
     tracing::info!(run_id = %run.run_id, next = %next_id, "sandbox handed to the next run");
@@ -326,12 +326,19 @@ pub async fn release_and_wake(svc: &Services, run: &Run) -> Result<(), StoreErro
         return Ok(());
     }
     svc.queues
-        .send_harness(&HarnessMessage::Step {
-            run_id: waiting.run_id.clone(),
-            tenant: waiting.tenant.clone(),
-            step: waiting.step,
-        })
+        .send_harness(&handed(&waiting, handed_at_ms))
         .await
+}
+
+/// The message that tells a Run waiting for its sandbox that it holds it
+/// now (handed over at `handed_at_ms`, when the last holder let go).
+pub fn handed(waiting: &Run, handed_at_ms: i64) -> HarnessMessage {
+    HarnessMessage::SandboxHanded {
+        run_id: waiting.run_id.clone(),
+        tenant: waiting.tenant.clone(),
+        step: waiting.step,
+        handed_at_ms,
+    }
 }
 
 /// Destroys a sandbox now (administrator, deleted agent, security): the
@@ -537,3 +544,7 @@ fn refused(svc: &Services, rec: &SandboxRecord, what: &str, e: &LifecycleError) 
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     tracing::error!(sandbox = %rec.key(), generation = rec.generation, what, error = %e, "illegal sandbox transition refused");
 }
+
+#[cfg(test)]
+#[path = "sandboxing_tests.rs"]
+mod tests;

@@ -131,6 +131,10 @@ pub struct SandboxRecord {
     /// (Empty in a record from before salts.)
     #[serde(default)]
     pub salt: String,
+    /// Tasks asked for over the record's life: names each start (see
+    /// [`SandboxRecord::start_token`]).
+    #[serde(default)]
+    pub task_starts: u64,
 }
 
 /// The identity a sandbox belongs to.
@@ -202,6 +206,7 @@ impl SandboxRecord {
             snapshot_key: None,
             credentials: None,
             salt: String::new(),
+            task_starts: 0,
         }
     }
 
@@ -231,12 +236,52 @@ impl SandboxRecord {
         }
     }
 
+    /// A new task is wanted for the generation: a new start, named apart
+    /// from every earlier one.
+    fn want_task(&mut self) {
+        self.task_arn = None;
+        self.task_starts += 1;
+    }
+
+    /// Whether the generation should have a task and none is recorded:
+    /// it is starting or waking, or its agent reported ready from a task
+    /// whose start was never recorded (the starter died between the
+    /// provider's answer and its write). The holder starts it (again).
+    pub fn wants_task(&self) -> bool {
+        self.task_arn.is_none()
+            && matches!(
+                self.state,
+                SandboxState::Provisioning | SandboxState::Waking | SandboxState::Ready
+            )
+    }
+
+    /// The name of the start the record wants: the same for every try of
+    /// one start, so the provider starts its task once however often the
+    /// start is retried (a starter killed after the provider answered),
+    /// and new for each start the machine decides. 64 hex digits (what ECS
+    /// takes as a client token).
+    pub fn start_token(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for part in [
+            self.tenant.as_str(),
+            self.agent.as_str(),
+            self.salt.as_str(),
+            &self.generation.to_string(),
+            &self.task_starts.to_string(),
+        ] {
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part.as_bytes());
+        }
+        hex::encode(h.finalize())
+    }
+
     /// Asked for while asleep. A sandbox saved to a snapshot has no task
     /// any more (its agent said so, and only the control plane writes which
     /// task a sandbox runs in): a new one is started, its first attempt.
     fn wake(&mut self, now_ms: i64) {
         if self.state == SandboxState::Hibernated && self.snapshot_key.is_some() {
-            self.task_arn = None;
+            self.want_task();
             self.start_attempts = 1;
         }
         self.set_state(SandboxState::Waking, now_ms);
@@ -246,7 +291,7 @@ impl SandboxRecord {
     fn regenerate(&mut self, run_id: &str, profile: &str, now_ms: i64) {
         self.generation += 1;
         self.set_state(SandboxState::Provisioning, now_ms);
-        self.task_arn = None;
+        self.want_task();
         self.credentials = None;
         self.hand_queue_url = None;
         self.ports.clear();
@@ -503,7 +548,7 @@ impl SandboxRecord {
         }
         if self.start_attempts < 2 {
             self.start_attempts += 1;
-            self.task_arn = None;
+            self.want_task();
             // Still starting (or waking): the clock starts again.
             self.set_state(self.state, now_ms);
             Ok(true)

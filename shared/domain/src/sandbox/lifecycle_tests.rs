@@ -1,6 +1,7 @@
 //! The sandbox record's transitions, one case at a time.
 
 use super::*;
+use crate::machine::Machine;
 
 fn rec() -> SandboxRecord {
     SandboxRecord::new("t1", "coder", "workspace", 0)
@@ -218,4 +219,67 @@ fn through_the_machine_a_refusal_changes_nothing() {
             }
         }
     }
+}
+
+#[test]
+fn an_agent_ready_before_its_start_was_recorded_still_wants_its_task() {
+    let mut r = rec();
+    r.acquire("a", "workspace", 1);
+    let first = r.start_token();
+    assert!(r.wants_task(), "a new generation wants a task");
+    // The starter died after the provider answered and before it wrote
+    // the task down; the task's agent reported in meanwhile.
+    r.apply(
+        SandboxEvent::AgentReady {
+            generation: 1,
+            controls: Box::new(controls()),
+        },
+        2,
+    )
+    .unwrap();
+    assert_eq!(r.state(), SandboxState::Ready);
+    assert!(r.wants_task(), "ready, but with no task on record");
+    assert_eq!(r.start_token(), first, "the retry is the same start");
+    r.apply(
+        SandboxEvent::TaskStarted {
+            generation: 1,
+            task_arn: "arn:task/1".into(),
+            hand_queue_url: "q1".into(),
+        },
+        3,
+    )
+    .unwrap();
+    assert!(!r.wants_task());
+}
+
+#[test]
+fn every_start_the_machine_decides_has_a_token_of_its_own() {
+    let mut r = rec();
+    r.acquire("a", "workspace", 1);
+    let created = r.start_token();
+    assert_eq!(created.len(), 64, "what ECS takes as a client token");
+    // A start that timed out is retried under a new name.
+    r.apply(
+        SandboxEvent::StartTimedOut {
+            generation: 1,
+            attempt: 1,
+            timeout_s: 30,
+        },
+        40_000,
+    )
+    .unwrap();
+    let retried = r.start_token();
+    assert_ne!(retried, created);
+    // So is a new generation, and another identity's first start.
+    r.apply(SandboxEvent::Destroy { why: "test".into() }, 50_000)
+        .unwrap();
+    r.apply(SandboxEvent::Stopped { generation: 1 }, 50_001)
+        .unwrap();
+    r.release("a", 55_000);
+    r.acquire("b", "workspace", 60_000);
+    assert_eq!(r.generation, 2);
+    assert!(![created.clone(), retried].contains(&r.start_token()));
+    let mut other = SandboxRecord::new("t2", "coder", "workspace", 0);
+    other.acquire("a", "workspace", 1);
+    assert_ne!(other.start_token(), created);
 }
