@@ -66,9 +66,20 @@ fn check_run(run: &Run, events: &[RunEventRecord], out: &mut Vec<Violation>) {
         })
     };
     if !run.state().is_closed() {
+        // Where it stopped, for whoever reads the report.
+        let last = events.last();
         broke(
             "not_closed",
-            format!("still {} after the drain", run.state()),
+            format!(
+                "still {} after the drain (step {}, epoch {}, {} events, the last {:?}; \
+                 its deadline {} s after that)",
+                run.state(),
+                run.step,
+                run.epoch,
+                events.len(),
+                last.map(|e| e.event.kind()),
+                last.map_or(0, |e| (run.budgets.deadline_ms - e.at_ms) / 1000),
+            ),
         );
     }
     let ends: usize = TERMINAL.iter().map(|k| count(events, *k)).sum();
@@ -192,11 +203,19 @@ fn check_decided(
             _ => None,
         })
         .collect();
-    // A Run cancelled or timed out while it waited settles nothing.
-    let waited_out = matches!(
-        run.state().outcome(),
-        RunState::Cancelled | RunState::TimedOut
-    );
+    // A Run cancelled or timed out while it waited settles nothing; nor
+    // does one failed because the decision's own message ran out of
+    // deliveries (it says so: a dead letter with its Run failed for it).
+    let decision_dead_lettered = run.error.as_ref().is_some_and(|e| {
+        e.code == "DEAD_LETTERED"
+            && e.message
+                .contains(&format!("decision of approval {}", d.approval_id))
+    });
+    let waited_out = decision_dead_lettered
+        || matches!(
+            run.state().outcome(),
+            RunState::Cancelled | RunState::TimedOut
+        );
     if settled.is_empty() && !waited_out {
         broke(
             "approval_lost",

@@ -240,6 +240,22 @@ async fn effects_approvals_and_callbacks_are_held_against_the_receiver() {
     check_decided(&rejected, &runs, &heard, &mut out);
     let rules: Vec<&str> = out.iter().map(|v| v.rule).collect();
     assert_eq!(rules, ["approval_lost", "rejected_effect"], "{out:?}");
+    // Not lost: a Run failed because the decision's own message ran out of
+    // deliveries, and saying so. (Another message's dead letter is no
+    // excuse.)
+    let failed_for = |what: &str| {
+        let mut r = run.clone();
+        r.error = Some(RunError::new(
+            "DEAD_LETTERED",
+            format!("the run's {what} message failed on every delivery"),
+        ));
+        let runs = HashMap::from([(r.run_id.clone(), (r, vec![]))]);
+        let mut out = Vec::new();
+        check_decided(&rejected, &runs, &Heard::default(), &mut out);
+        out.iter().map(|v| v.rule).collect::<Vec<_>>()
+    };
+    assert!(failed_for("decision of approval ap_1").is_empty());
+    assert_eq!(failed_for("start"), ["approval_lost"]);
 
     // A closed Run's callback: under two ids, then never taken.
     run.callback_url = Some("http://127.0.0.1:9/callback".into());

@@ -6,6 +6,7 @@ use crate::Handled;
 use armada_core::batch::Outcome;
 use armada_core::services::ending::{self, EndOutcome};
 use armada_core::services::unreadable::Ending;
+use armada_domain::dead_letter::{still_needed, DeadLetter};
 use armada_domain::messages::DispatchMessage;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::run::EndNote;
@@ -15,7 +16,9 @@ use armada_domain::run::RunEvent;
 impl Dispatcher {
     /// A message that kept failing: fail its Run with the reason, then settle it.
     pub(crate) async fn dead_letter(&self, queue: &str, body: &str, receives: u32) -> Handled {
-        let (run_id, tenant, what) = if let Ok(m) = serde_json::from_str::<HarnessMessage>(body) {
+        let harness = serde_json::from_str::<HarnessMessage>(body).ok();
+        let dispatch = serde_json::from_str::<DispatchMessage>(body).ok();
+        let (run_id, tenant, what) = if let Some(m) = harness.clone() {
             match m {
                 HarnessMessage::Step {
                     run_id,
@@ -49,7 +52,7 @@ impl Dispatcher {
                     format!("decision of approval {approval_id}"),
                 ),
             }
-        } else if let Ok(m) = serde_json::from_str::<DispatchMessage>(body) {
+        } else if let Some(m) = dispatch.clone() {
             match m {
                 DispatchMessage::StartRun { run_id, tenant } => {
                     (run_id, tenant, "start".to_string())
@@ -129,6 +132,24 @@ impl Dispatcher {
             tracing::error!(queue, "unreadable dead letter dropped");
             return Ok(Outcome::Done);
         };
+        let letter = match (&harness, &dispatch) {
+            (Some(m), _) => Some(DeadLetter::Harness(m)),
+            (None, Some(m)) => Some(DeadLetter::Dispatch(m)),
+            (None, None) => None,
+        };
+        // A copy of a message the Run is past ran out of deliveries: the
+        // Run never waited for it. (A Run that cannot be read is failed.)
+        if let (Ok(Some(run)), Some(letter)) = (self.svc.runs.get(&run_id).await, letter) {
+            if run.tenant == tenant && !still_needed(&run, letter) {
+                tracing::warn!(
+                    run_id,
+                    queue,
+                    what,
+                    "a dead letter the run is past; the run goes on"
+                );
+                return Ok(Outcome::Done);
+            }
+        }
         tracing::error!(run_id, queue, what, "dead letter received");
         let error = RunError::new(
             "DEAD_LETTERED",

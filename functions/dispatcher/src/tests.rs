@@ -123,6 +123,24 @@ async fn a_dead_lettered_step_fails_its_run_fenced_and_closes_it() {
     assert_eq!(after.error.map(|e| e.code), Some("DEAD_LETTERED".into()));
 }
 
+/// A copy of a message the Run is past (its start, once it runs; a step
+/// it finished) can run out of deliveries under at-least-once delivery:
+/// the Run never waited for it and goes on. (Found by `armada chaos`: a
+/// healthy Run waiting for an approval was failed by its start's copy.)
+#[tokio::test]
+async fn a_dead_letter_the_run_is_past_leaves_it_alone() {
+    let (svc, mem, d, def) = setup().await;
+    let run = accepted_run(&svc, TENANT, &def, "hi").await;
+    step_to(&mem, &run.run_id, Some(RunEvent::AwaitTool));
+    let dispatch_dlq = svc.cfg.dispatch_dlq.clone();
+    assert_eq!(deliver(&d, &dispatch_dlq, &start(&run)).await, 0);
+    assert_eq!(state_of(&mem, &run.run_id), RunState::AwaitingTool);
+    // Its step it is still at is another matter.
+    let dlq = svc.cfg.harness_dlq.clone();
+    assert_eq!(deliver(&d, &dlq, &first_step(&run)).await, 0);
+    assert_eq!(state_of(&mem, &run.run_id), RunState::ClosedFailed);
+}
+
 /// A Run whose document cannot be read: every delivery of its step fails
 /// and it reaches the dead-letter queue, where it is rebuilt from what
 /// its item says beside the document, failed with CORRUPT_RECORD, settled

@@ -26,6 +26,7 @@ pub mod chat;
 pub mod collab;
 pub mod context;
 pub mod crypto;
+pub mod dead_letter;
 pub mod egress;
 pub mod fields;
 pub mod hook;

@@ -1,0 +1,65 @@
+//! Whether a message moved to a dead-letter queue still mattered to its
+//! Run. A message that failed on every delivery fails its Run, so that no
+//! Run waits forever for it; but under at-least-once delivery a copy of a
+//! message the Run is long past (its start, a step it finished, a result
+//! already taken) can run out of deliveries too, and failing a healthy Run
+//! for it would be a fault of our own making.
+
+use crate::collab::SlotState;
+use crate::ledger::ToolCallState;
+use crate::messages::{DispatchMessage, HarnessMessage};
+use crate::run::{Run, RunState};
+
+/// A dead letter, from either dead-letter queue.
+#[derive(Debug, Clone, Copy)]
+pub enum DeadLetter<'a> {
+    Harness(&'a HarnessMessage),
+    Dispatch(&'a DispatchMessage),
+}
+
+/// Whether `run` still waited for what `letter` carried: only then is the
+/// Run failed for it. A Run already ended is settled all the same (its
+/// settling may be what failed).
+pub fn still_needed(run: &Run, letter: DeadLetter<'_>) -> bool {
+    if run.state().is_terminal() {
+        return true;
+    }
+    match letter {
+        DeadLetter::Harness(m) => match m {
+            HarnessMessage::Step { step, .. } => run.step == *step,
+            HarnessMessage::SandboxHanded { step, .. } => {
+                run.step == *step && run.state() == RunState::AwaitingTool
+            }
+            HarnessMessage::ChildEnded { child_run_id, .. } => run
+                .children
+                .as_ref()
+                .and_then(|c| c.slot(child_run_id))
+                .is_some_and(|s| s.state() != SlotState::Ended),
+            HarnessMessage::ApprovalDecided { .. } => run.state() == RunState::AwaitingHitl,
+            HarnessMessage::ToolResult {
+                step,
+                call_id,
+                attempt,
+                ..
+            } => {
+                run.step == *step
+                    && run.ledger.get(call_id).is_some_and(|c| {
+                        c.state() == ToolCallState::Dispatched && c.attempt == *attempt
+                    })
+            }
+        },
+        DeadLetter::Dispatch(m) => match m {
+            DispatchMessage::StartRun { .. } => run.state() == RunState::Pending,
+            DispatchMessage::CheckRun { step, epoch, .. } => {
+                run.step == *step && run.epoch == *epoch
+            }
+            DispatchMessage::SpawnChildren { .. } => run.state() == RunState::AwaitingChildren,
+            // The rest carry nothing a Run waits for, or none at all.
+            _ => true,
+        },
+    }
+}
+
+#[cfg(test)]
+#[path = "dead_letter_tests.rs"]
+mod tests;

@@ -1,0 +1,96 @@
+//! Which dead letters still mattered to their Run.
+
+use super::*;
+use crate::ledger::{ToolCallEvent, ToolCallRecord};
+use crate::machine::Machine;
+use crate::run::{test_run, RunEvent};
+
+fn step(run: &Run, step: u32) -> HarnessMessage {
+    HarnessMessage::Step {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+        step,
+    }
+}
+
+fn start(run: &Run) -> DispatchMessage {
+    DispatchMessage::StartRun {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+    }
+}
+
+/// A Run at `step` 1, executing.
+fn past_its_first_step() -> Run {
+    let mut run = test_run();
+    run.apply(RunEvent::Claimed { lease_until_ms: 5 }, 1)
+        .unwrap();
+    run.apply(RunEvent::StepContinues, 2).unwrap();
+    assert_eq!(run.step, 1);
+    run
+}
+
+#[test]
+fn a_start_or_a_step_the_run_is_past_changes_nothing() {
+    let pending = test_run();
+    assert!(still_needed(
+        &pending,
+        DeadLetter::Dispatch(&start(&pending))
+    ));
+    assert!(still_needed(
+        &pending,
+        DeadLetter::Harness(&step(&pending, 0))
+    ));
+    let run = past_its_first_step();
+    // Its start, its first step: copies of what it is past.
+    assert!(!still_needed(&run, DeadLetter::Dispatch(&start(&run))));
+    assert!(!still_needed(&run, DeadLetter::Harness(&step(&run, 0))));
+    // The step it is at: it waited for that one.
+    assert!(still_needed(&run, DeadLetter::Harness(&step(&run, 1))));
+}
+
+#[test]
+fn a_result_matters_while_its_call_waits_for_it() {
+    let mut run = past_its_first_step();
+    let mut call =
+        ToolCallRecord::planned("c1", "shell_exec", serde_json::json!({}), 1, false, true);
+    call.apply(
+        ToolCallEvent::Dispatched {
+            generation: Some(1),
+        },
+        3,
+    )
+    .unwrap();
+    run.ledger.insert("c1".into(), call);
+    let result = |attempt| HarnessMessage::ToolResult {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+        step: 1,
+        call_id: "c1".into(),
+        attempt,
+        body: crate::messages::ResultBody::Inline {
+            outcome: crate::sandbox::hand::CallOutcome::Lost {
+                reason: "test".into(),
+            },
+        },
+        seal: None,
+    };
+    assert!(still_needed(&run, DeadLetter::Harness(&result(1))));
+    assert!(
+        !still_needed(&run, DeadLetter::Harness(&result(2))),
+        "another attempt's"
+    );
+}
+
+#[test]
+fn a_run_already_ended_is_settled_whatever_the_letter() {
+    let mut run = past_its_first_step();
+    run.apply(
+        RunEvent::Failed {
+            error: crate::run::RunError::new("X", "x"),
+        },
+        4,
+    )
+    .unwrap();
+    assert!(still_needed(&run, DeadLetter::Dispatch(&start(&run))));
+}
