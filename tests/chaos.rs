@@ -32,10 +32,8 @@ async fn a_seeded_workload_under_kills_and_redeliveries_breaks_no_promise() {
         point_kill_gap: Duration::from_secs(5),
         fault_window: Duration::from_secs(20),
         label: String::new(),
-        // Not yet: under kills the coder's sandbox record can be left
-        // READY with no task or hand queue, and its Runs wait until they
-        // time out (found by `armada chaos --runs 1000`; issue 22).
-        sandbox_jobs: false,
+        // Sandbox calls too: every host kill kills their agents mid-call.
+        sandbox_jobs: true,
     };
     let report = chaos::run(&root(), &opts).await.unwrap();
     let summary = report.summary();
@@ -55,7 +53,7 @@ async fn a_seeded_workload_under_kills_and_redeliveries_breaks_no_promise() {
         .sum();
     assert!(at_points >= 1, "{summary}");
     // Every shape ran, and every root Run is counted once.
-    assert_eq!(report.runs.len(), 9, "{summary}");
+    assert_eq!(report.runs.len(), 10, "{summary}");
     // The receiver's rules had something to check.
     let h = report.heard;
     assert!(h.effects >= 1 && h.callbacks_taken >= 1, "{summary}");

@@ -73,12 +73,35 @@ impl Harness {
                 Ok(Some((claimed, now)))
             }
             Err(StoreError::Conflict { .. }) => {
-                self.svc
-                    .counters
-                    .stale_drops
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::info!(run_id, step, "claim lost to another worker; dropped");
-                Ok(None)
+                // Another worker got there between our read and our claim
+                // (a duplicate delivery). Its claim is no promise that it
+                // will finish: this message goes only once the step is
+                // done, and meanwhile waits out the winner's lease.
+                let Some(now_read) = self.read(run_id).await? else {
+                    return Ok(None);
+                };
+                let now = svc.clock.now_ms();
+                match now_read.classify_delivery(step, now) {
+                    Delivery::Stale { .. } => {
+                        self.svc
+                            .counters
+                            .stale_drops
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(
+                            run_id,
+                            step,
+                            "claim lost to a worker that finished; dropped"
+                        );
+                        Ok(None)
+                    }
+                    Delivery::LeaseHeld { until_ms } => Err(StepError::Busy {
+                        reason: format!("claim of step {step} lost to a worker holding it"),
+                        until_s: ((until_ms - now + 999) / 1000) as u32,
+                    }),
+                    Delivery::Claimable => Err(StepError::Retry(format!(
+                        "claim of step {step} met another write"
+                    ))),
+                }
             }
             Err(e) => Err(e.into()),
         }

@@ -129,6 +129,32 @@ async fn a_step_held_under_a_live_lease_is_retried_later_and_left_alone() {
     assert_eq!((after.state(), after.epoch), (RunState::Pending, 0));
 }
 
+/// Two deliveries of one step read the Run at once; one claims it and
+/// dies there. The other, whose claim met the first's, keeps its message
+/// (it waits out the winner's lease) instead of dropping it: the winner's
+/// claim was no promise to finish. (Found by `armada chaos`: a session's
+/// message left EXECUTING at epoch 1 with no message to carry it on.)
+#[tokio::test]
+async fn a_claim_lost_to_a_worker_that_then_dies_keeps_its_message() {
+    let (svc, _mem, h) = setup().await;
+    let run = new_run(&svc, "hello").await;
+    let read = run_of(&svc, &run.run_id).await;
+    let won = h.claim(read.clone(), TENANT, 0).await.expect("claimed");
+    assert!(won.is_some(), "the first claims");
+    // The winner dies here. The loser's claim, from the same read:
+    let lost = h.claim(read, TENANT, 0).await;
+    assert!(
+        matches!(lost, Err(StepError::Busy { until_s, .. }) if until_s > 0),
+        "{lost:?}"
+    );
+    // Once the winner's lease is out, the message it kept claims again.
+    svc.clock.advance(svc.cfg.step_lease_ms + 1);
+    let failed = deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
+    assert!(failed.is_empty(), "{failed:?}");
+    let after = run_of(&svc, &run.run_id).await;
+    assert_eq!((after.state(), after.epoch), (RunState::Completed, 2));
+}
+
 /// Takes the Run away from the worker after its model call, as a second
 /// worker claiming it would.
 struct Superseded(Arc<Memory>);
