@@ -53,7 +53,15 @@ pub fn still_needed(run: &Run, letter: DeadLetter<'_>) -> bool {
             DispatchMessage::CheckRun { step, epoch, .. } => {
                 run.step == *step && run.epoch == *epoch
             }
-            DispatchMessage::SpawnChildren { .. } => run.state() == RunState::AwaitingChildren,
+            // Only while children of its round are still to start.
+            DispatchMessage::SpawnChildren { round, .. } => {
+                run.state() == RunState::AwaitingChildren
+                    && run.children.as_ref().is_some_and(|c| {
+                        c.slots
+                            .iter()
+                            .any(|s| s.round == *round && s.state() == SlotState::Queued)
+                    })
+            }
             // The rest carry nothing a Run waits for, or none at all.
             _ => true,
         },

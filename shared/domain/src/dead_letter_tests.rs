@@ -94,3 +94,31 @@ fn a_run_already_ended_is_settled_whatever_the_letter() {
     .unwrap();
     assert!(still_needed(&run, DeadLetter::Dispatch(&start(&run))));
 }
+
+#[test]
+fn a_spawn_matters_while_children_of_its_round_are_to_start() {
+    use crate::collab::children::{open_round, start_queued};
+    use crate::run::family::{ChildSlot, RunKind};
+    let mut run = test_run();
+    run.apply(RunEvent::Claimed { lease_until_ms: 5 }, 1)
+        .unwrap();
+    let member = |id: &str| ChildSlot::queued(id.into(), "m".into(), RunKind::Member, None, None);
+    open_round(&mut run, vec![member("c1"), member("c2")], 1);
+    run.apply(RunEvent::AwaitChildren, 2).unwrap();
+    let spawn = DispatchMessage::SpawnChildren {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+        round: 1,
+    };
+    assert!(still_needed(&run, DeadLetter::Dispatch(&spawn)));
+    // One at a time: c2 still waits to start.
+    start_queued(&mut run, 3);
+    assert!(still_needed(&run, DeadLetter::Dispatch(&spawn)));
+    // Every child started (each end starts the next): nothing to spawn.
+    for s in run.children.as_mut().unwrap().slots.iter_mut() {
+        if s.state() == SlotState::Queued {
+            s.apply(crate::run::family::SlotEvent::Start, 4).unwrap();
+        }
+    }
+    assert!(!still_needed(&run, DeadLetter::Dispatch(&spawn)));
+}
