@@ -236,46 +236,6 @@ impl SandboxRecord {
         }
     }
 
-    /// A new task is wanted for the generation: a new start, named apart
-    /// from every earlier one.
-    fn want_task(&mut self) {
-        self.task_arn = None;
-        self.task_starts += 1;
-    }
-
-    /// Whether the generation should have a task and none is recorded:
-    /// it is starting or waking, or its agent reported ready from a task
-    /// whose start was never recorded (the starter died between the
-    /// provider's answer and its write). The holder starts it (again).
-    pub fn wants_task(&self) -> bool {
-        self.task_arn.is_none()
-            && matches!(
-                self.state,
-                SandboxState::Provisioning | SandboxState::Waking | SandboxState::Ready
-            )
-    }
-
-    /// The name of the start the record wants: the same for every try of
-    /// one start, so the provider starts its task once however often the
-    /// start is retried (a starter killed after the provider answered),
-    /// and new for each start the machine decides. 64 hex digits (what ECS
-    /// takes as a client token).
-    pub fn start_token(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let mut h = Sha256::new();
-        for part in [
-            self.tenant.as_str(),
-            self.agent.as_str(),
-            self.salt.as_str(),
-            &self.generation.to_string(),
-            &self.task_starts.to_string(),
-        ] {
-            h.update((part.len() as u64).to_be_bytes());
-            h.update(part.as_bytes());
-        }
-        hex::encode(h.finalize())
-    }
-
     /// Asked for while asleep. A sandbox saved to a snapshot has no task
     /// any more (its agent said so, and only the control plane writes which
     /// task a sandbox runs in): a new one is started, its first attempt.

@@ -16,6 +16,7 @@ pub mod hand;
 pub mod lifecycle;
 pub mod report;
 pub mod seal;
+mod starts;
 
 use std::collections::BTreeMap;
 
