@@ -266,6 +266,20 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / 100.0
 }
 
+/// A FIFO queue of this test's own; its URL.
+async fn fifo_queue(aws: &AwsClients, what: &str) -> String {
+    let name = format!("{}-{what}.fifo", TestStack::stack_name());
+    aws.sqs
+        .create_queue()
+        .queue_name(&name)
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_long_poll_on_a_fifo_group_in_flight_waits_instead_of_spinning() {
     let ep = emulator_endpoint();
@@ -276,17 +290,7 @@ async fn a_long_poll_on_a_fifo_group_in_flight_waits_instead_of_spinning() {
         return; // An emulator that is not ours (ARMADA_TEST_ENDPOINT).
     };
     let aws = AwsClients::load_local(&ep, "us-east-1").await;
-    let name = format!("{}-group.fifo", TestStack::stack_name());
-    let url = aws
-        .sqs
-        .create_queue()
-        .queue_name(&name)
-        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = fifo_queue(&aws, "group").await;
     for i in 0..3 {
         aws.sqs
             .send_message()
@@ -369,17 +373,7 @@ async fn a_fifo_queue_drops_a_repeat_of_a_message_already_consumed() {
         .await
         .unwrap();
     let aws = AwsClients::load_local(&ep, "us-east-1").await;
-    let name = format!("{}-dedup.fifo", TestStack::stack_name());
-    let url = aws
-        .sqs
-        .create_queue()
-        .queue_name(&name)
-        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = fifo_queue(&aws, "dedup").await;
     let send = |body: &'static str, dedup: &'static str| {
         aws.sqs
             .send_message()

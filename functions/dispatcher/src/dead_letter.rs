@@ -6,7 +6,7 @@ use crate::Handled;
 use armada_core::batch::Outcome;
 use armada_core::services::ending::{self, EndOutcome};
 use armada_core::services::unreadable::Ending;
-use armada_domain::dead_letter::{still_needed, DeadLetter};
+use armada_domain::dead_letter::{judge, DeadLetter, Verdict};
 use armada_domain::messages::DispatchMessage;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::run::EndNote;
@@ -140,14 +140,36 @@ impl Dispatcher {
         // A copy of a message the Run is past ran out of deliveries: the
         // Run never waited for it. (A Run that cannot be read is failed.)
         if let (Ok(Some(run)), Some(letter)) = (self.svc.runs.get(&run_id).await, letter) {
-            if run.tenant == tenant && !still_needed(&run, letter) {
-                tracing::warn!(
-                    run_id,
-                    queue,
-                    what,
-                    "a dead letter the run is past; the run goes on"
-                );
-                return Ok(Outcome::Done);
+            let now = self.svc.clock.now_ms();
+            match judge(&run, letter, now) {
+                _ if run.tenant != tenant => {}
+                Verdict::Past => {
+                    tracing::warn!(
+                        run_id,
+                        queue,
+                        what,
+                        "a dead letter the run is past; the run goes on"
+                    );
+                    return Ok(Outcome::Done);
+                }
+                Verdict::CheckAgain => {
+                    // The same check, later: the Run's deadline ends the
+                    // retries (a Run past it is failed, below).
+                    tracing::warn!(
+                        run_id,
+                        queue,
+                        what,
+                        "a watchdog check ran out of deliveries; checked again later"
+                    );
+                    if let Some(check) = &dispatch {
+                        self.svc
+                            .queues
+                            .send_dispatch_delayed(check, self.svc.cfg.sandbox.check_seconds)
+                            .await?;
+                    }
+                    return Ok(Outcome::Done);
+                }
+                Verdict::Fail => {}
             }
         }
         tracing::error!(run_id, queue, what, "dead letter received");

@@ -135,10 +135,29 @@ async fn a_dead_letter_the_run_is_past_leaves_it_alone() {
     let dispatch_dlq = svc.cfg.dispatch_dlq.clone();
     assert_eq!(deliver(&d, &dispatch_dlq, &start(&run)).await, 0);
     assert_eq!(state_of(&mem, &run.run_id), RunState::AwaitingTool);
-    // Its step it is still at is another matter.
+    // A watchdog check that ran out of deliveries is made again.
+    let check = DispatchMessage::CheckRun {
+        run_id: run.run_id.clone(),
+        tenant: TENANT.into(),
+        step: 0,
+        epoch: 1,
+    };
+    assert_eq!(deliver(&d, &dispatch_dlq, &check).await, 0);
+    assert_eq!(state_of(&mem, &run.run_id), RunState::AwaitingTool);
+    assert_eq!(
+        mem.state().dispatch.last(),
+        Some(&(check, svc.cfg.sandbox.check_seconds))
+    );
+    // The copy of the step that began its wait: the wait is past it.
     let dlq = svc.cfg.harness_dlq.clone();
     assert_eq!(deliver(&d, &dlq, &first_step(&run)).await, 0);
-    assert_eq!(state_of(&mem, &run.run_id), RunState::ClosedFailed);
+    assert_eq!(state_of(&mem, &run.run_id), RunState::AwaitingTool);
+    // A step still to run (its worker died after claiming it) is another
+    // matter: that Run fails.
+    let stuck = accepted_run(&svc, TENANT, &def, "ho").await;
+    step_to(&mem, &stuck.run_id, None);
+    assert_eq!(deliver(&d, &dlq, &first_step(&stuck)).await, 0);
+    assert_eq!(state_of(&mem, &stuck.run_id), RunState::ClosedFailed);
 }
 
 /// A Run whose document cannot be read: every delivery of its step fails

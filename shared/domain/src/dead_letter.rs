@@ -17,6 +17,34 @@ pub enum DeadLetter<'a> {
     Dispatch(&'a DispatchMessage),
 }
 
+/// What becomes of a Run whose message was dead-lettered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// It never waited for the message (a copy of one it is past): it
+    /// goes on untouched.
+    Past,
+    /// It fails with the reason (or, ended already, is settled).
+    Fail,
+    /// A check of its watchdog's: checked again later, while the Run has
+    /// time left (its deadline bounds the retries); a Run past it fails.
+    CheckAgain,
+}
+
+/// The verdict on `run` for a dead letter, at `now_ms`.
+pub fn judge(run: &Run, letter: DeadLetter<'_>, now_ms: i64) -> Verdict {
+    if !still_needed(run, letter) {
+        return Verdict::Past;
+    }
+    let check = matches!(
+        letter,
+        DeadLetter::Dispatch(DispatchMessage::CheckRun { .. })
+    );
+    if check && !run.state().is_terminal() && !run.past_deadline(now_ms) {
+        return Verdict::CheckAgain;
+    }
+    Verdict::Fail
+}
+
 /// Whether `run` still waited for what `letter` carried: only then is the
 /// Run failed for it. A Run already ended is settled all the same (its
 /// settling may be what failed).
@@ -26,7 +54,11 @@ pub fn still_needed(run: &Run, letter: DeadLetter<'_>) -> bool {
     }
     match letter {
         DeadLetter::Harness(m) => match m {
-            HarnessMessage::Step { step, .. } => run.step == *step,
+            // A step's message drives a Run only until the step waits
+            // (then a result, a decision or a child's end does).
+            HarnessMessage::Step { step, .. } => {
+                run.step == *step && matches!(run.state(), RunState::Pending | RunState::Executing)
+            }
             HarnessMessage::SandboxHanded { step, .. } => {
                 run.step == *step && run.state() == RunState::AwaitingTool
             }

@@ -47,6 +47,17 @@ fn a_start_or_a_step_the_run_is_past_changes_nothing() {
     assert!(!still_needed(&run, DeadLetter::Harness(&step(&run, 0))));
     // The step it is at: it waited for that one.
     assert!(still_needed(&run, DeadLetter::Harness(&step(&run, 1))));
+    // Not once the step waits for a person (a decision drives it then).
+    let mut asking = run.clone();
+    asking
+        .apply(RunEvent::Claimed { lease_until_ms: 9 }, 3)
+        .unwrap();
+    asking.apply(RunEvent::AwaitApproval, 4).unwrap();
+    assert_eq!(asking.step, 1);
+    assert!(!still_needed(
+        &asking,
+        DeadLetter::Harness(&step(&asking, 1))
+    ));
 }
 
 #[test]
@@ -121,4 +132,29 @@ fn a_spawn_matters_while_children_of_its_round_are_to_start() {
         }
     }
     assert!(!still_needed(&run, DeadLetter::Dispatch(&spawn)));
+}
+
+#[test]
+fn a_dead_watchdog_check_is_checked_again_until_the_deadline() {
+    let mut run = past_its_first_step();
+    run.apply(RunEvent::Claimed { lease_until_ms: 9 }, 3)
+        .unwrap();
+    run.apply(RunEvent::AwaitChildren, 4).unwrap();
+    let check = DispatchMessage::CheckRun {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+        step: run.step,
+        epoch: run.epoch,
+    };
+    let letter = DeadLetter::Dispatch(&check);
+    assert_eq!(judge(&run, letter, 5), Verdict::CheckAgain);
+    assert_eq!(judge(&run, letter, run.budgets.deadline_ms), Verdict::Fail);
+    // A check of an earlier wait: the Run is past it.
+    let old = DispatchMessage::CheckRun {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+        step: run.step,
+        epoch: run.epoch - 1,
+    };
+    assert_eq!(judge(&run, DeadLetter::Dispatch(&old), 5), Verdict::Past);
 }
