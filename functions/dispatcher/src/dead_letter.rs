@@ -152,21 +152,24 @@ impl Dispatcher {
                     );
                     return Ok(Outcome::Done);
                 }
-                Verdict::CheckAgain => {
-                    // The same check, later: the Run's deadline ends the
-                    // retries (a Run past it is failed, below).
+                Verdict::Watch => {
+                    // Its watchdog looks (again), and starts what was lost.
                     tracing::warn!(
                         run_id,
                         queue,
                         what,
-                        "a watchdog check ran out of deliveries; checked again later"
+                        "a dead letter of a waiting run; its watchdog looks"
                     );
-                    if let Some(check) = &dispatch {
-                        self.svc
-                            .queues
-                            .send_dispatch_delayed(check, self.svc.cfg.sandbox.check_seconds)
-                            .await?;
-                    }
+                    let check = DispatchMessage::CheckRun {
+                        run_id: run.run_id.clone(),
+                        tenant: run.tenant.clone(),
+                        step: run.step,
+                        epoch: run.epoch,
+                    };
+                    self.svc
+                        .queues
+                        .send_dispatch_delayed(&check, self.svc.cfg.sandbox.check_seconds)
+                        .await?;
                     return Ok(Outcome::Done);
                 }
                 Verdict::Fail => {}

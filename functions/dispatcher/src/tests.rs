@@ -148,10 +148,16 @@ async fn a_dead_letter_the_run_is_past_leaves_it_alone() {
         mem.state().dispatch.last(),
         Some(&(check, svc.cfg.sandbox.check_seconds))
     );
-    // The copy of the step that began its wait: the wait is past it.
+    // The copy of the step that began its wait: the worker that committed
+    // the wait may have died before scheduling its watchdog, so the
+    // watchdog is asked to look.
     let dlq = svc.cfg.harness_dlq.clone();
+    mem.take_dispatch();
     assert_eq!(deliver(&d, &dlq, &first_step(&run)).await, 0);
     assert_eq!(state_of(&mem, &run.run_id), RunState::AwaitingTool);
+    assert!(
+        matches!(mem.take_dispatch().as_slice(), [DispatchMessage::CheckRun { run_id, .. }] if *run_id == run.run_id)
+    );
     // A step still to run (its worker died after claiming it) is another
     // matter: that Run fails.
     let stuck = accepted_run(&svc, TENANT, &def, "ho").await;
@@ -278,6 +284,30 @@ async fn the_watchdog_times_out_a_waiting_run_past_its_deadline() {
     let after = mem.state().runs[&run.run_id].clone();
     assert_eq!(after.state(), RunState::ClosedTimedOut);
     assert_eq!(after.error.map(|e| e.code), Some("TIMED_OUT".into()));
+}
+
+/// The watchdog timed a Run out and died before settling it: the check's
+/// redelivery settles it, rather than taking it for a Run that moved on.
+#[tokio::test]
+async fn a_check_that_finds_its_run_ended_but_unsettled_settles_it() {
+    let (svc, mem, d, def) = setup().await;
+    let run = accepted_run(&svc, TENANT, &def, "hi").await;
+    step_to(&mem, &run.run_id, Some(RunEvent::AwaitTool));
+    {
+        let mut st = mem.state();
+        let r = st.runs.get_mut(&run.run_id).expect("the run");
+        let error = armada_domain::run::RunError::new("TIMED_OUT", "late");
+        r.apply(RunEvent::DeadlineExceeded { error }, 3)
+            .expect("timed out");
+    }
+    let check = DispatchMessage::CheckRun {
+        run_id: run.run_id.clone(),
+        tenant: TENANT.into(),
+        step: 0,
+        epoch: 1,
+    };
+    assert_eq!(deliver(&d, &svc.cfg.dispatch_queue, &check).await, 0);
+    assert_eq!(state_of(&mem, &run.run_id), RunState::ClosedTimedOut);
 }
 
 #[tokio::test]

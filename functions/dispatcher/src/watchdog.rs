@@ -55,6 +55,11 @@ impl Dispatcher {
         let Some(run) = self.load(run_id, tenant).await? else {
             return Ok(Outcome::Done);
         };
+        if run.state().is_terminal() && !run.state().is_closed() {
+            // Ended (timed out by this very check, say) and not settled:
+            // the dispatcher that ended it died before settling.
+            return self.settle(run_id, tenant).await;
+        }
         let waiting = matches!(
             run.state(),
             RunState::AwaitingTool | RunState::AwaitingHitl | RunState::AwaitingChildren

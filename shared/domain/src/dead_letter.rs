@@ -25,24 +25,43 @@ pub enum Verdict {
     Past,
     /// It fails with the reason (or, ended already, is settled).
     Fail,
-    /// A check of its watchdog's: checked again later, while the Run has
-    /// time left (its deadline bounds the retries); a Run past it fails.
-    CheckAgain,
+    /// It waits (for a sandbox, a person, children) and the message was
+    /// one that could carry its wait's follow-ups: its step (a worker
+    /// killed after committing the wait sent neither the children's start
+    /// nor the watchdog), a hand-over, or its watchdog's own check. Its
+    /// watchdog is asked to look, which starts what was lost, while the
+    /// Run has time left (its deadline bounds this).
+    Watch,
 }
 
 /// The verdict on `run` for a dead letter, at `now_ms`.
 pub fn judge(run: &Run, letter: DeadLetter<'_>, now_ms: i64) -> Verdict {
-    if !still_needed(run, letter) {
-        return Verdict::Past;
-    }
-    let check = matches!(
-        letter,
-        DeadLetter::Dispatch(DispatchMessage::CheckRun { .. })
+    let waiting = matches!(
+        run.state(),
+        RunState::AwaitingTool | RunState::AwaitingHitl | RunState::AwaitingChildren
     );
-    if check && !run.state().is_terminal() && !run.past_deadline(now_ms) {
-        return Verdict::CheckAgain;
+    let of_this_wait = match letter {
+        DeadLetter::Harness(
+            HarnessMessage::Step { step, .. } | HarnessMessage::SandboxHanded { step, .. },
+        ) => run.step == *step,
+        DeadLetter::Dispatch(DispatchMessage::CheckRun { step, epoch, .. }) => {
+            run.step == *step && run.epoch == *epoch
+        }
+        _ => false,
+    };
+    if waiting && of_this_wait {
+        // Past its deadline there is nothing left to wait for.
+        return if run.past_deadline(now_ms) {
+            Verdict::Fail
+        } else {
+            Verdict::Watch
+        };
     }
-    Verdict::Fail
+    if still_needed(run, letter) {
+        Verdict::Fail
+    } else {
+        Verdict::Past
+    }
 }
 
 /// Whether `run` still waited for what `letter` carried: only then is the
@@ -82,8 +101,16 @@ pub fn still_needed(run: &Run, letter: DeadLetter<'_>) -> bool {
         },
         DeadLetter::Dispatch(m) => match m {
             DispatchMessage::StartRun { .. } => run.state() == RunState::Pending,
+            // A check matters only to a wait (see `judge`).
             DispatchMessage::CheckRun { step, epoch, .. } => {
-                run.step == *step && run.epoch == *epoch
+                run.step == *step
+                    && run.epoch == *epoch
+                    && matches!(
+                        run.state(),
+                        RunState::AwaitingTool
+                            | RunState::AwaitingHitl
+                            | RunState::AwaitingChildren
+                    )
             }
             // Only while children of its round are still to start.
             DispatchMessage::SpawnChildren { round, .. } => {

@@ -58,6 +58,13 @@ fn a_start_or_a_step_the_run_is_past_changes_nothing() {
         &asking,
         DeadLetter::Harness(&step(&asking, 1))
     ));
+    // Its watchdog is asked to look instead: the worker that committed
+    // the wait may have died before sending what follows it.
+    let letter = step(&asking, 1);
+    assert_eq!(
+        judge(&asking, DeadLetter::Harness(&letter), 5),
+        Verdict::Watch
+    );
 }
 
 #[test]
@@ -135,7 +142,7 @@ fn a_spawn_matters_while_children_of_its_round_are_to_start() {
 }
 
 #[test]
-fn a_dead_watchdog_check_is_checked_again_until_the_deadline() {
+fn a_dead_watchdog_check_is_made_again_until_the_deadline() {
     let mut run = past_its_first_step();
     run.apply(RunEvent::Claimed { lease_until_ms: 9 }, 3)
         .unwrap();
@@ -147,7 +154,16 @@ fn a_dead_watchdog_check_is_checked_again_until_the_deadline() {
         epoch: run.epoch,
     };
     let letter = DeadLetter::Dispatch(&check);
-    assert_eq!(judge(&run, letter, 5), Verdict::CheckAgain);
+    assert_eq!(judge(&run, letter, 5), Verdict::Watch);
+    // So is a copy of the step that began the wait; past the deadline,
+    // either fails the Run (nothing would time it out otherwise).
+    let began = step(&run, run.step);
+    assert_eq!(judge(&run, DeadLetter::Harness(&began), 5), Verdict::Watch);
+    let late = run.budgets.deadline_ms;
+    assert_eq!(
+        judge(&run, DeadLetter::Harness(&began), late),
+        Verdict::Fail
+    );
     assert_eq!(judge(&run, letter, run.budgets.deadline_ms), Verdict::Fail);
     // A check of an earlier wait: the Run is past it.
     let old = DispatchMessage::CheckRun {
