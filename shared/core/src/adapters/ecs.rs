@@ -42,7 +42,7 @@ use crate::ports::Provider;
 /// with the task's execution role as it starts the task; the bucket
 /// policy lets no one else read `bootstrap/`, and the object is deleted
 /// with its generation (and expires after a day in any case). The nonce
-/// makes each start's file its own.
+/// makes each start's file its own (the start's token names it).
 pub fn bootstrap_key(tenant: &str, agent: &str, generation: u64, nonce: &str) -> String {
     format!("{}{nonce}.env", bootstrap_prefix(tenant, agent, generation))
 }
@@ -190,10 +190,10 @@ impl SandboxProvider {
         tenant: &str,
         agent: &str,
         generation: u64,
+        nonce: &str,
         vars: &[(&str, String)],
     ) -> Result<String, StoreError> {
-        let nonce = hex::encode(rand::random::<[u8; 8]>());
-        let key = bootstrap_key(tenant, agent, generation, &nonce);
+        let key = bootstrap_key(tenant, agent, generation, nonce);
         let text: String = vars.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
         self.s3
             .put_object()
@@ -413,8 +413,12 @@ impl Provider for SandboxProvider {
         }
         let (secret, public): (Vec<_>, Vec<_>) =
             env.into_iter().partition(|(k, _)| BOOTSTRAP.contains(k));
+        // Named by the start, so a retried start names the same file and
+        // asks ECS for the same task (the same client token with other
+        // parameters is a ConflictException).
+        let nonce = &req.start_token[..req.start_token.len().min(16)];
         let file = self
-            .write_bootstrap(req.tenant, req.agent, req.generation, &secret)
+            .write_bootstrap(req.tenant, req.agent, req.generation, nonce, &secret)
             .await?;
         let overrides = TaskOverride::builder()
             .container_overrides(

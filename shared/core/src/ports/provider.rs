@@ -57,8 +57,16 @@ pub mod task_env {
     /// Variables whose values are secrets (never logged or shown).
     pub const SECRETS: [&str; 3] = [ANSWER_KEY, SECRET_ACCESS_KEY, SESSION_TOKEN];
     /// Variables handed over in the generation's bootstrap file, never in
-    /// the task's overrides (see [`bootstrap_key`](crate::adapters::ecs::bootstrap_key)).
-    pub const BOOTSTRAP: [&str; 4] = [ANSWER_KEY, ACCESS_KEY_ID, SECRET_ACCESS_KEY, SESSION_TOKEN];
+    /// the task's overrides (see [`bootstrap_key`](crate::adapters::ecs::bootstrap_key)):
+    /// the secrets, and what changes with each set of credentials, so a
+    /// retried start's overrides are the first try's.
+    pub const BOOTSTRAP: [&str; 5] = [
+        ANSWER_KEY,
+        ACCESS_KEY_ID,
+        SECRET_ACCESS_KEY,
+        SESSION_TOKEN,
+        CREDENTIALS_EXPIRE_MS,
+    ];
 }
 
 /// What the provider needs to start a generation's task.
