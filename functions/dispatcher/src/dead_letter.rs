@@ -17,7 +17,10 @@ impl Dispatcher {
     /// A message that kept failing: fail its Run with the reason, then settle it.
     pub(crate) async fn dead_letter(&self, queue: &str, body: &str, receives: u32) -> Handled {
         let harness = serde_json::from_str::<HarnessMessage>(body).ok();
-        let dispatch = serde_json::from_str::<DispatchMessage>(body).ok();
+        let dispatch = harness
+            .is_none()
+            .then(|| serde_json::from_str::<DispatchMessage>(body).ok())
+            .flatten();
         let (run_id, tenant, what) = if let Some(m) = harness.clone() {
             match m {
                 HarnessMessage::Step {

@@ -60,10 +60,7 @@ impl Dispatcher {
             // the dispatcher that ended it died before settling.
             return self.settle(run_id, tenant).await;
         }
-        let waiting = matches!(
-            run.state(),
-            RunState::AwaitingTool | RunState::AwaitingHitl | RunState::AwaitingChildren
-        );
+        let waiting = run.state().is_waiting();
         if run.epoch != epoch || run.step != step || !waiting {
             // The Run moved on; a later wait has its own check.
             return Ok(Outcome::Done);

@@ -36,10 +36,7 @@ pub enum Verdict {
 
 /// The verdict on `run` for a dead letter, at `now_ms`.
 pub fn judge(run: &Run, letter: DeadLetter<'_>, now_ms: i64) -> Verdict {
-    let waiting = matches!(
-        run.state(),
-        RunState::AwaitingTool | RunState::AwaitingHitl | RunState::AwaitingChildren
-    );
+    let waiting = run.state().is_waiting();
     let of_this_wait = match letter {
         DeadLetter::Harness(
             HarnessMessage::Step { step, .. } | HarnessMessage::SandboxHanded { step, .. },
@@ -103,14 +100,7 @@ pub fn still_needed(run: &Run, letter: DeadLetter<'_>) -> bool {
             DispatchMessage::StartRun { .. } => run.state() == RunState::Pending,
             // A check matters only to a wait (see `judge`).
             DispatchMessage::CheckRun { step, epoch, .. } => {
-                run.step == *step
-                    && run.epoch == *epoch
-                    && matches!(
-                        run.state(),
-                        RunState::AwaitingTool
-                            | RunState::AwaitingHitl
-                            | RunState::AwaitingChildren
-                    )
+                run.step == *step && run.epoch == *epoch && run.state().is_waiting()
             }
             // Only while children of its round are still to start.
             DispatchMessage::SpawnChildren { round, .. } => {

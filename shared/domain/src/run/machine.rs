@@ -73,6 +73,16 @@ impl RunState {
         !self.is_active()
     }
 
+    /// Waiting: a step committed its wait (for a sandbox, a person or
+    /// children); a result, a decision or a child's end moves it on, and
+    /// its watchdog checks on it.
+    pub fn is_waiting(self) -> bool {
+        matches!(
+            self,
+            RunState::AwaitingTool | RunState::AwaitingHitl | RunState::AwaitingChildren
+        )
+    }
+
     /// Active: the Run can still make progress.
     pub fn is_active(self) -> bool {
         match self {
