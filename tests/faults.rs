@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use armada_core::Services;
-use armada_domain::messages::{DispatchMessage, HarnessMessage};
+use armada_domain::messages::{check_slot, DispatchMessage, HarnessMessage};
 use armada_domain::run::{EventKind, LogEvent, Run};
 use armada_harness::{Aborted, StepHooks};
 use armada_tests::wait::{drained, eventually};
@@ -494,5 +494,23 @@ async fn a_lost_result_is_repeated_only_for_idempotent_calls() {
         "{run:?}"
     );
     assert_eq!(hits.lock().unwrap().len(), 3, "the GET ran twice");
+    t.stack.stop().await;
+}
+
+/// The watchdog's checks take their slots on the real table: the first
+/// message to take a slot goes on, and so do its redeliveries; a copy that
+/// another message carries does not, so a check handled twice leaves one
+/// chain (`a_watchdog_check_handled_twice_leaves_one_chain` has the rest).
+#[tokio::test]
+async fn a_check_slot_is_taken_by_one_message() {
+    let t = TestStack::start().await;
+    let store = &t.stack.svc.idempotency;
+    let now = t.stack.svc.clock.now_ms();
+    let slot = check_slot("run-x", 2, 1, 3);
+    assert!(store.take_slot(&slot, "m-1", now).await.unwrap());
+    assert!(store.take_slot(&slot, "m-1", now).await.unwrap());
+    assert!(!store.take_slot(&slot, "m-2", now).await.unwrap());
+    let next = check_slot("run-x", 2, 1, 4);
+    assert!(store.take_slot(&next, "m-2", now).await.unwrap());
     t.stack.stop().await;
 }

@@ -80,6 +80,7 @@ fn check(run: &Run) -> DispatchMessage {
         tenant: run.tenant.clone(),
         step: run.step,
         epoch: run.epoch,
+        n: 0,
     }
 }
 

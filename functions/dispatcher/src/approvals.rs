@@ -120,7 +120,12 @@ impl Dispatcher {
     /// decisions the Run has not taken note of are sent to it again, links
     /// never sent are sent; then the next check, no later than the earliest
     /// deadline.
-    pub(crate) async fn check_approvals(&self, run: &Run, step: u32, epoch: u64) -> Handled {
+    pub(crate) async fn check_approvals(
+        &self,
+        run: &Run,
+        step: u32,
+        next: &DispatchMessage,
+    ) -> Handled {
         let svc = &self.svc;
         let now = svc.clock.now_ms();
         let waiting: Vec<String> = run
@@ -180,17 +185,7 @@ impl Dispatcher {
         // (a stack with quick checks looks at approvals quickly too).
         let cap = MAX_DELAY_S.min(i64::from(svc.cfg.sandbox.check_seconds.max(1)) * 30);
         let delay = until_due_s.clamp(1, cap) as u32;
-        svc.queues
-            .send_dispatch_delayed(
-                &DispatchMessage::CheckRun {
-                    run_id: run.run_id.clone(),
-                    tenant: run.tenant.clone(),
-                    step,
-                    epoch,
-                },
-                delay,
-            )
-            .await?;
+        svc.queues.send_dispatch_delayed(next, delay).await?;
         Ok(Outcome::Done)
     }
 

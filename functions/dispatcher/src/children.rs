@@ -202,6 +202,7 @@ impl Dispatcher {
                     tenant: next.tenant.clone(),
                     step: next.step,
                     epoch: next.epoch,
+                    n: 0,
                 };
                 let delay = self.svc.cfg.sandbox.check_seconds;
                 self.svc.queues.send_dispatch_delayed(&check, delay).await?;

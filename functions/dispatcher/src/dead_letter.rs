@@ -6,7 +6,7 @@ use crate::Handled;
 use armada_core::batch::Outcome;
 use armada_core::services::ending::{self, EndOutcome};
 use armada_core::services::unreadable::Ending;
-use armada_domain::dead_letter::{judge, DeadLetter, Verdict};
+use armada_domain::dead_letter::{judge, watch, DeadLetter, Verdict};
 use armada_domain::messages::DispatchMessage;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::run::EndNote;
@@ -163,12 +163,7 @@ impl Dispatcher {
                         what,
                         "a dead letter of a waiting run; its watchdog looks"
                     );
-                    let check = DispatchMessage::CheckRun {
-                        run_id: run.run_id.clone(),
-                        tenant: run.tenant.clone(),
-                        step: run.step,
-                        epoch: run.epoch,
-                    };
+                    let check = watch(&run, letter);
                     self.svc
                         .queues
                         .send_dispatch_delayed(&check, self.svc.cfg.sandbox.check_seconds)

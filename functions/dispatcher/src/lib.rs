@@ -35,6 +35,7 @@ use armada_core::Services;
 use armada_domain::messages::DispatchMessage;
 use armada_domain::run::{EndNote, IllegalTransition, Run, RunEvent};
 use armada_domain::sandbox::credentials::Renewal;
+use watchdog::WatchCheck;
 
 #[derive(Debug, Clone)]
 pub struct Dispatcher {
@@ -80,6 +81,7 @@ impl Dispatcher {
     async fn handle_record(&self, msg: SqsMessage) -> Outcome {
         let queue = source_queue(&msg);
         let receives = receive_count(&msg);
+        let message_id = msg.message_id.clone().unwrap_or_default();
         let body = msg.body.unwrap_or_default();
         if !self.svc.cfg.alarms.queue.is_empty() && queue == self.svc.cfg.alarms.queue {
             return self.alarm(&body).await.unwrap_or_else(Outcome::from);
@@ -117,7 +119,18 @@ impl Dispatcher {
                     tenant,
                     step,
                     epoch,
-                } => self.check_run(&run_id, &tenant, step, epoch).await,
+                    n,
+                } => {
+                    let check = WatchCheck {
+                        run_id: &run_id,
+                        tenant: &tenant,
+                        step,
+                        epoch,
+                        n,
+                        message_id: &message_id,
+                    };
+                    self.check_run(&check).await
+                }
                 DispatchMessage::SpawnChildren {
                     run_id,
                     tenant,

@@ -29,6 +29,14 @@ async fn deliver(d: &Dispatcher, queue: &str, msg: &impl serde::Serialize) -> us
         .len()
 }
 
+/// As [`deliver`], carried by the SQS message `message_id`.
+async fn deliver_as(d: &Dispatcher, queue: &str, msg: &DispatchMessage, message_id: &str) -> usize {
+    let body = serde_json::to_string(msg).unwrap_or_default();
+    let mut event = sqs_event(queue, &[body]);
+    event.records[0].message_id = Some(message_id.to_string());
+    d.handle_event(event).await.batch_item_failures.len()
+}
+
 fn start(run: &Run) -> DispatchMessage {
     DispatchMessage::StartRun {
         run_id: run.run_id.clone(),
@@ -141,12 +149,24 @@ async fn a_dead_letter_the_run_is_past_leaves_it_alone() {
         tenant: TENANT.into(),
         step: 0,
         epoch: 1,
+        n: 0,
     };
     assert_eq!(deliver(&d, &dispatch_dlq, &check).await, 0);
     assert_eq!(state_of(&mem, &run.run_id), RunState::AwaitingTool);
+    // The next of its chain: no copy of the dead one went on.
+    let DispatchMessage::CheckRun { n: 0, .. } = check else {
+        panic!("{check:?}");
+    };
+    let next = DispatchMessage::CheckRun {
+        run_id: run.run_id.clone(),
+        tenant: TENANT.into(),
+        step: 0,
+        epoch: 1,
+        n: 1,
+    };
     assert_eq!(
         mem.state().dispatch.last(),
-        Some(&(check, svc.cfg.sandbox.check_seconds))
+        Some(&(next, svc.cfg.sandbox.check_seconds))
     );
     // The copy of the step that began its wait: the worker that committed
     // the wait may have died before scheduling its watchdog, so the
@@ -270,6 +290,7 @@ async fn the_watchdog_times_out_a_waiting_run_past_its_deadline() {
         tenant: TENANT.into(),
         step: 0,
         epoch: 1,
+        n: 0,
     };
     // Before the deadline it only checks again later.
     deliver(&d, &svc.cfg.dispatch_queue, &check).await;
@@ -284,6 +305,44 @@ async fn the_watchdog_times_out_a_waiting_run_past_its_deadline() {
     let after = mem.state().runs[&run.run_id].clone();
     assert_eq!(after.state(), RunState::ClosedTimedOut);
     assert_eq!(after.error.map(|e| e.code), Some("TIMED_OUT".into()));
+}
+
+/// A check handled twice (its delete lost, or its batch handed to two
+/// invocations) sends its successor twice; only the first copy of that
+/// successor goes on, so the chain stays one chain. A redelivery of the
+/// message that took the slot still goes on (it may have died midway).
+#[tokio::test]
+async fn a_watchdog_check_handled_twice_leaves_one_chain() {
+    let (svc, mem, d, def) = setup().await;
+    let run = accepted_run(&svc, TENANT, &def, "hi").await;
+    step_to(&mem, &run.run_id, Some(RunEvent::AwaitTool));
+    let check = DispatchMessage::CheckRun {
+        run_id: run.run_id.clone(),
+        tenant: TENANT.into(),
+        step: 0,
+        epoch: 1,
+        n: 0,
+    };
+    let queue = svc.cfg.dispatch_queue.clone();
+    // The same message handled twice: two successors, copies of one.
+    assert_eq!(deliver_as(&d, &queue, &check, "first").await, 0);
+    assert_eq!(deliver_as(&d, &queue, &check, "first").await, 0);
+    let successors = mem.take_dispatch();
+    assert_eq!(successors.len(), 2, "{successors:?}");
+    assert!(successors
+        .iter()
+        .all(|m| matches!(m, DispatchMessage::CheckRun { n: 1, .. })));
+    // Two SQS messages now: the first to arrive goes on, the other is
+    // dropped; the first's redelivery goes on again.
+    assert_eq!(deliver_as(&d, &queue, &successors[0], "one").await, 0);
+    assert_eq!(mem.take_dispatch().len(), 1);
+    assert_eq!(deliver_as(&d, &queue, &successors[1], "two").await, 0);
+    assert!(mem.take_dispatch().is_empty(), "the chain forked");
+    assert_eq!(deliver_as(&d, &queue, &successors[0], "one").await, 0);
+    assert!(matches!(
+        mem.take_dispatch().as_slice(),
+        [DispatchMessage::CheckRun { n: 2, .. }]
+    ));
 }
 
 /// The watchdog timed a Run out and died before settling it: the check's
@@ -305,6 +364,7 @@ async fn a_check_that_finds_its_run_ended_but_unsettled_settles_it() {
         tenant: TENANT.into(),
         step: 0,
         epoch: 1,
+        n: 0,
     };
     assert_eq!(deliver(&d, &svc.cfg.dispatch_queue, &check).await, 0);
     assert_eq!(state_of(&mem, &run.run_id), RunState::ClosedTimedOut);
@@ -343,6 +403,7 @@ async fn the_watchdog_tells_a_run_again_that_it_holds_its_sandbox() {
         tenant: TENANT.into(),
         step: 0,
         epoch: 1,
+        n: 0,
     };
     // A Run still waiting for the sandbox is not told anything.
     deliver(&d, &svc.cfg.dispatch_queue, &check(&second)).await;

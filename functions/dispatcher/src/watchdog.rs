@@ -13,6 +13,7 @@ use armada_core::services::sandboxing::CallWatch;
 use armada_core::services::sandboxing::SandboxError;
 use armada_domain::collab::SlotState;
 use armada_domain::ledger::ToolCallState;
+use armada_domain::messages::check_slot;
 use armada_domain::messages::DispatchMessage;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::messages::ResultBody;
@@ -27,6 +28,18 @@ use armada_domain::sandbox::hand::SANDBOX_LOST;
 use armada_domain::sandbox::lifecycle::SandboxRecord;
 use armada_domain::sandbox::lifecycle::SandboxState;
 use armada_domain::sandbox::seal::{answer_key, Answer};
+
+/// A watchdog check as delivered: what it names and the SQS message that
+/// carried it (a redelivery of the same message may take its slot again).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WatchCheck<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) tenant: &'a str,
+    pub(crate) step: u32,
+    pub(crate) epoch: u64,
+    pub(crate) n: u32,
+    pub(crate) message_id: &'a str,
+}
 
 /// Whether a Run waiting for its sandbox holds it (handed over when the
 /// last holder let go, which stamps the record's `last_used_at_ms`) but
@@ -45,13 +58,15 @@ impl Dispatcher {
     /// The watchdog of a Run waiting at `step`: its deadline, its sandbox's
     /// start, and the calls it dispatched (a sandbox that died with a call
     /// in it is answered for: never started → not run, started → lost).
-    pub(crate) async fn check_run(
-        &self,
-        run_id: &str,
-        tenant: &str,
-        step: u32,
-        epoch: u64,
-    ) -> Handled {
+    pub(crate) async fn check_run(&self, check: &WatchCheck<'_>) -> Handled {
+        let WatchCheck {
+            run_id,
+            tenant,
+            step,
+            epoch,
+            n,
+            message_id,
+        } = *check;
         let Some(run) = self.load(run_id, tenant).await? else {
             return Ok(Outcome::Done);
         };
@@ -66,12 +81,31 @@ impl Dispatcher {
             return Ok(Outcome::Done);
         }
         let now = self.svc.clock.now_ms();
+        let slot = check_slot(run_id, epoch, step, n);
+        if !self
+            .svc
+            .idempotency
+            .take_slot(&slot, message_id, now)
+            .await?
+        {
+            // A copy of a check already handled (a delete lost, a batch
+            // handed twice) whose chain went on from its first copy.
+            tracing::info!(run_id, step, n, "a repeated watchdog check dropped");
+            return Ok(Outcome::Done);
+        }
         if run.past_deadline(now) {
             return self.time_out(run).await;
         }
+        let next = DispatchMessage::CheckRun {
+            run_id: run_id.to_string(),
+            tenant: tenant.to_string(),
+            step,
+            epoch,
+            n: n + 1,
+        };
         if run.state() == RunState::AwaitingHitl {
             // Humans have their own deadlines: the approvals'.
-            return self.check_approvals(&run, step, epoch).await;
+            return self.check_approvals(&run, step, &next).await;
         }
         if let Some(c) = run
             .children
@@ -203,15 +237,7 @@ impl Dispatcher {
         }
         self.svc
             .queues
-            .send_dispatch_delayed(
-                &DispatchMessage::CheckRun {
-                    run_id: run_id.to_string(),
-                    tenant: tenant.to_string(),
-                    step,
-                    epoch,
-                },
-                self.svc.cfg.sandbox.check_seconds,
-            )
+            .send_dispatch_delayed(&next, self.svc.cfg.sandbox.check_seconds)
             .await?;
         Ok(Outcome::Done)
     }

@@ -63,6 +63,7 @@ impl Harness {
                     tenant: run.tenant.clone(),
                     step: run.step,
                     epoch: run.epoch,
+                    n: 0,
                 },
                 self.svc.cfg.sandbox.check_seconds,
             )

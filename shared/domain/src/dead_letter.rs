@@ -61,6 +61,24 @@ pub fn judge(run: &Run, letter: DeadLetter<'_>, now_ms: i64) -> Verdict {
     }
 }
 
+/// The check that a [`Verdict::Watch`] sends: the next of the chain the
+/// dead letter was a check of (the chain went on from no copy of it), or
+/// the wait's first check (a copy of it merges with the chain when one
+/// goes on: [`crate::messages::check_slot`]).
+pub fn watch(run: &Run, letter: DeadLetter<'_>) -> DispatchMessage {
+    let n = match letter {
+        DeadLetter::Dispatch(DispatchMessage::CheckRun { n, .. }) => n + 1,
+        _ => 0,
+    };
+    DispatchMessage::CheckRun {
+        run_id: run.run_id.clone(),
+        tenant: run.tenant.clone(),
+        step: run.step,
+        epoch: run.epoch,
+        n,
+    }
+}
+
 /// Whether `run` still waited for what `letter` carried: only then is the
 /// Run failed for it. A Run already ended is settled all the same (its
 /// settling may be what failed).

@@ -152,6 +152,7 @@ fn a_dead_watchdog_check_is_made_again_until_the_deadline() {
         tenant: run.tenant.clone(),
         step: run.step,
         epoch: run.epoch,
+        n: 0,
     };
     let letter = DeadLetter::Dispatch(&check);
     assert_eq!(judge(&run, letter, 5), Verdict::Watch);
@@ -171,6 +172,15 @@ fn a_dead_watchdog_check_is_made_again_until_the_deadline() {
         tenant: run.tenant.clone(),
         step: run.step,
         epoch: run.epoch - 1,
+        n: 0,
     };
     assert_eq!(judge(&run, DeadLetter::Dispatch(&old), 5), Verdict::Past);
+    // The dead check's chain goes on from its successor; a dead step
+    // starts the wait's chain (or meets it, at its first check).
+    let next = |letter| match watch(&run, letter) {
+        DispatchMessage::CheckRun { n, epoch, step, .. } => (n, epoch, step),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(next(letter), (1, run.epoch, run.step));
+    assert_eq!(next(DeadLetter::Harness(&began)), (0, run.epoch, run.step));
 }

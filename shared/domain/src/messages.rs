@@ -49,6 +49,12 @@ pub enum DispatchMessage {
         /// The epoch that sent it: a later claim ends this chain of checks
         /// (and starts its own if the Run waits again).
         epoch: u64,
+        /// Its place in the chain: the wait's first check is 0, each
+        /// check sends `n + 1`. A check handled twice (its delete lost)
+        /// sends two `n + 1`s; only one of them may go on
+        /// ([`check_slot`]), or the chain would fork at every repeat.
+        #[serde(default)]
+        n: u32,
     },
     /// A sandbox agent asks for new AWS credentials (its own expire within
     /// the hour): sent by the agent, sealed with its generation's answer
@@ -275,6 +281,14 @@ impl DispatchMessage {
             DispatchMessage::FireSchedule { schedule_id, .. } => schedule_id,
         }
     }
+}
+
+/// The name of the `n`th check of a Run's wait at `step` under `epoch`:
+/// the first copy of that check to take it goes on, the other copies are
+/// dropped, so a chain of checks stays one chain under at-least-once
+/// delivery.
+pub fn check_slot(run_id: &str, epoch: u64, step: u32, n: u32) -> String {
+    format!("check#{run_id}#{epoch}#{step}#{n}")
 }
 
 /// On the harness FIFO queue, grouped by run id so one Run's steps never overlap.

@@ -71,6 +71,8 @@ pub struct State {
     pub idempotency: HashMap<String, IdemRecord>,
     /// (tenant, minute) → Runs started (the per-tenant rate quota).
     pub run_starts: HashMap<(String, i64), u32>,
+    /// slot → the message that took it (the watchdog's checks).
+    pub slots: HashMap<String, String>,
     /// (tenant, run) → until when the marker of an active Run counts.
     pub active_runs: BTreeMap<(String, String), i64>,
     /// (tenant, slot) → (holder, until) of a long-poll waiting.
@@ -635,6 +637,15 @@ impl Idempotency for Memory {
         }
         *n += 1;
         Ok(true)
+    }
+
+    async fn take_slot(&self, slot: &str, holder: &str, _now_ms: i64) -> Result<bool, StoreError> {
+        let mut st = self.state();
+        let taken = st
+            .slots
+            .entry(slot.to_string())
+            .or_insert_with(|| holder.to_string());
+        Ok(taken == holder)
     }
 }
 

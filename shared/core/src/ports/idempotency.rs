@@ -26,4 +26,8 @@ pub trait Idempotency: Send + Sync + Debug {
         window_s: i64,
         limit: u32,
     ) -> Result<bool, StoreError>;
+    /// Takes `slot` for `holder` (an SQS message id): `true` when it was
+    /// free or is `holder`'s already (a redelivery of the same message),
+    /// `false` when another message took it first. Kept a day.
+    async fn take_slot(&self, slot: &str, holder: &str, now_ms: i64) -> Result<bool, StoreError>;
 }

@@ -97,4 +97,20 @@ impl ports::Idempotency for IdempotencyStore {
                 .map_err(classify),
         )
     }
+
+    async fn take_slot(&self, slot: &str, holder: &str, now_ms: i64) -> Result<bool, StoreError> {
+        written(
+            self.dynamo
+                .put_item()
+                .table_name(&self.table)
+                .item("idem_key", s(format!("slot#{slot}")))
+                .item("holder", s(holder))
+                .item("expires_at", ttl_after(now_ms, 1))
+                .condition_expression("attribute_not_exists(idem_key) OR holder = :me")
+                .expression_attribute_values(":me", s(holder))
+                .send()
+                .await
+                .map_err(classify),
+        )
+    }
 }
