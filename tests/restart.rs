@@ -402,3 +402,48 @@ async fn a_dead_lettered_fifo_message_frees_its_group_after_a_restart() {
     process::stop(second, Duration::from_secs(60));
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// A sandbox task's network names the emulator's default subnet and
+/// security group: after a `kill -9` they have the same ids, whichever
+/// request first touched EC2 (here a read, which is not journaled), so a
+/// journaled `RunTask` replays and a later `StopTask` finds its task.
+/// They came out at random once, and an emulator restarted under a
+/// `sandbox-kill` chaos run never came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_network_keeps_its_ids_across_a_kill() {
+    use armada_cli::local::{emulator, provision};
+    let (how, state) = durable_emulator();
+    let endpoint = format!("http://127.0.0.1:{}", how.port);
+    let first = emulator::spawn(&root(), &how).unwrap();
+    emulator::wait_until_up(&endpoint, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let network = provision::default_network(&endpoint, "us-east-1")
+        .await
+        .unwrap();
+    // A journaled write after it: the kill leaves a record to replay.
+    let isolated = provision::isolated_security_group(&endpoint, "us-east-1")
+        .await
+        .unwrap();
+    assert!(process::kill(first));
+    wait::until(
+        "the killed emulator to be gone",
+        Duration::from_secs(30),
+        || async { (!process::alive(first)).then_some(()) },
+    )
+    .await;
+    let second = emulator::spawn(&root(), &how).unwrap();
+    emulator::wait_until_up(&endpoint, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let again = provision::default_network(&endpoint, "us-east-1")
+        .await
+        .unwrap();
+    assert_eq!(again, network);
+    let isolated_again = provision::isolated_security_group(&endpoint, "us-east-1")
+        .await
+        .unwrap();
+    assert_eq!(isolated_again, isolated);
+    process::stop(second, Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(&state);
+}

@@ -53,7 +53,12 @@ fn write_entry_point(root: &Path) -> Result<PathBuf> {
         if std::fs::read_to_string(&path).is_ok_and(|s| s == text) {
             continue;
         }
-        let tmp = state_dir(root).join(format!("{name}.{}", std::process::id()));
+        // Unique to this call: two threads of one process (the tests of
+        // one binary, each starting an emulator) would otherwise rename
+        // one temporary file twice, and the second rename fail.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = state_dir(root).join(format!("{name}.{}.{n}", std::process::id()));
         std::fs::write(&tmp, text)?;
         std::fs::rename(&tmp, &path)?;
     }
