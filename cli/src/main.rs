@@ -149,7 +149,8 @@ enum Cmd {
         #[arg(long, default_value_t = 8)]
         concurrency: usize,
         /// Comma-separated fault kinds: host-kill, point-kill,
-        /// emulator-kill, redeliver, delay, slow-emulator (or all, none).
+        /// emulator-kill, sandbox-kill, redeliver, delay, slow-emulator
+        /// (or all, none).
         #[arg(long, default_value = "all")]
         faults: String,
         /// Write the report as JSON here.
@@ -164,6 +165,9 @@ enum Cmd {
         /// Seconds between emulator kills (`MIN-MAX`).
         #[arg(long, default_value = "90-180", value_parser = armada_cli::chaos::parse_span)]
         emulator_kill_every: (std::time::Duration, std::time::Duration),
+        /// Seconds between kills of a sandbox agent (`MIN-MAX`).
+        #[arg(long, default_value = "30-60", value_parser = armada_cli::chaos::parse_span)]
+        sandbox_kill_every: (std::time::Duration, std::time::Duration),
         /// First run the same workload without faults, for its throughput.
         #[arg(long)]
         compare: bool,
@@ -554,6 +558,7 @@ async fn run(cli: Cli) -> Result<()> {
             drain,
             kill_every,
             emulator_kill_every,
+            sandbox_kill_every,
             compare,
         } => {
             let opts = armada_cli::chaos::ChaosOpts {
@@ -565,6 +570,7 @@ async fn run(cli: Cli) -> Result<()> {
                 drain: std::time::Duration::from_secs(drain),
                 kill_every,
                 emulator_kill_every,
+                sandbox_kill_every,
                 ..Default::default()
             };
             let report =

@@ -204,12 +204,16 @@ fn check_decided(
         })
         .collect();
     // A Run cancelled or timed out while it waited settles nothing; nor
-    // does one failed because the decision's own message ran out of
-    // deliveries (it says so: a dead letter with its Run failed for it).
+    // does one failed because the decision's message, or the message of
+    // the step that took the decision up, ran out of deliveries (it says
+    // so: a dead letter with its Run failed for it).
+    let step = run.ledger.get(&d.call_id).map(|c| c.step);
     let decision_dead_lettered = run.error.as_ref().is_some_and(|e| {
         e.code == "DEAD_LETTERED"
-            && e.message
+            && (e
+                .message
                 .contains(&format!("decision of approval {}", d.approval_id))
+                || step.is_some_and(|s| e.message.contains(&format!("step {s} message"))))
     });
     let waited_out = decision_dead_lettered
         || matches!(
@@ -503,6 +507,7 @@ pub struct Checked {
 /// A Run's creation, end and every event between (ms).
 #[derive(Debug, Clone, Default)]
 pub struct Span {
+    pub run_id: String,
     pub created: i64,
     pub ended: Option<i64>,
     /// Its events' times, oldest first.
@@ -537,6 +542,7 @@ pub async fn check(svc: &Services, started: &[Started], heard: &Heard) -> Result
                 check_callback(&run, heard, out);
                 recorded.extend(run.ledger.keys().map(|c| effect_key(&run.run_id, c)));
                 checked.spans.push(Span {
+                    run_id: run.run_id.clone(),
                     created: first_at(&events, &[EventKind::RunCreated])
                         .unwrap_or(run.created_at_ms),
                     ended: first_at(&events, &TERMINAL),
@@ -606,6 +612,60 @@ pub async fn stuck_messages(stack: &crate::local::LocalStack) -> Result<Vec<Viol
         }
         if stuck.is_empty() || std::time::Instant::now() > deadline {
             return Ok(stuck);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+/// Sandboxes left behind once every Run has ended (given half a minute:
+/// the last holder lets go as its Run settles): a sandbox still held by
+/// a Run that ended (`sandbox_held_by_ended_run`: every later Run of its
+/// agent would queue behind it), or a task running that no sandbox names
+/// (`sandbox_task_unowned`: it runs, and is paid for, with nobody to stop
+/// it).
+pub async fn leaked_sandboxes(svc: &Services, tenant: &str) -> Result<Vec<Violation>> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let mut leaked = Vec::new();
+        let records = svc.sandboxes.list(tenant).await?;
+        for rec in &records {
+            let Some(holder) = &rec.holder_run_id else {
+                continue;
+            };
+            let ended = svc
+                .runs
+                .head(holder)
+                .await?
+                .is_none_or(|h| h.state.is_terminal());
+            if ended && !rec.state().is_gone() {
+                leaked.push(Violation {
+                    run_id: holder.clone(),
+                    rule: "sandbox_held_by_ended_run",
+                    detail: format!("the sandbox of {} ({})", rec.agent, rec.state()),
+                });
+            }
+        }
+        let named: HashSet<&str> = records
+            .iter()
+            .filter(|r| !r.state().is_gone())
+            .filter_map(|r| r.task_arn.as_deref())
+            .collect();
+        let tasks = svc.provider.list(None).await?;
+        for task in svc.provider.describe(&tasks).await? {
+            if task.is_running() && !named.contains(task.arn.as_str()) {
+                leaked.push(Violation {
+                    run_id: String::new(),
+                    rule: "sandbox_task_unowned",
+                    detail: format!(
+                        "task {} ({}) runs with no sandbox naming it",
+                        task.arn,
+                        task.started_by.unwrap_or_default()
+                    ),
+                });
+            }
+        }
+        if leaked.is_empty() || std::time::Instant::now() > deadline {
+            return Ok(leaked);
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }

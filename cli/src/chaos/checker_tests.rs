@@ -8,6 +8,7 @@ use serde_json::json;
 #[test]
 fn a_span_is_active_between_its_creation_and_end_and_moves_at_its_events() {
     let span = Span {
+        run_id: "run_1".into(),
         created: 10,
         ended: Some(50),
         events: vec![10, 20, 45, 50],
@@ -256,6 +257,11 @@ async fn effects_approvals_and_callbacks_are_held_against_the_receiver() {
     };
     assert!(failed_for("decision of approval ap_1").is_empty());
     assert_eq!(failed_for("start"), ["approval_lost"]);
+    // Nor one whose step that took the decision up ran out of them (a
+    // worker killed at every delivery); another step's is no excuse.
+    let step = run.ledger["fine"].step;
+    assert!(failed_for(&format!("step {step}")).is_empty());
+    assert_eq!(failed_for(&format!("step {}", step + 1)), ["approval_lost"]);
 
     // A closed Run's callback: under two ids, then never taken.
     run.callback_url = Some("http://127.0.0.1:9/callback".into());

@@ -3,7 +3,6 @@
 //! points and started again, the emulator killed and started again over its
 //! state.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use futures::future::BoxFuture;
 use tokio::sync::{mpsc, watch, Mutex};
+use tokio::task::JoinHandle;
 
 use armada_core::faults::{Aborted, FaultPoint, FaultPoints};
 
@@ -91,7 +91,78 @@ async fn restart(host: &Host, endpoint: &str) -> Result<LocalStack> {
     Err(last.unwrap_or_else(|| anyhow::anyhow!("the stack did not start again")))
 }
 
-/// Kills the host at seeded moments until told to stop; the kill times.
+/// A kill of the functions host: when, and the Runs whose steps it held.
+pub(super) struct HostKill {
+    pub at: i64,
+    /// Read from the runs table as the host died (see [`held_steps`]).
+    pub held: JoinHandle<Vec<String>>,
+}
+
+impl HostKill {
+    /// Ends `stack`'s host at once, as `kill -9` would.
+    fn of(host: &Host, stack: LocalStack) -> HostKill {
+        let dynamo = stack.aws.dynamo.clone();
+        let table = stack.svc.cfg.runs_table.clone();
+        host.incarnation.fetch_add(1, Ordering::SeqCst);
+        stack.kill();
+        let at = armada_core::clock::Clock::default().now_ms();
+        HostKill {
+            at,
+            held: tokio::spawn(held_steps(dynamo, table, at)),
+        }
+    }
+}
+
+/// The Runs whose step a host killed at `at` held: `EXECUTING` under a
+/// lease that had not run out (a live step renews its lease; one left by
+/// an earlier kill has lapsed). Read while the next host starts; nothing
+/// (and a warning) if the emulator cannot be read within half a minute.
+async fn held_steps(dynamo: aws_sdk_dynamodb::Client, table: String, at: i64) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    'read: loop {
+        let mut held = Vec::new();
+        let mut start = None;
+        loop {
+            let page = dynamo
+                .scan()
+                .table_name(&table)
+                .projection_expression("run_id, #s, lease_until")
+                .expression_attribute_names("#s", "state")
+                .set_exclusive_start_key(start)
+                .send()
+                .await;
+            let page = match page {
+                Ok(p) => p,
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "chaos: runs table unreadable; again");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue 'read;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "chaos: the steps a killed host held are unknown");
+                    return Vec::new();
+                }
+            };
+            for item in page.items() {
+                let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+                let lease = item
+                    .get("lease_until")
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .unwrap_or(0);
+                if text("state").as_deref() == Some("EXECUTING") && lease > at {
+                    held.extend(text("run_id"));
+                }
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return held;
+            }
+        }
+    }
+}
+
+/// Kills the host at seeded moments until told to stop; the kills.
 pub(super) async fn host_kills(
     host: Host,
     endpoint: String,
@@ -99,17 +170,44 @@ pub(super) async fn host_kills(
     mut rng: Rng,
     every: (Duration, Duration),
     mut stop: watch::Receiver<bool>,
-) -> Result<Vec<i64>> {
+) -> Result<Vec<HostKill>> {
     let mut kills = Vec::new();
     while seeded_pause(&mut rng, every, &mut stop).await {
         let mut held = stack.lock().await;
         if let Some(s) = held.take() {
-            host.incarnation.fetch_add(1, Ordering::SeqCst);
-            s.kill();
-            kills.push(armada_core::clock::Clock::default().now_ms());
+            kills.push(HostKill::of(&host, s));
             tracing::warn!(kills = kills.len(), "chaos: the functions host was killed");
         }
         *held = Some(restart(&host, &endpoint).await?);
+    }
+    Ok(kills)
+}
+
+/// Kills one of the running host's sandbox agents (seeded: which, and
+/// when) until told to stop, as a container that crashed mid-call ends
+/// its Fargate task; the data plane stops the task, and the watchdog
+/// answers for the call it held. The kill times (none while no agent
+/// runs).
+pub(super) async fn sandbox_kills(
+    stack: Arc<Mutex<Option<LocalStack>>>,
+    mut rng: Rng,
+    every: (Duration, Duration),
+    mut stop: watch::Receiver<bool>,
+) -> Result<Vec<i64>> {
+    let mut kills = Vec::new();
+    while seeded_pause(&mut rng, every, &mut stop).await {
+        let agents = match stack.lock().await.as_ref() {
+            Some(s) => s.sandbox_agents.list(),
+            None => continue,
+        };
+        if agents.is_empty() {
+            continue;
+        }
+        let (task, pid) = &agents[rng.between(0, agents.len() as u64 - 1) as usize];
+        if process::kill(*pid) {
+            kills.push(armada_core::clock::Clock::default().now_ms());
+            tracing::warn!(task, "chaos: a sandbox agent was killed");
+        }
     }
     Ok(kills)
 }
@@ -273,7 +371,7 @@ impl FaultPoints for PointKills {
 
 /// Kills the host each time a step is held at a fault point, until told to
 /// stop; then disarms the points and kills for those already asked for, so
-/// no step is left held. The kill times and their points.
+/// no step is left held. The kills and their points.
 pub(super) async fn point_kills(
     host: Host,
     endpoint: String,
@@ -281,8 +379,8 @@ pub(super) async fn point_kills(
     points: Arc<PointKills>,
     mut asked: mpsc::UnboundedReceiver<(FaultPoint, u64)>,
     mut stop: watch::Receiver<bool>,
-) -> Result<BTreeMap<i64, FaultPoint>> {
-    let mut kills = BTreeMap::new();
+) -> Result<Vec<(HostKill, FaultPoint)>> {
+    let mut kills = Vec::new();
     let mut stopping = false;
     loop {
         let next = if stopping {
@@ -306,10 +404,7 @@ pub(super) async fn point_kills(
         }
         let mut held = stack.lock().await;
         if let Some(s) = held.take() {
-            host.incarnation.fetch_add(1, Ordering::SeqCst);
-            s.kill();
-            let at = armada_core::clock::Clock::default().now_ms();
-            kills.insert(at, point);
+            kills.push((HostKill::of(&host, s), point));
             tracing::warn!(
                 point = point.as_str(),
                 "chaos: the functions host was killed at a fault point"

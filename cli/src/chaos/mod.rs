@@ -18,7 +18,7 @@
 //! again), `delay` (5% of batches handed late, by up to 20 s) and
 //! `slow-emulator` (5% of the emulator's answers late, by up to 2 s).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,16 +60,19 @@ pub enum Fault {
     Delay,
     /// The emulator answers 5% of requests late, by up to 2 s.
     SlowEmulator,
+    /// A sandbox agent killed (mid-call, if it had one), its host up.
+    SandboxKill,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 7] = [
         Fault::HostKill,
         Fault::Redeliver,
         Fault::EmulatorKill,
         Fault::PointKill,
         Fault::Delay,
         Fault::SlowEmulator,
+        Fault::SandboxKill,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -80,6 +83,7 @@ impl Fault {
             Fault::PointKill => "point-kill",
             Fault::Delay => "delay",
             Fault::SlowEmulator => "slow-emulator",
+            Fault::SandboxKill => "sandbox-kill",
         }
     }
 
@@ -137,6 +141,8 @@ pub struct ChaosOpts {
     pub kill_every: (Duration, Duration),
     /// Between emulator kills: at least, at most.
     pub emulator_kill_every: (Duration, Duration),
+    /// Between kills of a sandbox agent: at least, at most.
+    pub sandbox_kill_every: (Duration, Duration),
     /// The chance, per thousand, that a step meeting a fault point is
     /// killed there; and the least time between two such kills.
     pub point_kill_per_mille: u64,
@@ -165,6 +171,7 @@ impl Default for ChaosOpts {
             // steps) before the next. `tests/chaos.rs` runs far denser.
             kill_every: (Duration::from_secs(45), Duration::from_secs(90)),
             emulator_kill_every: (Duration::from_secs(90), Duration::from_secs(180)),
+            sandbox_kill_every: (Duration::from_secs(30), Duration::from_secs(60)),
             point_kill_per_mille: 20,
             point_kill_gap: Duration::from_secs(45),
             fault_window: Duration::from_secs(60),
@@ -188,6 +195,8 @@ pub struct HeardCounts {
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Percentiles {
+    /// How many were measured.
+    pub n: usize,
     pub p50: f64,
     pub p99: f64,
 }
@@ -201,10 +210,15 @@ pub struct Report {
     /// Fault kind → how many were injected.
     pub faults: BTreeMap<String, u64>,
     pub violations: Vec<Violation>,
-    /// Per host kill: from the kill until every Run active at it had ended.
+    /// Per step a killed host held (its Run `EXECUTING` under the host's
+    /// lease): from the kill until the Run's next event, the step taken
+    /// up again by the next host.
     pub recovery_s: Option<Percentiles>,
-    /// Per Run active at a host kill: from the kill until its next event.
+    /// Per Run active at a host kill, waiting or not: from the kill until
+    /// its next event.
     pub resumed_s: Option<Percentiles>,
+    /// Per host kill: from the kill until every Run active at it had ended.
+    pub drained_s: Option<Percentiles>,
     /// The same, per emulator kill.
     pub emulator_recovery_s: Option<Percentiles>,
     /// What reached the counting receiver, and the approvals decided.
@@ -244,14 +258,18 @@ impl Report {
             s.push_str(&format!("  fault {fault}: {n}\n"));
         }
         for (what, r) in [
-            ("recovery after a host kill", &self.recovery_s),
+            ("a held step taken up after a host kill", &self.recovery_s),
             ("a Run's next event after a host kill", &self.resumed_s),
-            ("recovery after an emulator kill", &self.emulator_recovery_s),
+            ("every Run active at a host kill ended", &self.drained_s),
+            (
+                "every Run active at an emulator kill ended",
+                &self.emulator_recovery_s,
+            ),
         ] {
             if let Some(r) = r {
                 s.push_str(&format!(
-                    "  {what}: p50 {:.1} s, p99 {:.1} s\n",
-                    r.p50, r.p99
+                    "  {what}: p50 {:.1} s, p99 {:.1} s (of {})\n",
+                    r.p50, r.p99, r.n
                 ));
             }
         }
@@ -282,6 +300,7 @@ fn percentiles(mut xs: Vec<f64>) -> Option<Percentiles> {
     xs.sort_by(|a, b| a.total_cmp(b));
     let at = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
     Some(Percentiles {
+        n: xs.len(),
         p50: at(0.5),
         p99: at(0.99),
     })
@@ -402,6 +421,15 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         }
         _ => None,
     };
+    let sandbox_killer =
+        (opts.faults.contains(&Fault::SandboxKill) && opts.sandbox_jobs).then(|| {
+            tokio::spawn(faults::sandbox_kills(
+                stack.clone(),
+                seed.fork("sandbox faults"),
+                opts.sandbox_kill_every,
+                stop_tx.subscribe(),
+            ))
+        });
     let point_killer = points.map(|(points, asked)| {
         tokio::spawn(faults::point_kills(
             host.clone(),
@@ -445,13 +473,22 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         Some(k) => k.await.context("the point killer")??,
         None => Default::default(),
     };
-    // A kill at a point is a host kill like the others.
-    let kills: Vec<i64> = {
-        let mut all = kills;
-        all.extend(point_kills.keys());
-        all.sort_unstable();
-        all
+    let sandbox_kills = match sandbox_killer {
+        Some(k) => k.await.context("the sandbox killer")??,
+        None => Vec::new(),
     };
+    let points_killed: Vec<armada_core::faults::FaultPoint> =
+        point_kills.iter().map(|(_, p)| *p).collect();
+    // A kill at a point is a host kill like the others.
+    let mut steps_held: Vec<(i64, Vec<String>)> = Vec::new();
+    for k in kills
+        .into_iter()
+        .chain(point_kills.into_iter().map(|(k, _)| k))
+    {
+        steps_held.push((k.at, k.held.await.unwrap_or_default()));
+    }
+    steps_held.sort_unstable_by_key(|(at, _)| *at);
+    let kills: Vec<i64> = steps_held.iter().map(|(at, _)| *at).collect();
     let roots: Vec<String> = started.iter().flat_map(|s| s.runs.clone()).collect();
     let deadline = Instant::now() + opts.drain;
     while Instant::now() < deadline {
@@ -494,10 +531,12 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         Err(e) => Err(e),
     };
     let stuck = checker::stuck_messages(&last).await;
+    let leaked = checker::leaked_sandboxes(&last.svc, &tenant).await;
     last.stop().await;
     let checked = checked?;
     let mut violations = checked.violations;
     violations.extend(stuck?);
+    violations.extend(leaked?);
     if let Some(e) = &owned {
         process::stop(e.pid(), Duration::from_secs(60));
         if violations.is_empty() {
@@ -511,7 +550,26 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             );
         }
     }
-    let recovery = |kills: &[i64]| {
+    // Per step a killed host held: until its Run's next event (or end).
+    let taken_up = {
+        let by_run: HashMap<&str, &checker::Span> = checked
+            .spans
+            .iter()
+            .map(|s| (s.run_id.as_str(), s))
+            .collect();
+        percentiles(
+            steps_held
+                .iter()
+                .flat_map(|(at, runs)| runs.iter().map(move |r| (*at, r)))
+                .filter_map(|(at, r)| {
+                    let span = by_run.get(r.as_str())?;
+                    let next = span.next_event(at).or(span.ended)?;
+                    Some((next - at) as f64 / 1000.0)
+                })
+                .collect(),
+        )
+    };
+    let drained = |kills: &[i64]| {
         percentiles(
             kills
                 .iter()
@@ -574,14 +632,15 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
                 )
             });
             let mut at_points: BTreeMap<String, u64> = BTreeMap::new();
-            for point in point_kills.values() {
+            for point in &points_killed {
                 *at_points
                     .entry(format!("point-kill:{}", point.as_str()))
                     .or_default() += 1;
             }
             [
-                ("host-kill", (kills.len() - point_kills.len()) as u64),
+                ("host-kill", (kills.len() - points_killed.len()) as u64),
                 ("emulator-kill", emulator_kills.len() as u64),
+                ("sandbox-kill", sandbox_kills.len() as u64),
                 ("duplicated-batch", twice),
                 ("replayed-batch", again),
                 ("delayed-batch", late),
@@ -599,9 +658,10 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         },
         violations,
         heard,
-        recovery_s: recovery(&kills),
+        recovery_s: taken_up,
         resumed_s: resumed(&kills),
-        emulator_recovery_s: recovery(&emulator_kills),
+        drained_s: drained(&kills),
+        emulator_recovery_s: drained(&emulator_kills),
         runs_per_s: total as f64 / elapsed.as_secs_f64().max(0.001),
         fault_free_runs_per_s: None,
         elapsed_s: elapsed.as_secs_f64(),

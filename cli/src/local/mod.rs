@@ -168,6 +168,8 @@ pub struct LocalStack {
     pub esm_aws: AwsClients,
     pub template: Template,
     pub provisioned: provision::Provisioned,
+    /// The sandbox agents its data plane runs (none without one).
+    pub sandbox_agents: dataplane::AgentPids,
     /// The emulator we started, if we started one (0 while it restarts).
     emulator_pid: Option<Arc<AtomicU32>>,
     shutdown: watch::Sender<bool>,
@@ -458,6 +460,7 @@ impl LocalStack {
             ),
         );
         let esm_aws = AwsClients::load_local(&endpoint, &opts.region).await;
+        let mut sandbox_agents = dataplane::AgentPids::default();
         if opts.data_plane {
             // Its calls are the platform's (Fargate's), not the functions'.
             let dp_aws = AwsClients::load_local(&endpoint, &opts.region).await;
@@ -485,6 +488,7 @@ impl LocalStack {
                 mode: opts.dataplane,
             };
             let plane = dataplane::DataPlane::new(provider, store, dp_opts, &opts.stack);
+            sandbox_agents = plane.agents();
             tasks.push(tokio::spawn(plane.run(shutdown_rx.clone())));
         }
         for esm in template.event_source_mappings() {
@@ -555,6 +559,7 @@ impl LocalStack {
             esm_aws,
             template,
             provisioned,
+            sandbox_agents,
             emulator_pid,
             shutdown,
             tasks,

@@ -20,9 +20,10 @@ mod host;
 
 pub use fargate::DataPlaneMode;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -82,7 +83,34 @@ struct LocalTask {
     bind_group: Option<PathBuf>,
 }
 
+/// The agents' processes the data plane runs, by task ARN: what
+/// `armada chaos`'s `sandbox-kill` kills (an agent dying on its own, as a
+/// container crashing would end its Fargate task).
+#[derive(Debug, Clone, Default)]
+pub struct AgentPids(Arc<std::sync::Mutex<BTreeMap<String, u32>>>);
+
+impl AgentPids {
+    /// The running agents: (task ARN, pid).
+    pub fn list(&self) -> Vec<(String, u32)> {
+        self.0
+            .lock()
+            .map(|m| m.iter().map(|(a, p)| (a.clone(), *p)).collect())
+            .unwrap_or_default()
+    }
+
+    fn set(&self, arn: &str, pid: Option<u32>) {
+        if let Ok(mut m) = self.0.lock() {
+            match pid {
+                Some(p) => m.insert(arn.to_string(), p),
+                None => m.remove(arn),
+            };
+        }
+    }
+}
+
 pub struct DataPlane {
+    /// Its agents' pids, shared with whoever asked ([`DataPlane::agents`]).
+    pids: AgentPids,
     provider: SandboxProvider,
     store: SandboxStore,
     opts: DataPlaneOptions,
@@ -191,6 +219,7 @@ impl DataPlane {
             .ok();
         binds::clear_leftovers(stack);
         DataPlane {
+            pids: AgentPids::default(),
             provider,
             store,
             opts,
@@ -233,6 +262,11 @@ impl DataPlane {
         // The stack's own directory, once its tasks took theirs with them:
         // left behind, every later stack's tasks would hide it, one by one.
         let _ = std::fs::remove_dir(&self.opts.root);
+    }
+
+    /// Its agents' pids, as it starts and ends them.
+    pub fn agents(&self) -> AgentPids {
+        self.pids.clone()
     }
 
     async fn tick(&mut self) -> Result<()> {
@@ -424,6 +458,7 @@ impl DataPlane {
             });
         }
         tracing::info!(task = %info.arn, pid = child.id(), "sandbox task running locally");
+        self.pids.set(&info.arn, child.id());
         self.tasks.insert(
             info.arn.clone(),
             LocalTask {
@@ -507,6 +542,7 @@ impl DataPlane {
         let Some(mut t) = self.tasks.remove(arn) else {
             return;
         };
+        self.pids.set(arn, None);
         match t.cgroup.take() {
             Some(cg) => {
                 let _ = tokio::task::spawn_blocking(move || cg.destroy()).await;
