@@ -70,7 +70,11 @@ impl Dispatcher {
         // that died comes back within it, not after six timeouts.
         let policy = BatchPolicy {
             retry_base_s: self.svc.cfg.retry_base_seconds,
-            keep_hidden_s: Some(self.svc.cfg.dispatch_visibility_s),
+            keep_hidden_s: Some(self.svc.cfg.dispatch_hide_s()),
+            visibility_s: self.svc.cfg.dispatch_visibility_s,
+            // Most of its records are done within a second: those cost no
+            // call to shorten.
+            shorten_after: std::time::Duration::from_secs(1),
         };
         process_batch(event, self.svc.queues.as_ref(), policy, |msg| {
             self.handle_record(msg)

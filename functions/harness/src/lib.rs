@@ -129,7 +129,12 @@ impl Harness {
         let ends = BatchEnds::of(&event);
         let policy = BatchPolicy {
             retry_base_s: self.svc.cfg.retry_base_seconds,
-            keep_hidden_s: Some(self.svc.cfg.harness_visibility_s),
+            keep_hidden_s: Some(self.svc.cfg.harness_hide_s()),
+            visibility_s: self.svc.cfg.harness_visibility_s,
+            // At once: a step's model call outlasts the first second (and
+            // the scripted model's does not), and a step is the work
+            // most worth getting back soon.
+            shorten_after: std::time::Duration::ZERO,
         };
         let resp = process_batch(event, self.svc.queues.as_ref(), policy, |msg| async {
             // Once the invocation has died, it handles nothing more.

@@ -73,6 +73,13 @@ pub struct BatchPolicy {
     /// this long again every third of it (`None`: no heartbeat; the queue's
     /// visibility timeout must then outlast the whole batch).
     pub keep_hidden_s: Option<u32>,
+    /// The queue's visibility timeout, for which a receive hides a record
+    /// first. When `keep_hidden_s` is shorter, records still unfinished
+    /// after `shorten_after` are hidden for `keep_hidden_s` then: should
+    /// the invocation die, they come back that soon rather than after the
+    /// whole timeout (records done by then cost no call).
+    pub visibility_s: u32,
+    pub shorten_after: Duration,
 }
 
 /// The records of a batch still being handled: (message id, queue URL, receipt).
@@ -83,14 +90,20 @@ type InFlight = Arc<Mutex<Vec<(String, String, String)>>>;
 async fn heartbeat(
     queues: &dyn Queues,
     in_flight: InFlight,
-    keep_hidden_s: Option<u32>,
+    policy: BatchPolicy,
 ) -> std::convert::Infallible {
-    let Some(seconds) = keep_hidden_s else {
+    let Some(seconds) = policy.keep_hidden_s else {
         return futures::future::pending().await;
     };
     let every = Duration::from_millis(u64::from(seconds.max(1)) * 1000 / 3);
+    let mut wait = if seconds < policy.visibility_s {
+        policy.shorten_after.min(every)
+    } else {
+        every
+    };
     loop {
-        tokio::time::sleep(every).await;
+        tokio::time::sleep(wait).await;
+        wait = every;
         let records = in_flight.lock().map(|r| r.clone()).unwrap_or_default();
         for (_, url, receipt) in records {
             queues.keep_hidden(&url, &receipt, seconds).await;
@@ -133,7 +146,7 @@ where
     );
     tokio::select! {
         resp = work => resp,
-        never = heartbeat(queues, in_flight, policy.keep_hidden_s) => match never {},
+        never = heartbeat(queues, in_flight, policy) => match never {},
     }
 }
 

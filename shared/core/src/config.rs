@@ -62,8 +62,18 @@ pub struct Config {
     /// (`ARMADA_SCRIPTED_MODEL_URL`); empty when not deployed.
     pub scripted_model_url: Option<String>,
     /// How long a harness step's claim lasts before it is renewed
-    /// (`ARMADA_STEP_LEASE_SECONDS`); a live step renews it every third.
+    /// (`ARMADA_STEP_LEASE_SECONDS`, at most `crash_return_s`); a live
+    /// step renews it every third.
     pub step_lease_ms: i64,
+    /// How soon the work of a function that died is taken up again
+    /// (`ARMADA_CRASH_RETURN_SECONDS`, default 20): a step's messages are
+    /// hidden for this long (not the queue's whole visibility timeout) as
+    /// soon as the harness has them, the dispatcher's records once they
+    /// took a second, again every third of it, and a step's lease lasts
+    /// no longer. One SQS call per such record buys it: a queue's
+    /// visibility timeout may not be shorter than its function's timeout,
+    /// which a model call must fit in.
+    pub crash_return_s: u32,
     /// The harness queue's visibility timeout
     /// (`ARMADA_HARNESS_QUEUE_VISIBILITY_SECONDS`): a live step keeps its
     /// messages hidden this long again every third of it.
@@ -212,6 +222,16 @@ pub struct SandboxConfig {
 }
 
 impl Config {
+    /// How long the harness hides a record it works on, at a time.
+    pub fn harness_hide_s(&self) -> u32 {
+        self.harness_visibility_s.min(self.crash_return_s)
+    }
+
+    /// How long the dispatcher hides a record it works on, at a time.
+    pub fn dispatch_hide_s(&self) -> u32 {
+        self.dispatch_visibility_s.min(self.crash_return_s)
+    }
+
     pub fn from_env() -> Result<Self, ConfigError> {
         let vars: HashMap<String, String> = std::env::vars().collect();
         Self::from_map(&vars)
@@ -340,7 +360,11 @@ impl Config {
                 .get("ARMADA_SCRIPTED_MODEL_URL")
                 .filter(|v| !v.is_empty())
                 .cloned(),
-            step_lease_ms: num("ARMADA_STEP_LEASE_SECONDS", 60)? as i64 * 1000,
+            crash_return_s: num("ARMADA_CRASH_RETURN_SECONDS", 20)?.max(3) as u32,
+            step_lease_ms: num("ARMADA_STEP_LEASE_SECONDS", 60)?
+                .min(num("ARMADA_CRASH_RETURN_SECONDS", 20)?.max(3))
+                as i64
+                * 1000,
             harness_visibility_s: num("ARMADA_HARNESS_QUEUE_VISIBILITY_SECONDS", 60)?.max(1) as u32,
             dispatch_visibility_s: num("ARMADA_DISPATCH_QUEUE_VISIBILITY_SECONDS", 45)?.max(1)
                 as u32,
