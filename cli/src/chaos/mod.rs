@@ -201,6 +201,14 @@ pub struct Percentiles {
     pub p99: f64,
 }
 
+/// A step a killed host held, and how long until its Run went on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlowRecovery {
+    pub run_id: String,
+    pub killed_at_ms: i64,
+    pub seconds: f64,
+}
+
 /// What `--report` writes.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -214,6 +222,8 @@ pub struct Report {
     /// lease): from the kill until the Run's next event, the step taken
     /// up again by the next host.
     pub recovery_s: Option<Percentiles>,
+    /// The held steps slowest to be taken up (at most five), for a look.
+    pub slowest_recoveries: Vec<SlowRecovery>,
     /// Per Run active at a host kill, waiting or not: from the kill until
     /// its next event.
     pub resumed_s: Option<Percentiles>,
@@ -551,24 +561,29 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         }
     }
     // Per step a killed host held: until its Run's next event (or end).
-    let taken_up = {
+    let mut taken_up: Vec<SlowRecovery> = {
         let by_run: HashMap<&str, &checker::Span> = checked
             .spans
             .iter()
             .map(|s| (s.run_id.as_str(), s))
             .collect();
-        percentiles(
-            steps_held
-                .iter()
-                .flat_map(|(at, runs)| runs.iter().map(move |r| (*at, r)))
-                .filter_map(|(at, r)| {
-                    let span = by_run.get(r.as_str())?;
-                    let next = span.next_event(at).or(span.ended)?;
-                    Some((next - at) as f64 / 1000.0)
+        steps_held
+            .iter()
+            .flat_map(|(at, runs)| runs.iter().map(move |r| (*at, r)))
+            .filter_map(|(at, r)| {
+                let span = by_run.get(r.as_str())?;
+                let next = span.next_event(at).or(span.ended)?;
+                Some(SlowRecovery {
+                    run_id: r.clone(),
+                    killed_at_ms: at,
+                    seconds: (next - at) as f64 / 1000.0,
                 })
-                .collect(),
-        )
+            })
+            .collect()
     };
+    let recovery_s = percentiles(taken_up.iter().map(|r| r.seconds).collect());
+    taken_up.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    taken_up.truncate(5);
     let drained = |kills: &[i64]| {
         percentiles(
             kills
@@ -658,7 +673,8 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         },
         violations,
         heard,
-        recovery_s: taken_up,
+        recovery_s,
+        slowest_recoveries: taken_up,
         resumed_s: resumed(&kills),
         drained_s: drained(&kills),
         emulator_recovery_s: drained(&emulator_kills),
