@@ -158,6 +158,29 @@ impl Harness {
         }
     }
 
+    /// A step's message whose work a newer claim fenced: the claim is no
+    /// promise that its worker will finish (it may die holding it), so the
+    /// message goes only once the step is done, and meanwhile waits out
+    /// that worker's lease, as a claim that lost does.
+    async fn after_fenced(&self, run_id: &str, step: u32) -> Outcome {
+        let run = match self.svc.runs.get(run_id).await {
+            Ok(Some(run)) => run,
+            Ok(None) => return Outcome::Done,
+            Err(e) => return Outcome::retry(format!("fenced step {step} not read again: {e}")),
+        };
+        let now = self.svc.clock.now_ms();
+        match run.classify_delivery(step, now) {
+            armada_domain::run::Delivery::Stale { .. } => Outcome::Done,
+            armada_domain::run::Delivery::LeaseHeld { until_ms } => Outcome::Retry {
+                reason: format!("step {step} is held by the worker that fenced this one"),
+                min_delay_s: ((until_ms - now + 999) / 1000) as u32,
+            },
+            armada_domain::run::Delivery::Claimable => Outcome::retry(format!(
+                "step {step} was left by the worker that fenced this one"
+            )),
+        }
+    }
+
     async fn handle_record(&self, msg: SqsMessage, ends: &BatchEnds) -> Result<Outcome, Aborted> {
         let body = msg.body.unwrap_or_default();
         let parsed: HarnessMessage = match serde_json::from_str(&body) {
@@ -166,6 +189,12 @@ impl Harness {
                 tracing::error!(error = %e, "malformed harness message dropped");
                 return Ok(Outcome::Done);
             }
+        };
+        // The step a message carries on, should its work be fenced.
+        let carries = match &parsed {
+            HarnessMessage::Step { run_id, step, .. }
+            | HarnessMessage::SandboxHanded { run_id, step, .. } => Some((run_id.clone(), *step)),
+            _ => None,
         };
         let result = match parsed {
             HarnessMessage::Step {
@@ -249,7 +278,10 @@ impl Harness {
                     .fenced_commits
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("commit rejected: a newer epoch owns the run; work discarded");
-                Ok(Outcome::Done)
+                match carries {
+                    Some((run_id, step)) => Ok(self.after_fenced(&run_id, step).await),
+                    None => Ok(Outcome::Done),
+                }
             }
             Err(StepError::Illegal(why)) => {
                 self.svc

@@ -176,12 +176,22 @@ async fn a_superseded_worker_cannot_commit() {
     let h = Harness::with_hooks(svc.clone(), Arc::new(Superseded(mem.clone())));
     let run = new_run(&svc, "hello").await;
     let failed = deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
-    assert!(failed.is_empty(), "fenced work is dropped, not retried");
     assert_eq!(svc.counters.fenced_commits.load(Ordering::Relaxed), 1);
     let after = run_of(&svc, &run.run_id).await;
     assert_eq!((after.state(), after.epoch), (RunState::Executing, 2));
     assert_eq!(kinds(&svc, &run.run_id).await, ["run_created"]);
+    // Its work is dropped, its message kept: the newer claim's worker may
+    // die holding the step (a chaos run found a Run left EXECUTING so).
+    assert_eq!(failed.len(), 1, "the step's message is kept");
     assert!(mem.take_dispatch().is_empty(), "nothing announced");
+    // The newer claim's worker died: once its lease is out, the kept
+    // message finishes the step.
+    svc.clock.advance(svc.cfg.step_lease_ms + 1);
+    let plain = Harness::new(svc.clone());
+    let failed = deliver(&plain, &svc, &[step_message(&run.run_id, TENANT, 0)]).await;
+    assert!(failed.is_empty(), "{failed:?}");
+    let after = run_of(&svc, &run.run_id).await;
+    assert_eq!((after.state(), after.epoch), (RunState::Completed, 3));
 }
 
 #[tokio::test]
