@@ -65,6 +65,7 @@ async fn duplicate_deliveries_have_exactly_one_effect() {
             run_id: run_id.clone(),
             tenant: "local".into(),
             step,
+            epoch: 0,
         })
         .unwrap();
         t.stack
@@ -84,6 +85,7 @@ async fn duplicate_deliveries_have_exactly_one_effect() {
         run_id: run_id.clone(),
         tenant: "mallory".into(),
         step: 2,
+        epoch: 0,
     })
     .await
     .unwrap();

@@ -206,6 +206,82 @@ async fn a_worker_that_died_after_applying_a_decision_is_followed_by_its_repeat(
     assert_applied_once(&s, &run);
 }
 
+/// A worker claims the Run with a decision and dies there, its lease
+/// still running when the decision comes back: the decision stays until
+/// the lease is out, then asks for the step again under a deduplication
+/// id of its own (the step's first message had the same step, and FIFO
+/// would drop a repeat of it). (Found by `armada chaos`: an approved Run
+/// left EXECUTING at epoch 2 with no message to carry it on.)
+#[tokio::test]
+async fn a_decision_whose_worker_died_after_claiming_stays_until_the_step_is_taken() {
+    let s = stack(3600).await;
+    let run = s.start("ops", "/tool launch {}", None).await;
+    let first = s.mem.take_harness().remove(0);
+    s.to_harness(&first).await;
+    let a = approvals(&s).remove(0);
+    let msg = decided(&s, &a, Verdict::Approve);
+    let body = serde_json::to_string(&msg).expect("json");
+    let batch = || sqs_event(&s.svc.cfg.harness_queue, std::slice::from_ref(&body));
+    let mut dying = (*s.svc).clone();
+    dying.faults = Arc::new(armada_core::faults::DiesOnceAt::new(
+        armada_core::faults::FaultPoint::AfterClaim,
+    ));
+    let died = armada_harness::Harness::new(Arc::new(dying))
+        .handle_event(batch())
+        .await;
+    assert!(died.is_err(), "the worker died after its claim");
+    // It had got as far as its checkpoint: the decision applied, the call
+    // recorded as dispatched before it runs (the ledger's rule).
+    let mut claimed = s.run(&run.run_id);
+    let prev = claimed.stamp();
+    let def = s
+        .svc
+        .registry
+        .agent("ops")
+        .await
+        .expect("read")
+        .expect("ops");
+    let now = s.svc.clock.now_ms();
+    let approval = approvals(&s).remove(0);
+    let input = armada_domain::step::StepInput::ApprovalsDecided(std::slice::from_ref(&approval));
+    let d = armada_domain::step::decide(&mut claimed, &def, input, now).expect("decided");
+    assert!(d.checkpoint);
+    s.svc
+        .runs
+        .save(prev, &claimed, &d.events, vec![])
+        .await
+        .expect("saved");
+    let claimed = s.run(&run.run_id);
+    assert_eq!(claimed.state(), RunState::Executing);
+    // Back while the dead worker's lease runs: kept, nothing changed.
+    let resp = s.harness.handle_event(batch()).await.expect("handled");
+    assert_eq!(
+        resp.batch_item_failures.len(),
+        1,
+        "kept for after the lease"
+    );
+    assert_eq!(s.run(&run.run_id), claimed);
+    assert!(s.mem.take_harness().is_empty());
+    // After it: the step is asked for again, as a message of its own.
+    s.svc.clock.advance(s.svc.cfg.step_lease_ms + 1);
+    let resp = s.harness.handle_event(batch()).await.expect("handled");
+    assert!(resp.batch_item_failures.is_empty());
+    let again = s.mem.take_harness();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_ne!(again[0].dedup_id(), first.dedup_id());
+    s.to_harness(&again[0]).await;
+    s.pump().await;
+    let done = s.run(&run.run_id);
+    assert!(done.state().is_terminal(), "{:?}", done.state());
+    assert_eq!(
+        s.kinds(&run.run_id)
+            .iter()
+            .filter(|k| *k == "approval_decided")
+            .count(),
+        1
+    );
+}
+
 #[tokio::test]
 async fn a_decision_waits_for_a_step_in_flight() {
     let s = stack(3600).await;

@@ -27,6 +27,7 @@ impl Dispatcher {
                     run_id,
                     tenant,
                     step,
+                    ..
                 } => (run_id, tenant, format!("step {step}")),
                 HarnessMessage::SandboxHanded {
                     run_id,

@@ -52,6 +52,7 @@ impl Dispatcher {
                 run_id: run.run_id.clone(),
                 tenant: run.tenant.clone(),
                 step: 0,
+                epoch: run.epoch,
             })
             .await?;
         tracing::info!(run_id = %run.run_id, "run started");

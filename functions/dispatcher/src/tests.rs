@@ -56,6 +56,7 @@ fn first_step(run: &Run) -> HarnessMessage {
         run_id: run.run_id.clone(),
         tenant: run.tenant.clone(),
         step: 0,
+        epoch: 0,
     }
 }
 

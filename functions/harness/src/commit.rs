@@ -17,6 +17,7 @@ use armada_domain::run::RunAction;
 use armada_domain::run::RunError;
 use armada_domain::run::RunEvent;
 use armada_domain::run::RunEventRecord;
+use armada_domain::run::RunState;
 use armada_domain::run::Stamp;
 use armada_domain::session;
 use armada_domain::step::EVENT_PREVIEW_BYTES;
@@ -157,8 +158,17 @@ impl Harness {
     /// A stale message may be the redelivery of a step whose commit landed
     /// but whose follow-up message was lost: send the follow-up again (the
     /// FIFO deduplication id and the claim make a second copy harmless).
+    /// While a worker holds the step, the message stays: it may be what
+    /// that worker claimed with (a decision, an answer), and if the worker
+    /// dies it is all that carries the step.
     pub(crate) async fn resend_followup(&self, run: &Run, now: i64) -> Result<(), StepError> {
-        if run.state().is_active() && run.lease_until_ms <= now {
+        if run.state() == RunState::Executing && run.lease_until_ms > now {
+            let left_ms = run.lease_until_ms - now;
+            Err(StepError::Busy {
+                reason: format!("step {} is held by a worker for {left_ms} ms", run.step),
+                until_s: ((left_ms + 999) / 1000) as u32,
+            })
+        } else if run.state().is_active() && run.lease_until_ms <= now {
             self.carry_out(run, &[RunAction::EnqueueNextStep]).await
         } else if run.state().is_terminal() && !run.state().is_closed() {
             self.carry_out(run, &[RunAction::AnnounceTerminal]).await

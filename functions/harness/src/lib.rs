@@ -201,6 +201,7 @@ impl Harness {
                 run_id,
                 tenant,
                 step,
+                ..
             } => {
                 let span = tracing::info_span!("step", %run_id, %tenant, step);
                 let work = self.step(&run_id, &tenant, step).instrument(span);

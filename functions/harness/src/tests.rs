@@ -37,6 +37,7 @@ fn step_message(run_id: &str, tenant: &str, step: u32) -> String {
         run_id: run_id.into(),
         tenant: tenant.into(),
         step,
+        epoch: 0,
     };
     serde_json::to_string(&msg).unwrap_or_default()
 }
@@ -213,7 +214,8 @@ async fn an_inline_tool_call_is_recorded_run_and_followed_by_the_next_step() {
         [HarnessMessage::Step {
             run_id: run.run_id.clone(),
             tenant: TENANT.into(),
-            step: 1
+            step: 1,
+            epoch: after.epoch,
         }]
     );
     deliver(&h, &svc, &[step_message(&run.run_id, TENANT, 1)]).await;

@@ -44,7 +44,11 @@ impl Harness {
                 .stale_drops
                 .fetch_add(1, Ordering::Relaxed);
             tracing::info!(run_id, call_id, attempt, state = %current.state(), "outcome for a settled call, an old attempt or an ended run dropped");
-            return Ok(());
+            // Taken by a worker that died before its step's follow-up:
+            // this repeat sends it, as a repeated step message does.
+            return self
+                .resend_followup(&current, self.svc.clock.now_ms())
+                .await;
         };
         // Only the generation the call went to (or the platform speaking
         // for it) can seal its answer; the key comes from the Run's own

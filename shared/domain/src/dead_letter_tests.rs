@@ -10,6 +10,7 @@ fn step(run: &Run, step: u32) -> HarnessMessage {
         run_id: run.run_id.clone(),
         tenant: run.tenant.clone(),
         step,
+        epoch: 0,
     }
 }
 

@@ -300,6 +300,11 @@ pub enum HarnessMessage {
         run_id: String,
         tenant: String,
         step: u32,
+        /// The Run's epoch when this was sent: a resend for a step whose
+        /// worker died after claiming it (a later epoch) is a new message,
+        /// not a repeat FIFO deduplication would drop.
+        #[serde(default)]
+        epoch: u64,
     },
     /// The Run's agent's sandbox was handed to it (its holder let go) at
     /// `handed_at_ms`, while it waited at `step`: the step goes on. Not a
@@ -356,11 +361,16 @@ impl HarnessMessage {
         }
     }
 
-    /// The FIFO deduplication id: one per Run step (and per hand-over,
+    /// The FIFO deduplication id: one per Run step and epoch (and per hand-over,
     /// child's end, decision and result).
     pub fn dedup_id(&self) -> String {
         match self {
-            HarnessMessage::Step { run_id, step, .. } => format!("{run_id}-step-{step}"),
+            HarnessMessage::Step {
+                run_id,
+                step,
+                epoch,
+                ..
+            } => format!("{run_id}-step-{step}-{epoch}"),
             // One per hand-over: the watchdog's resend of a lost one is
             // the same message.
             HarnessMessage::SandboxHanded {

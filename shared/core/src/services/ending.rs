@@ -121,6 +121,7 @@ pub async fn carry_out(svc: &Services, run: &Run, actions: &[RunAction]) -> Resu
                         run_id: run.run_id.clone(),
                         tenant: run.tenant.clone(),
                         step: run.step,
+                        epoch: run.epoch,
                     })
                     .await?
             }

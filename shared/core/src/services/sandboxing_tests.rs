@@ -94,6 +94,7 @@ async fn a_waiting_run_is_told_it_holds_the_sandbox_apart_from_its_step() {
         run_id: second.run_id.clone(),
         tenant: TENANT.into(),
         step: 0,
+        epoch: 0,
     };
     assert_ne!(told[0].dedup_id(), began.dedup_id());
 }
