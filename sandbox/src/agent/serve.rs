@@ -24,6 +24,8 @@ use armada_domain::sandbox::hand::CallMark;
 use armada_domain::sandbox::hand::CallOutcome;
 use armada_domain::sandbox::hand::HandMessage;
 use armada_domain::sandbox::hand::Invocation;
+use armada_domain::sandbox::hand::HAND_VISIBILITY_EXTEND_SECONDS;
+use armada_domain::sandbox::hand::HAND_VISIBILITY_SECONDS;
 use armada_domain::sandbox::lifecycle::PortLease;
 use armada_domain::sandbox::lifecycle::SandboxAction;
 use armada_domain::sandbox::lifecycle::SandboxEvent;
@@ -143,6 +145,7 @@ impl Agent {
                 .receive_message()
                 .queue_url(&self.cfg.hand_queue_url)
                 .max_number_of_messages(1)
+                .visibility_timeout(HAND_VISIBILITY_SECONDS)
                 .wait_time_seconds(wait)
                 .send();
             let out = tokio::select! {
@@ -190,7 +193,10 @@ impl Agent {
                         self.delete(&receipt).await;
                     }
                     HandMessage::Invoke(inv) => {
-                        if let Some(exit) = self.invoke(inv, &receipt).await? {
+                        let hidden = self.keep_hidden(&receipt);
+                        let done = self.invoke(inv, &receipt).await;
+                        hidden.abort();
+                        if let Some(exit) = done? {
                             self.shutdown_services();
                             return Ok(exit);
                         }
@@ -199,6 +205,31 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// Keeps the message of the call being run hidden until told to stop
+    /// (aborted), so that no one takes it meanwhile; an agent that dies
+    /// stops keeping it.
+    fn keep_hidden(&self, receipt: &str) -> tokio::task::JoinHandle<()> {
+        let sqs = self.aws.sqs.clone();
+        let queue = self.cfg.hand_queue_url.clone();
+        let receipt = receipt.to_string();
+        tokio::spawn(async move {
+            let every = Duration::from_secs(HAND_VISIBILITY_EXTEND_SECONDS);
+            loop {
+                tokio::time::sleep(every).await;
+                let kept = sqs
+                    .change_message_visibility()
+                    .queue_url(&queue)
+                    .receipt_handle(&receipt)
+                    .visibility_timeout(HAND_VISIBILITY_SECONDS)
+                    .send()
+                    .await;
+                if let Err(e) = kept {
+                    tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "could not keep a call's message hidden");
+                }
+            }
+        })
     }
 
     pub(super) async fn delete(&self, receipt: &str) {

@@ -20,6 +20,7 @@ use armada_domain::agent::SandboxSpec;
 use armada_domain::sandbox::access::{session_policy, PlatformArns};
 use armada_domain::sandbox::credentials::{TaskCredentials, ROLE_CHAIN_MAX_SECONDS};
 use armada_domain::sandbox::hand::HandMessage;
+use armada_domain::sandbox::hand::HAND_VISIBILITY_SECONDS;
 use armada_domain::sandbox::lifecycle::sandbox_key;
 use armada_domain::sandbox::seal::answer_key;
 use armada_domain::sandbox::CapabilitySet;
@@ -248,8 +249,11 @@ impl Provider for SandboxProvider {
             .create_queue()
             .queue_name(self.hand_queue_name(tenant, agent, generation, salt))
             .attributes(QueueAttributeName::FifoQueue, "true")
-            // A call runs up to 30 minutes; its message stays hidden meanwhile.
-            .attributes(QueueAttributeName::VisibilityTimeout, "1900")
+            // The agent keeps a call's message hidden while the call runs.
+            .attributes(
+                QueueAttributeName::VisibilityTimeout,
+                HAND_VISIBILITY_SECONDS.to_string(),
+            )
             .attributes(QueueAttributeName::MessageRetentionPeriod, "86400")
             .send()
             .await

@@ -108,6 +108,16 @@ pub const SANDBOX_LOST: &str = "SANDBOX_LOST";
 /// A sandbox was sent a call of another identity: it refused and was destroyed.
 pub const SECURITY_VIOLATION: &str = "SECURITY_VIOLATION";
 
+/// How long a hand message a sandbox agent took stays hidden; the agent
+/// extends it while the call runs ([`HAND_VISIBILITY_EXTEND_SECONDS`]).
+/// Short, because a taken message whose receive answer never reached the
+/// agent (the connection dropped) blocks the Run's FIFO group meanwhile,
+/// and the sandbox looks alive to the watchdog, which waits: with the
+/// 30 minutes a call may run, its Run would wait out its deadline.
+pub const HAND_VISIBILITY_SECONDS: i32 = 60;
+/// How often the agent extends the hand message of the call it runs.
+pub const HAND_VISIBILITY_EXTEND_SECONDS: u64 = 20;
+
 /// Stable error codes a sandbox skill may answer with.
 /// The largest outcome the harness reads back from the payload bucket. An
 /// outcome there was written by the sandbox, whose size no one else set:
