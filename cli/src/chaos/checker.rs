@@ -512,6 +512,8 @@ pub struct Span {
     pub ended: Option<i64>,
     /// Its events' times, oldest first.
     pub events: Vec<i64>,
+    /// Their kinds, in the same order.
+    pub kinds: Vec<&'static str>,
 }
 
 impl Span {
@@ -523,6 +525,13 @@ impl Span {
     /// Its first event at or after `at`.
     pub fn next_event(&self, at: i64) -> Option<i64> {
         self.events.iter().copied().find(|&t| t >= at)
+    }
+
+    /// The kinds of its last event before `at` and its first after.
+    pub fn around(&self, at: i64) -> (Option<&'static str>, Option<&'static str>) {
+        let i = self.events.partition_point(|&t| t < at);
+        let kind = |i: usize| self.kinds.get(i).copied();
+        (i.checked_sub(1).and_then(kind), kind(i))
     }
 }
 
@@ -547,6 +556,7 @@ pub async fn check(svc: &Services, started: &[Started], heard: &Heard) -> Result
                         .unwrap_or(run.created_at_ms),
                     ended: first_at(&events, &TERMINAL),
                     events: events.iter().map(|e| e.at_ms).collect(),
+                    kinds: events.iter().map(|e| e.kind().as_str()).collect(),
                 });
                 runs.insert(run.run_id.clone(), (run, events));
             }

@@ -12,11 +12,14 @@ fn a_span_is_active_between_its_creation_and_end_and_moves_at_its_events() {
         created: 10,
         ended: Some(50),
         events: vec![10, 20, 45, 50],
+        kinds: vec!["run_created", "model_reply", "tool_call", "run_completed"],
     };
     assert!(!span.active_at(10) && span.active_at(11) && !span.active_at(50));
     assert_eq!(span.next_event(21), Some(45));
     assert_eq!(span.next_event(45), Some(45));
     assert_eq!(span.next_event(51), None);
+    assert_eq!(span.around(21), (Some("model_reply"), Some("tool_call")));
+    assert_eq!(span.around(5), (None, Some("run_created")));
     let open = Span {
         ended: None,
         ..span

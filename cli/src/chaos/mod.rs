@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
-use serde::Serialize;
+
 use tokio::sync::{watch, Mutex};
 
 use crate::local::{emulator, process, LocalOptions, LocalStack};
@@ -33,10 +33,12 @@ use crate::local::{emulator, process, LocalOptions, LocalStack};
 pub mod checker;
 mod faults;
 pub mod receiver;
+mod report;
 pub mod workload;
 
-use checker::{Outcomes, Violation};
 use faults::{Emulator, Host, PointKills};
+use report::percentiles;
+pub use report::{HeardCounts, Percentiles, Report, SlowRecovery};
 
 use crate::rng::Rng;
 use workload::{Api, Started};
@@ -148,13 +150,29 @@ pub struct ChaosOpts {
     pub point_kill_per_mille: u64,
     pub point_kill_gap: Duration,
     /// Faults go on at least this long (and while the workload is
-    /// posted).
+    /// posted, and until every kill asked for could come once).
     pub fault_window: Duration,
     /// Set apart this run's stack, state and keys from another's of the
     /// same process (`-free` for the fault-free run beside it).
     pub label: String,
     /// Whether the workload runs sandbox commands.
     pub sandbox_jobs: bool,
+}
+
+impl ChaosOpts {
+    /// How long faults go on at least: the window, or the longest first
+    /// pause of a kill asked for, so that each comes at least once.
+    fn faults_for_at_least(&self) -> Duration {
+        [
+            (Fault::HostKill, self.kill_every.1),
+            (Fault::EmulatorKill, self.emulator_kill_every.1),
+            (Fault::SandboxKill, self.sandbox_kill_every.1),
+        ]
+        .iter()
+        .filter(|(f, _)| self.faults.contains(f))
+        .map(|(_, max)| *max)
+        .fold(self.fault_window, Duration::max)
+    }
 }
 
 impl Default for ChaosOpts {
@@ -179,141 +197,6 @@ impl Default for ChaosOpts {
             sandbox_jobs: true,
         }
     }
-}
-
-/// How much the receiver-backed rules had to check.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct HeardCounts {
-    /// Effect requests (each `http_request` POST that arrived).
-    pub effects: u64,
-    pub callback_attempts: u64,
-    /// Callback attempts answered `2xx` (the rest were refused `503`).
-    pub callbacks_taken: u64,
-    pub approved: u64,
-    pub rejected: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Percentiles {
-    /// How many were measured.
-    pub n: usize,
-    pub p50: f64,
-    pub p99: f64,
-}
-
-/// A step a killed host held, and how long until its Run went on.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SlowRecovery {
-    pub run_id: String,
-    pub killed_at_ms: i64,
-    pub seconds: f64,
-}
-
-/// What `--report` writes.
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub seed: u64,
-    /// Shape → how its root Runs ended → how many.
-    pub runs: Outcomes,
-    /// Fault kind → how many were injected.
-    pub faults: BTreeMap<String, u64>,
-    pub violations: Vec<Violation>,
-    /// Per step a killed host held (its Run `EXECUTING` under the host's
-    /// lease): from the kill until the Run's next event, the step taken
-    /// up again by the next host.
-    pub recovery_s: Option<Percentiles>,
-    /// The held steps slowest to be taken up (at most five), for a look.
-    pub slowest_recoveries: Vec<SlowRecovery>,
-    /// Per Run active at a host kill, waiting or not: from the kill until
-    /// its next event.
-    pub resumed_s: Option<Percentiles>,
-    /// Per host kill: from the kill until every Run active at it had ended.
-    pub drained_s: Option<Percentiles>,
-    /// The same, per emulator kill.
-    pub emulator_recovery_s: Option<Percentiles>,
-    /// What reached the counting receiver, and the approvals decided.
-    pub heard: HeardCounts,
-    pub runs_per_s: f64,
-    /// The same workload's throughput without faults, when it was run
-    /// beside (`--compare`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fault_free_runs_per_s: Option<f64>,
-    pub elapsed_s: f64,
-    /// Jobs the workload could not post (the API never answered).
-    pub errors: Vec<String>,
-}
-
-impl Report {
-    /// `--report`'s JSON.
-    pub fn write(&self, path: &Path) -> Result<()> {
-        std::fs::write(path, serde_json::to_string_pretty(self)?)
-            .with_context(|| format!("writing {}", path.display()))
-    }
-
-    /// The readable summary the command prints.
-    pub fn summary(&self) -> String {
-        let mut s = format!(
-            "armada chaos: seed {}, {:.1} s, {:.2} runs/s",
-            self.seed, self.elapsed_s, self.runs_per_s
-        );
-        if let Some(free) = self.fault_free_runs_per_s {
-            s.push_str(&format!(" ({free:.2} runs/s without faults)"));
-        }
-        s.push('\n');
-        for (shape, outcomes) in &self.runs {
-            let parts: Vec<String> = outcomes.iter().map(|(o, n)| format!("{o} {n}")).collect();
-            s.push_str(&format!("  {shape:<11} {}\n", parts.join(", ")));
-        }
-        for (fault, n) in &self.faults {
-            s.push_str(&format!("  fault {fault}: {n}\n"));
-        }
-        for (what, r) in [
-            ("a held step taken up after a host kill", &self.recovery_s),
-            ("a Run's next event after a host kill", &self.resumed_s),
-            ("every Run active at a host kill ended", &self.drained_s),
-            (
-                "every Run active at an emulator kill ended",
-                &self.emulator_recovery_s,
-            ),
-        ] {
-            if let Some(r) = r {
-                s.push_str(&format!(
-                    "  {what}: p50 {:.1} s, p99 {:.1} s (of {})\n",
-                    r.p50, r.p99, r.n
-                ));
-            }
-        }
-        let h = &self.heard;
-        s.push_str(&format!(
-            "  heard: {} effects, {} callback attempts ({} taken); approvals: {} approved, {} rejected\n",
-            h.effects, h.callback_attempts, h.callbacks_taken, h.approved, h.rejected
-        ));
-        for e in &self.errors {
-            s.push_str(&format!("  error: {e}\n"));
-        }
-        if self.violations.is_empty() {
-            s.push_str("  no violations\n");
-        } else {
-            s.push_str(&format!("  {} violations:\n", self.violations.len()));
-            for v in &self.violations {
-                s.push_str(&format!("    {} {}: {}\n", v.rule, v.run_id, v.detail));
-            }
-        }
-        s
-    }
-}
-
-fn percentiles(mut xs: Vec<f64>) -> Option<Percentiles> {
-    if xs.is_empty() {
-        return None;
-    }
-    xs.sort_by(|a, b| a.total_cmp(b));
-    let at = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
-    Some(Percentiles {
-        n: xs.len(),
-        p50: at(0.5),
-        p99: at(0.99),
-    })
 }
 
 /// Runs the workload under its faults and checks what it left.
@@ -469,7 +352,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     // at least); then every root must end within the drain (a killed
     // host's messages come back after their queue's visibility timeout:
     // 60 s for steps, 180 s for the dispatcher).
-    tokio::time::sleep(opts.fault_window.saturating_sub(began.elapsed())).await;
+    tokio::time::sleep(opts.faults_for_at_least().saturating_sub(began.elapsed())).await;
     let _ = stop_tx.send(true);
     let kills = match killer {
         Some(k) => k.await.context("the host killer")??,
@@ -573,10 +456,13 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             .filter_map(|(at, r)| {
                 let span = by_run.get(r.as_str())?;
                 let next = span.next_event(at).or(span.ended)?;
+                let (before, after) = span.around(at);
                 Some(SlowRecovery {
                     run_id: r.clone(),
                     killed_at_ms: at,
                     seconds: (next - at) as f64 / 1000.0,
+                    before,
+                    after,
                 })
             })
             .collect()
