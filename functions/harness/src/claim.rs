@@ -74,36 +74,39 @@ impl Harness {
             }
             Err(StoreError::Conflict { .. }) => {
                 // Another worker got there between our read and our claim
-                // (a duplicate delivery). Its claim is no promise that it
-                // will finish: this message goes only once the step is
-                // done, and meanwhile waits out the winner's lease.
-                let Some(now_read) = self.read(run_id).await? else {
-                    return Ok(None);
-                };
-                let now = svc.clock.now_ms();
-                match now_read.classify_delivery(step, now) {
-                    Delivery::Stale { .. } => {
-                        self.svc
-                            .counters
-                            .stale_drops
-                            .fetch_add(1, Ordering::Relaxed);
-                        tracing::info!(
-                            run_id,
-                            step,
-                            "claim lost to a worker that finished; dropped"
-                        );
-                        Ok(None)
-                    }
-                    Delivery::LeaseHeld { until_ms } => Err(StepError::Busy {
-                        reason: format!("claim of step {step} lost to a worker holding it"),
-                        until_s: ((until_ms - now + 999) / 1000) as u32,
-                    }),
-                    Delivery::Claimable => Err(StepError::Retry(format!(
-                        "claim of step {step} met another write"
-                    ))),
-                }
+                // (a duplicate delivery).
+                self.rejudge(run_id, step, "a worker that claimed it first")
+                    .await
+                    .map(|()| None)
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Judges again a message for `step` whose claim or commit another
+    /// worker's claim beat. That claim is no promise that its worker will
+    /// finish (it may die holding the step), so the message goes only
+    /// once the step is done (`Ok`), and meanwhile waits out the other's
+    /// lease (`Busy`) or, the lease given up, comes back to claim.
+    pub(crate) async fn rejudge(&self, run_id: &str, step: u32, by: &str) -> Result<(), StepError> {
+        let Some(run) = self.read(run_id).await? else {
+            return Ok(());
+        };
+        let now = self.svc.clock.now_ms();
+        match run.classify_delivery(step, now) {
+            Delivery::Stale { .. } => {
+                self.svc
+                    .counters
+                    .stale_drops
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::info!(run_id, step, by, "the step is done; message dropped");
+                Ok(())
+            }
+            Delivery::LeaseHeld { until_ms } => Err(StepError::Busy {
+                reason: format!("step {step} is held by {by}"),
+                until_s: ((until_ms - now + 999) / 1000) as u32,
+            }),
+            Delivery::Claimable => Err(StepError::Retry(format!("step {step} was left by {by}"))),
         }
     }
 

@@ -158,27 +158,12 @@ impl Harness {
         }
     }
 
-    /// A step's message whose work a newer claim fenced: the claim is no
-    /// promise that its worker will finish (it may die holding it), so the
-    /// message goes only once the step is done, and meanwhile waits out
-    /// that worker's lease, as a claim that lost does.
-    async fn after_fenced(&self, run_id: &str, step: u32) -> Outcome {
-        let run = match self.svc.runs.get(run_id).await {
-            Ok(Some(run)) => run,
-            Ok(None) => return Outcome::Done,
-            Err(e) => return Outcome::retry(format!("fenced step {step} not read again: {e}")),
-        };
-        let now = self.svc.clock.now_ms();
-        match run.classify_delivery(step, now) {
-            armada_domain::run::Delivery::Stale { .. } => Outcome::Done,
-            armada_domain::run::Delivery::LeaseHeld { until_ms } => Outcome::Retry {
-                reason: format!("step {step} is held by the worker that fenced this one"),
-                min_delay_s: ((until_ms - now + 999) / 1000) as u32,
-            },
-            armada_domain::run::Delivery::Claimable => Outcome::retry(format!(
-                "step {step} was left by the worker that fenced this one"
-            )),
-        }
+    fn count_fenced(&self) {
+        self.svc
+            .counters
+            .fenced_commits
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("commit rejected: a newer epoch owns the run; work discarded");
     }
 
     async fn handle_record(&self, msg: SqsMessage, ends: &BatchEnds) -> Result<Outcome, Aborted> {
@@ -266,6 +251,16 @@ impl Harness {
                 on_behalf(Some(&run_id), work).await
             }
         };
+        let result = match (result, carries) {
+            // Fenced by a newer claim: this message may still be all that
+            // carries the step on.
+            (Err(StepError::Fenced), Some((run_id, step))) => {
+                self.count_fenced();
+                self.rejudge(&run_id, step, "the worker that fenced this one")
+                    .await
+            }
+            (result, _) => result,
+        };
         match result {
             Ok(()) => Ok(Outcome::Done),
             Err(StepError::Retry(reason)) => Ok(Outcome::retry(reason)),
@@ -274,15 +269,8 @@ impl Harness {
                 min_delay_s: until_s,
             }),
             Err(StepError::Fenced) => {
-                self.svc
-                    .counters
-                    .fenced_commits
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("commit rejected: a newer epoch owns the run; work discarded");
-                match carries {
-                    Some((run_id, step)) => Ok(self.after_fenced(&run_id, step).await),
-                    None => Ok(Outcome::Done),
-                }
+                self.count_fenced();
+                Ok(Outcome::Done)
             }
             Err(StepError::Illegal(why)) => {
                 self.svc
