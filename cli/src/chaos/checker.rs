@@ -633,8 +633,14 @@ pub async fn stuck_messages(stack: &crate::local::LocalStack) -> Result<Vec<Viol
 /// agent would queue behind it), or a task running that no sandbox names
 /// (`sandbox_task_unowned`: it runs, and is paid for, with nobody to stop
 /// it).
-pub async fn leaked_sandboxes(svc: &Services, tenant: &str) -> Result<Vec<Violation>> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+/// A leak is named only once it has lasted `settle` (the last settling
+/// may still be letting go).
+pub async fn leaked_sandboxes(
+    svc: &Services,
+    tenant: &str,
+    settle: std::time::Duration,
+) -> Result<Vec<Violation>> {
+    let deadline = std::time::Instant::now() + settle;
     loop {
         let mut leaked = Vec::new();
         let records = svc.sandboxes.list(tenant).await?;

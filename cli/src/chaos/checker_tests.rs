@@ -290,3 +290,40 @@ async fn effects_approvals_and_callbacks_are_held_against_the_receiver() {
         ["callback_missing"]
     );
 }
+
+/// A sandbox still held by a Run that ended, and a task no sandbox
+/// names, are each named; a sandbox held by a live Run is not.
+#[tokio::test]
+async fn a_sandbox_left_held_or_a_task_left_running_is_named() {
+    let (svc, mem) = Services::in_memory(test_config());
+    let def = armada_core::memory::fixtures::agent(&svc, "coder", &[SHELL_EXEC]).await;
+    let run = accepted_run(&svc, "acme", &def, "hi").await;
+    armada_core::services::sandboxing::acquire(&svc, "acme", &run.run_id, &def)
+        .await
+        .expect("held");
+    let quiet = std::time::Duration::ZERO;
+    let found = leaked_sandboxes(&svc, "acme", quiet).await.expect("read");
+    assert!(found.is_empty(), "{found:?}");
+    // The holder ends without letting go, and a task is left behind.
+    {
+        let mut st = mem.state();
+        let held = st.runs.get_mut(&run.run_id).expect("run");
+        held.apply(RunEvent::CancelRequested, 5).expect("cancelled");
+        let (arn, task) = st.tasks.iter().next().expect("a task");
+        let mut stray = task.clone();
+        stray.arn = format!("{arn}-stray");
+        stray.last_status = "RUNNING".into();
+        st.tasks.insert(stray.arn.clone(), stray);
+    }
+    let found = leaked_sandboxes(&svc, "acme", quiet).await.expect("read");
+    let rules: Vec<(&str, &str)> = found.iter().map(|v| (v.rule, v.run_id.as_str())).collect();
+    assert_eq!(
+        rules,
+        [
+            ("sandbox_held_by_ended_run", run.run_id.as_str()),
+            ("sandbox_task_unowned", "")
+        ],
+        "{found:?}"
+    );
+    assert!(found[1].detail.contains("-stray"), "{found:?}");
+}

@@ -424,7 +424,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         Err(e) => Err(e),
     };
     let stuck = checker::stuck_messages(&last).await;
-    let leaked = checker::leaked_sandboxes(&last.svc, &tenant).await;
+    let leaked = checker::leaked_sandboxes(&last.svc, &tenant, Duration::from_secs(30)).await;
     last.stop().await;
     let checked = checked?;
     let mut violations = checked.violations;
