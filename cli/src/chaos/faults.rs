@@ -3,6 +3,7 @@
 //! points and started again, the emulator killed and started again over its
 //! state.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use tokio::sync::{mpsc, watch, Mutex};
 use tokio::task::JoinHandle;
 
 use armada_core::faults::{Aborted, FaultPoint, FaultPoints};
+use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::local::{emulator, process, LocalOptions, LocalStack};
 use crate::rng::Rng;
@@ -34,6 +36,8 @@ pub(super) struct Host {
     pub faults: Arc<dyn FaultPoints>,
     /// Which host is running: bumped at each kill.
     pub incarnation: Arc<std::sync::atomic::AtomicU64>,
+    /// When the last kill came (ms; 0 before any).
+    pub last_kill_ms: Arc<std::sync::atomic::AtomicI64>,
     /// The counting receiver (`host:port`): the one private target the
     /// egress guard lets the workload's calls and callbacks reach.
     pub receiver: String,
@@ -94,30 +98,55 @@ async fn restart(host: &Host, endpoint: &str) -> Result<LocalStack> {
 /// A kill of the functions host: when, and the Runs whose steps it held.
 pub(super) struct HostKill {
     pub at: i64,
-    /// Read from the runs table as the host died (see [`held_steps`]).
-    pub held: JoinHandle<Vec<String>>,
+    /// The steps the host held as it died, and when each was taken up
+    /// again (see [`held_steps`] and [`taken_up`]).
+    pub held: JoinHandle<Vec<HeldStep>>,
 }
+
+/// A step a killed host held: its Run, and how long after the kill a
+/// worker claimed it again or the Run left `EXECUTING` (`None`: not
+/// within [`TAKEN_UP_WITHIN`]).
+#[derive(Debug, Clone)]
+pub(super) struct HeldStep {
+    pub run_id: String,
+    pub taken_up_s: Option<f64>,
+}
+
+/// How long a held step is watched for.
+const TAKEN_UP_WITHIN: Duration = Duration::from_secs(300);
 
 impl HostKill {
     /// Ends `stack`'s host at once, as `kill -9` would.
     fn of(host: &Host, stack: LocalStack) -> HostKill {
         let dynamo = stack.aws.dynamo.clone();
         let table = stack.svc.cfg.runs_table.clone();
+        let lease_ms = stack.svc.cfg.step_lease_ms;
         host.incarnation.fetch_add(1, Ordering::SeqCst);
         stack.kill();
         let at = armada_core::clock::Clock::default().now_ms();
+        let since = host.last_kill_ms.swap(at, Ordering::SeqCst);
         HostKill {
             at,
-            held: tokio::spawn(held_steps(dynamo, table, at)),
+            held: tokio::spawn(async move {
+                let held = held_steps(&dynamo, &table, at, since, lease_ms).await;
+                taken_up(&dynamo, &table, at, held).await
+            }),
         }
     }
 }
 
-/// The Runs whose step a host killed at `at` held: `EXECUTING` under a
-/// lease that had not run out (a live step renews its lease; one left by
-/// an earlier kill has lapsed). Read while the next host starts; nothing
-/// (and a warning) if the emulator cannot be read within half a minute.
-async fn held_steps(dynamo: aws_sdk_dynamodb::Client, table: String, at: i64) -> Vec<String> {
+/// The Runs whose step a host killed at `at` held, with their epochs:
+/// `EXECUTING` under a lease last renewed after the kill before it
+/// (`since`; a lease lasts `lease_ms`): one from before was a dead
+/// worker's. Read while the next host starts; nothing (and a warning) if
+/// the emulator cannot be read within half a minute.
+async fn held_steps(
+    dynamo: &aws_sdk_dynamodb::Client,
+    table: &str,
+    at: i64,
+    since: i64,
+    lease_ms: i64,
+) -> Vec<(String, i64)> {
     let deadline = Instant::now() + Duration::from_secs(30);
     'read: loop {
         let mut held = Vec::new();
@@ -125,8 +154,8 @@ async fn held_steps(dynamo: aws_sdk_dynamodb::Client, table: String, at: i64) ->
         loop {
             let page = dynamo
                 .scan()
-                .table_name(&table)
-                .projection_expression("run_id, #s, lease_until")
+                .table_name(table)
+                .projection_expression("run_id, #s, lease_until, epoch")
                 .expression_attribute_names("#s", "state")
                 .set_exclusive_start_key(start)
                 .send()
@@ -145,13 +174,10 @@ async fn held_steps(dynamo: aws_sdk_dynamodb::Client, table: String, at: i64) ->
             };
             for item in page.items() {
                 let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
-                let lease = item
-                    .get("lease_until")
-                    .and_then(|v| v.as_n().ok())
-                    .and_then(|n| n.parse::<i64>().ok())
-                    .unwrap_or(0);
-                if text("state").as_deref() == Some("EXECUTING") && lease > at {
-                    held.extend(text("run_id"));
+                let lease = number(item, "lease_until");
+                let renewed = lease - lease_ms;
+                if text("state").as_deref() == Some("EXECUTING") && lease > at && renewed > since {
+                    held.extend(text("run_id").map(|r| (r, number(item, "epoch"))));
                 }
             }
             start = page.last_evaluated_key().cloned();
@@ -160,6 +186,57 @@ async fn held_steps(dynamo: aws_sdk_dynamodb::Client, table: String, at: i64) ->
             }
         }
     }
+}
+
+fn number(item: &HashMap<String, AttributeValue>, key: &str) -> i64 {
+    item.get(key)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Watches each held step (a Run and its epoch at the kill) until a
+/// worker claims it again (a new epoch) or its Run leaves `EXECUTING`.
+async fn taken_up(
+    dynamo: &aws_sdk_dynamodb::Client,
+    table: &str,
+    at: i64,
+    held: Vec<(String, i64)>,
+) -> Vec<HeldStep> {
+    let mut watched: Vec<(HeldStep, i64)> = held
+        .into_iter()
+        .map(|(run_id, epoch)| {
+            let step = HeldStep {
+                run_id,
+                taken_up_s: None,
+            };
+            (step, epoch)
+        })
+        .collect();
+    let until = Instant::now() + TAKEN_UP_WITHIN;
+    while Instant::now() < until && watched.iter().any(|(h, _)| h.taken_up_s.is_none()) {
+        for (step, epoch) in watched.iter_mut().filter(|(h, _)| h.taken_up_s.is_none()) {
+            let read = dynamo
+                .get_item()
+                .table_name(table)
+                .key("run_id", AttributeValue::S(step.run_id.clone()))
+                .projection_expression("#s, epoch")
+                .expression_attribute_names("#s", "state")
+                .send()
+                .await;
+            // Unreadable (the emulator restarting): looked at again.
+            let Some(item) = read.ok().and_then(|r| r.item) else {
+                continue;
+            };
+            let executing = item.get("state").and_then(|v| v.as_s().ok());
+            if number(&item, "epoch") != *epoch || executing.is_none_or(|s| s != "EXECUTING") {
+                let now = armada_core::clock::Clock::default().now_ms();
+                step.taken_up_s = Some((now - at) as f64 / 1000.0);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    watched.into_iter().map(|(h, _)| h).collect()
 }
 
 /// Kills the host at seeded moments until told to stop; the kills.

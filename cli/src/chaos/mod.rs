@@ -227,6 +227,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             None => Arc::new(armada_core::faults::NoFaults),
         },
         incarnation,
+        last_kill_ms: Default::default(),
         secret: armada_domain::api::ApiKey::mint().secret,
         deliveries: (opts.faults.contains(&Fault::Redeliver)
             || opts.faults.contains(&Fault::Delay))
@@ -373,15 +374,13 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     let points_killed: Vec<armada_core::faults::FaultPoint> =
         point_kills.iter().map(|(_, p)| *p).collect();
     // A kill at a point is a host kill like the others.
-    let mut steps_held: Vec<(i64, Vec<String>)> = Vec::new();
-    for k in kills
+    let mut held_at: Vec<_> = kills
         .into_iter()
         .chain(point_kills.into_iter().map(|(k, _)| k))
-    {
-        steps_held.push((k.at, k.held.await.unwrap_or_default()));
-    }
-    steps_held.sort_unstable_by_key(|(at, _)| *at);
-    let kills: Vec<i64> = steps_held.iter().map(|(at, _)| *at).collect();
+        .map(|k| (k.at, k.held))
+        .collect();
+    held_at.sort_unstable_by_key(|(at, _)| *at);
+    let kills: Vec<i64> = held_at.iter().map(|(at, _)| *at).collect();
     let roots: Vec<String> = started.iter().flat_map(|s| s.runs.clone()).collect();
     let deadline = Instant::now() + opts.drain;
     while Instant::now() < deadline {
@@ -443,7 +442,12 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             );
         }
     }
-    // Per step a killed host held: until its Run's next event (or end).
+    // Per step a killed host held: until a worker claimed it again (or,
+    // not seen within the watch, its Run's next event or end).
+    let mut steps_held = Vec::new();
+    for (at, held) in held_at {
+        steps_held.push((at, held.await.unwrap_or_default()));
+    }
     let mut taken_up: Vec<SlowRecovery> = {
         let by_run: HashMap<&str, &checker::Span> = checked
             .spans
@@ -452,15 +456,15 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
             .collect();
         steps_held
             .iter()
-            .flat_map(|(at, runs)| runs.iter().map(move |r| (*at, r)))
-            .filter_map(|(at, r)| {
-                let span = by_run.get(r.as_str())?;
+            .flat_map(|(at, steps)| steps.iter().map(move |h| (*at, h)))
+            .filter_map(|(at, h)| {
+                let span = by_run.get(h.run_id.as_str())?;
                 let next = span.next_event(at).or(span.ended)?;
                 let (before, after) = span.around(at);
                 Some(SlowRecovery {
-                    run_id: r.clone(),
+                    run_id: h.run_id.clone(),
                     killed_at_ms: at,
-                    seconds: (next - at) as f64 / 1000.0,
+                    seconds: h.taken_up_s.unwrap_or((next - at) as f64 / 1000.0),
                     before,
                     after,
                 })

@@ -29,7 +29,7 @@ pub struct Percentiles {
     pub p99: f64,
 }
 
-/// A step a killed host held, and how long until its Run went on.
+/// A step a killed host held, and how long until a worker took it up.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SlowRecovery {
     pub run_id: String,
