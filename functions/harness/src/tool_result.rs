@@ -45,7 +45,11 @@ impl Harness {
                 .fetch_add(1, Ordering::Relaxed);
             tracing::info!(run_id, call_id, attempt, state = %current.state(), "outcome for a settled call, an old attempt or an ended run dropped");
             // Taken by a worker that died before its step's follow-up:
-            // this repeat sends it, as a repeated step message does.
+            // this repeat sends it, as a repeated step message does. (A
+            // Run waiting again waits for another answer: nothing to send.)
+            if current.state().is_waiting() {
+                return Ok(());
+            }
             return self
                 .resend_followup(&current, self.svc.clock.now_ms())
                 .await;
