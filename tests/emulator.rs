@@ -413,3 +413,70 @@ async fn a_fifo_queue_drops_a_repeat_of_a_message_already_consumed() {
     assert_eq!(take().await, ["handed over"]);
     assert!(take().await.is_empty());
 }
+
+/// A consumer whose visibility ran out and whose message another consumer
+/// has received since cannot delete it with its old receipt handle (the
+/// request succeeds and deletes nothing, as SQS documents); the latest
+/// handle does. (moto deleted it given any handle it ever had: a
+/// consumer killed mid-step took the live copy's message with it.)
+#[tokio::test]
+async fn only_the_latest_receipt_handle_deletes_a_message() {
+    let ep = emulator_endpoint();
+    armada_cli::local::emulator::wait_until_up(&ep, std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    let aws = AwsClients::load_local(&ep, "us-east-1").await;
+    let url = fifo_queue(&aws, "receipts").await;
+    aws.sqs
+        .send_message()
+        .queue_url(&url)
+        .message_body("step 0")
+        .message_group_id("run_1")
+        .message_deduplication_id("run_1-step-0-0")
+        .send()
+        .await
+        .unwrap();
+    let receive = |hidden_s: i32| {
+        aws.sqs
+            .receive_message()
+            .queue_url(&url)
+            .visibility_timeout(hidden_s)
+            .wait_time_seconds(2)
+            .send()
+    };
+    let delete = |handle: String| {
+        aws.sqs
+            .delete_message()
+            .queue_url(&url)
+            .receipt_handle(handle)
+            .send()
+    };
+    let handle = |out: &aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput| {
+        out.messages()
+            .first()
+            .and_then(|m| m.receipt_handle())
+            .map(str::to_string)
+    };
+    // Taken for a second only, then taken again by another consumer.
+    let first = handle(&receive(1).await.unwrap()).expect("received");
+    let second = armada_tests::wait::until(
+        "the message to show again",
+        std::time::Duration::from_secs(10),
+        || async { handle(&receive(30).await.unwrap()) },
+    )
+    .await;
+    assert_ne!(first, second);
+    delete(first).await.expect("an old handle is no error");
+    // Still there: held by the second consumer until it deletes it.
+    aws.sqs
+        .change_message_visibility()
+        .queue_url(&url)
+        .receipt_handle(&second)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .expect("the second consumer still holds it");
+    let third = handle(&receive(30).await.unwrap()).expect("still on the queue");
+    delete(third).await.unwrap();
+    assert!(receive(30).await.unwrap().messages().is_empty());
+}

@@ -411,6 +411,24 @@ def add_message(self, message):
     _moto_add_message(self, message)
 
 
+_moto_delete_message = sqs_models.Queue.delete_message
+
+
+def delete_message(self, receipt_handle):
+    """Only a message's latest receipt handle deletes it. SQS: "you must
+    provide the most recently received ReceiptHandle for the message
+    (otherwise, the request succeeds, but the message will not be
+    deleted)". moto 5.2.5 deletes it given any handle it ever had, so a
+    consumer whose visibility ran out (its host killed, its heartbeat cut
+    off by an outage) deleted the message another consumer had received
+    since and was still working on: if that one died too, nothing was
+    left to carry its Run on."""
+    for message in self._messages:
+        if receipt_handle in message._old_receipt_handles:
+            return
+    _moto_delete_message(self, receipt_handle)
+
+
 def wait_for_messages(self, timeout):
     with self._messages_lock:
         if self.messages:
@@ -432,6 +450,7 @@ def install():
     Table.query = query
     sqs_models.Queue.wait_for_messages = wait_for_messages
     sqs_models.Queue.add_message = add_message
+    sqs_models.Queue.delete_message = delete_message
     sqs_models.SQSBackend.receive_message = receive_message
     EC2ContainerServiceResponse.run_task = run_task
 
