@@ -282,6 +282,61 @@ async fn a_decision_whose_worker_died_after_claiming_stays_until_the_step_is_tak
     );
 }
 
+/// A Run waiting for its approval is claimed by a message that was no
+/// message (a copy of one deleted long ago) whose worker then dies: the
+/// wait's watchdog looks on while the claim's lease runs, and once it
+/// has lapsed for as long as a dead worker's message takes to come back,
+/// asks for the step again. (Found by `armada chaos` on sandbox Runs:
+/// left `EXECUTING` at epoch 2 with no message and no watchdog.)
+#[tokio::test]
+async fn a_step_claimed_by_a_phantom_whose_worker_died_is_asked_for_again() {
+    let s = stack(3600).await;
+    let run = s.start("ops", "/tool launch {}", None).await;
+    s.to_harness(&s.mem.take_harness()[0]).await;
+    let parked = s.run(&run.run_id);
+    assert_eq!(parked.state(), RunState::AwaitingHitl);
+    s.mem.take_dispatch();
+    let lease_ms = s.svc.cfg.step_lease_ms;
+    let claimed = {
+        let mut st = s.mem.state();
+        let r = st.runs.get_mut(&run.run_id).expect("run");
+        let until = s.svc.clock.now_ms() + lease_ms;
+        r.apply(
+            RunEvent::Claimed {
+                lease_until_ms: until,
+            },
+            s.svc.clock.now_ms(),
+        )
+        .expect("claimed");
+        r.clone()
+    };
+    assert_eq!(s.to_dispatcher(&check(&parked)).await, 0);
+    assert!(s.mem.take_harness().is_empty(), "held: nothing asked yet");
+    let again = s.mem.take_dispatch();
+    assert_eq!(again, [check(&claimed)], "looked at again later");
+    let back_ms = i64::from(s.svc.cfg.crash_return_s) * 1000;
+    s.svc.clock.advance(lease_ms + back_ms + 1);
+    assert_eq!(s.to_dispatcher(&again[0]).await, 0);
+    let asked = s.mem.take_harness();
+    assert_eq!(
+        asked,
+        [HarnessMessage::Step {
+            run_id: run.run_id.clone(),
+            tenant: TENANT.into(),
+            step: claimed.step,
+            epoch: claimed.epoch,
+        }]
+    );
+    s.to_harness(&asked[0]).await;
+    let after = s.run(&run.run_id);
+    assert_eq!(
+        after.state(),
+        RunState::AwaitingHitl,
+        "waiting for its human again"
+    );
+    assert!(after.epoch > claimed.epoch);
+}
+
 #[tokio::test]
 async fn a_decision_waits_for_a_step_in_flight() {
     let s = stack(3600).await;

@@ -76,7 +76,12 @@ impl Dispatcher {
             return self.settle(run_id, tenant).await;
         }
         let waiting = run.state().is_waiting();
-        if run.epoch != epoch || run.step != step || !waiting {
+        // Claimed since, at the wait's step: the claim's worker goes on,
+        // or dies and its message comes back. Unless that message was no
+        // message (a copy of one deleted long ago, which at-least-once
+        // delivery allows): the check looks on until the step has moved.
+        let claimed_since = run.state() == RunState::Executing && run.step == step;
+        if !claimed_since && (run.epoch != epoch || run.step != step || !waiting) {
             // The Run moved on; a later wait has its own check.
             return Ok(Outcome::Done);
         }
@@ -95,6 +100,9 @@ impl Dispatcher {
         }
         if run.past_deadline(now) {
             return self.time_out(run).await;
+        }
+        if claimed_since {
+            return self.check_claimed(&run, now).await;
         }
         let next = DispatchMessage::CheckRun {
             run_id: run_id.to_string(),
@@ -238,6 +246,38 @@ impl Dispatcher {
         self.svc
             .queues
             .send_dispatch_delayed(&next, self.svc.cfg.sandbox.check_seconds)
+            .await?;
+        Ok(Outcome::Done)
+    }
+
+    /// A Run claimed at the step its wait was checked at: once its lease
+    /// has lapsed for as long as a dead worker's message takes to come
+    /// back, and it is still `EXECUTING` there, nothing carries it on,
+    /// and its step is asked for again (a claim makes a second carrier
+    /// harmless); until then it is looked at again later.
+    async fn check_claimed(&self, run: &Run, now: i64) -> Handled {
+        let back_ms = i64::from(self.svc.cfg.crash_return_s) * 1000;
+        if run.lease_until_ms + back_ms <= now {
+            tracing::warn!(run_id = %run.run_id, step = run.step, epoch = run.epoch, "a claimed step with nothing to carry it on; asked for again");
+            let step = HarnessMessage::Step {
+                run_id: run.run_id.clone(),
+                tenant: run.tenant.clone(),
+                step: run.step,
+                epoch: run.epoch,
+            };
+            self.svc.queues.send_harness(&step).await?;
+            return Ok(Outcome::Done);
+        }
+        let again = DispatchMessage::CheckRun {
+            run_id: run.run_id.clone(),
+            tenant: run.tenant.clone(),
+            step: run.step,
+            epoch: run.epoch,
+            n: 0,
+        };
+        self.svc
+            .queues
+            .send_dispatch_delayed(&again, self.svc.cfg.sandbox.check_seconds)
             .await?;
         Ok(Outcome::Done)
     }
