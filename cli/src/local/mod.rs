@@ -502,6 +502,7 @@ impl LocalStack {
                 batch_size: esm.batch_size as i32,
                 wait_seconds: opts.poll_wait_seconds,
                 region: opts.region.clone(),
+                hold_s: harness_svc.cfg.crash_return_s as i32,
             };
             // Dead-letter queues are drained one batch at a time; work
             // queues with up to the function's concurrency in flight.

@@ -17,7 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry,
+    MessageSystemAttributeName,
+};
 use futures::future::BoxFuture;
 use serde_json::json;
 use tokio::sync::watch;
@@ -104,6 +107,11 @@ pub struct PollerSpec {
     pub batch_size: i32,
     pub wait_seconds: i32,
     pub region: String,
+    /// How long a batch held back before its function begins (a late
+    /// delivery) is hidden at a time: as long as a dead worker's step
+    /// (`CrashReturnSeconds`), since a host killed meanwhile takes the
+    /// batch with it (Lambda's poller would outlive the function).
+    pub hold_s: i32,
 }
 
 /// Receives batches and hands each to `handler` in a task of its own, at
@@ -215,7 +223,10 @@ pub async fn run(
         let (sqs, spec, handler) = (sqs.clone(), spec.clone(), handler.clone());
         in_flight.spawn(async move {
             if let Some(late) = late {
-                tokio::time::sleep(late).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(late) => {}
+                    never = keep_hidden(&sqs, &spec, &msgs) => match never {},
+                }
             }
             handle_batch(&sqs, &spec, &handler, event, &msgs).await;
             drop(permit);
@@ -224,6 +235,40 @@ pub async fn run(
     // Shut down: the batches in flight finish (their messages are deleted
     // or left to come back), none is started.
     while in_flight.join_next().await.is_some() {}
+}
+
+/// Keeps `msgs` hidden `spec.hold_s` at a time, every third of it, until
+/// dropped; a failed extension leaves them to the queue's timeout.
+async fn keep_hidden(
+    sqs: &aws_sdk_sqs::Client,
+    spec: &PollerSpec,
+    msgs: &[aws_sdk_sqs::types::Message],
+) -> std::convert::Infallible {
+    let every = Duration::from_millis(spec.hold_s.max(1) as u64 * 1000 / 3);
+    loop {
+        let entries: Vec<ChangeMessageVisibilityBatchRequestEntry> = msgs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(format!("m{i}"))
+                    .receipt_handle(m.receipt_handle()?)
+                    .visibility_timeout(spec.hold_s)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        let kept = sqs
+            .change_message_visibility_batch()
+            .queue_url(&spec.queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await;
+        if let Err(e) = kept {
+            tracing::debug!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "a late batch not kept hidden");
+        }
+        tokio::time::sleep(every).await;
+    }
 }
 
 /// A message as ReceiveMessage returned it, with its queue.
