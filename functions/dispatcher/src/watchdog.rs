@@ -8,6 +8,7 @@ use crate::Handled;
 use armada_core::adapters::dynamo::sandboxes::CallRef;
 use armada_core::batch::Outcome;
 use armada_core::error::StoreError;
+use armada_core::services::ending;
 use armada_core::services::sandboxing;
 use armada_core::services::sandboxing::CallWatch;
 use armada_core::services::sandboxing::SandboxError;
@@ -19,6 +20,7 @@ use armada_domain::messages::HarnessMessage;
 use armada_domain::messages::ResultBody;
 use armada_domain::run::EndNote;
 use armada_domain::run::Run;
+use armada_domain::run::RunAction;
 use armada_domain::run::RunError;
 use armada_domain::run::RunEvent;
 use armada_domain::run::RunState;
@@ -259,13 +261,7 @@ impl Dispatcher {
         let back_ms = i64::from(self.svc.cfg.crash_return_s) * 1000;
         if run.lease_until_ms + back_ms <= now {
             tracing::warn!(run_id = %run.run_id, step = run.step, epoch = run.epoch, "a claimed step with nothing to carry it on; asked for again");
-            let step = HarnessMessage::Step {
-                run_id: run.run_id.clone(),
-                tenant: run.tenant.clone(),
-                step: run.step,
-                epoch: run.epoch,
-            };
-            self.svc.queues.send_harness(&step).await?;
+            ending::carry_out(&self.svc, run, &[RunAction::EnqueueNextStep]).await?;
             return Ok(Outcome::Done);
         }
         let again = DispatchMessage::CheckRun {
