@@ -29,12 +29,11 @@ async fn a_seeded_workload_under_kills_and_redeliveries_breaks_no_promise() {
         // Dense, but with the stack up most of the time: at a host kill
         // every 8-15 s a hundred jobs' sessions and teams spent their
         // wall clock on recoveries (a third of them timed out) and little
-        // was left to check.
-        kill_every: (Duration::from_secs(20), Duration::from_secs(40)),
+        // was left to check. Half the host kills are aimed at a point.
+        kill_every: (Duration::from_secs(10), Duration::from_secs(25)),
         emulator_kill_every: (Duration::from_secs(40), Duration::from_secs(80)),
         sandbox_kill_every: (Duration::from_secs(10), Duration::from_secs(20)),
-        point_kill_per_mille: 50,
-        point_kill_gap: Duration::from_secs(20),
+        aimed_percent: 50,
         fault_window: Duration::from_secs(20),
         label: String::new(),
         // Sandbox calls too: every host kill kills their agents mid-call.

@@ -159,7 +159,8 @@ enum Cmd {
         /// Seconds the Runs have to end once the faults stop.
         #[arg(long, default_value_t = 240)]
         drain: u64,
-        /// Seconds between host kills, at least and at most (`MIN-MAX`).
+        /// Seconds between host kills, at least and at most (`MIN-MAX`);
+        /// with point-kill on, half of them are aimed at a fault point.
         #[arg(long, default_value = "45-90", value_parser = armada_cli::chaos::parse_span)]
         kill_every: (std::time::Duration, std::time::Duration),
         /// Seconds between emulator kills (`MIN-MAX`).

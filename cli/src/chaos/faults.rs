@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use futures::future::BoxFuture;
-use tokio::sync::{mpsc, watch, Mutex};
+use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 
 use armada_core::faults::{Aborted, FaultPoint, FaultPoints};
@@ -239,21 +239,68 @@ async fn taken_up(
     watched.into_iter().map(|(h, _)| h).collect()
 }
 
-/// Kills the host at seeded moments until told to stop; the kills.
+/// How the host is killed: at seeded moments, every `every` (at least,
+/// at most), `aimed_percent` of the kills aimed at a fault point.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct KillSchedule {
+    pub every: (Duration, Duration),
+    pub aimed_percent: u64,
+}
+
+/// Kills the host on its schedule until told to stop; the kills, each with
+/// the fault point it landed on (`None`: a moment's). A kill aimed at a
+/// point waits for a step to meet it, at most the schedule's least pause
+/// (then it comes at that moment), so aimed or not the kills keep one
+/// rate: `--kill-every` is the time between any two.
 pub(super) async fn host_kills(
     host: Host,
     endpoint: String,
     stack: Arc<Mutex<Option<LocalStack>>>,
+    points: Option<Arc<PointKills>>,
     mut rng: Rng,
-    every: (Duration, Duration),
+    schedule: KillSchedule,
     mut stop: watch::Receiver<bool>,
-) -> Result<Vec<HostKill>> {
+) -> Result<Vec<(HostKill, Option<FaultPoint>)>> {
     let mut kills = Vec::new();
-    while seeded_pause(&mut rng, every, &mut stop).await {
+    while seeded_pause(&mut rng, schedule.every, &mut stop).await {
+        let aim = match &points {
+            Some(points) if rng.chance(schedule.aimed_percent) => {
+                let point =
+                    FaultPoint::ALL[rng.between(0, FaultPoint::ALL.len() as u64 - 1) as usize];
+                Some((points, point))
+            }
+            _ => None,
+        };
+        let mut point = None;
+        if let Some((points, aimed)) = aim {
+            points.arm(aimed);
+            let waited = tokio::time::sleep(schedule.every.0);
+            tokio::pin!(waited);
+            let stopped = loop {
+                tokio::select! {
+                    _ = points.struck.notified() => if points.has_struck() { break false },
+                    _ = &mut waited => break false,
+                    _ = stop.changed() => break true,
+                }
+            };
+            // Nothing is aimed any more; a step held at the point meanwhile
+            // dies with this kill.
+            let struck = points.disarm();
+            point = struck.then_some(aimed);
+            if stopped && !struck {
+                break;
+            }
+        }
         let mut held = stack.lock().await;
         if let Some(s) = held.take() {
-            kills.push(HostKill::of(&host, s));
-            tracing::warn!(kills = kills.len(), "chaos: the functions host was killed");
+            kills.push((HostKill::of(&host, s), point));
+            match point {
+                Some(p) => tracing::warn!(
+                    point = p.as_str(),
+                    "chaos: the functions host was killed at a fault point"
+                ),
+                None => tracing::warn!(kills = kills.len(), "chaos: the functions host was killed"),
+            }
         }
         *held = Some(restart(&host, &endpoint).await?);
     }
@@ -369,70 +416,70 @@ pub(super) async fn emulator_kills(
     Ok(kills)
 }
 
-/// The functions host killed where its work meets a named fault point. While
-/// armed, each point met is a kill with a seeded chance (at most one every
-/// `gap`); the step is held at its point until the kill ends it, so the
-/// kill lands exactly there.
+/// A kill aimed at a named fault point: while armed, the first step of the
+/// running host to meet the point is held there, and the kill lands on it.
 #[derive(Debug)]
 pub(super) struct PointKills {
-    /// `None` once disarmed; the lock also orders arming against sends.
-    state: std::sync::Mutex<Option<Armed>>,
-    per_mille: u64,
-    gap: Duration,
-    /// Which host a kill is asked of ([`Host::incarnation`]), so what a
-    /// killed host asked for is not done to the next one.
+    aim: std::sync::Mutex<Aim>,
+    /// Which host a kill is aimed at ([`Host::incarnation`]), so a step of
+    /// a host killed since is not held for the next one's kill.
     host: Arc<std::sync::atomic::AtomicU64>,
-    tx: mpsc::UnboundedSender<(FaultPoint, u64)>,
+    /// Told when a step is held at the armed point.
+    struck: tokio::sync::Notify,
 }
 
-#[derive(Debug)]
-struct Armed {
-    rng: Rng,
-    last: Option<Instant>,
+#[derive(Debug, Default)]
+struct Aim {
+    armed: Option<(FaultPoint, u64)>,
+    struck: bool,
 }
 
 impl PointKills {
-    pub fn new(
-        rng: Rng,
-        per_mille: u64,
-        gap: Duration,
-        incarnation: Arc<std::sync::atomic::AtomicU64>,
-    ) -> (Arc<Self>, mpsc::UnboundedReceiver<(FaultPoint, u64)>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let kills = PointKills {
-            state: std::sync::Mutex::new(Some(Armed { rng, last: None })),
-            per_mille,
-            gap,
+    pub fn new(incarnation: Arc<std::sync::atomic::AtomicU64>) -> Arc<Self> {
+        Arc::new(PointKills {
+            aim: Default::default(),
             host: incarnation,
-            tx,
-        };
-        (Arc::new(kills), rx)
+            struck: tokio::sync::Notify::new(),
+        })
     }
 
-    /// No more kills asked for, once this returns.
-    fn disarm(&self) {
-        if let Ok(mut state) = self.state.lock() {
-            *state = None;
+    fn arm(&self, point: FaultPoint) {
+        if let Ok(mut aim) = self.aim.lock() {
+            *aim = Aim {
+                armed: Some((point, self.host.load(Ordering::SeqCst))),
+                struck: false,
+            };
         }
     }
 
-    /// Whether this meeting of `point` is a kill (and asks for it).
+    fn has_struck(&self) -> bool {
+        self.aim.lock().is_ok_and(|a| a.struck)
+    }
+
+    /// Nothing aimed from here on; whether a step was held at the point
+    /// (then the host must be killed under it).
+    fn disarm(&self) -> bool {
+        self.aim
+            .lock()
+            .map(|mut a| std::mem::take(&mut *a).struck)
+            .unwrap_or(false)
+    }
+
+    /// Whether this meeting of `point` is the aimed kill.
     fn strikes(&self, point: FaultPoint) -> bool {
-        let Ok(mut state) = self.state.lock() else {
+        let Ok(mut aim) = self.aim.lock() else {
             return false;
         };
-        let Some(armed) = state.as_mut() else {
-            return false;
-        };
-        if armed.last.is_some_and(|t| t.elapsed() < self.gap) {
-            return false;
-        }
-        if armed.rng.between(0, 999) >= self.per_mille {
-            return false;
-        }
-        armed.last = Some(Instant::now());
         let host = self.host.load(Ordering::SeqCst);
-        self.tx.send((point, host)).is_ok()
+        if aim.armed != Some((point, host)) {
+            return false;
+        }
+        *aim = Aim {
+            armed: None,
+            struck: true,
+        };
+        self.struck.notify_one();
+        true
     }
 }
 
@@ -443,50 +490,5 @@ impl FaultPoints for PointKills {
             return Box::pin(std::future::pending());
         }
         Box::pin(async { Ok(()) })
-    }
-}
-
-/// Kills the host each time a step is held at a fault point, until told to
-/// stop; then disarms the points and kills for those already asked for, so
-/// no step is left held. The kills and their points.
-pub(super) async fn point_kills(
-    host: Host,
-    endpoint: String,
-    stack: Arc<Mutex<Option<LocalStack>>>,
-    points: Arc<PointKills>,
-    mut asked: mpsc::UnboundedReceiver<(FaultPoint, u64)>,
-    mut stop: watch::Receiver<bool>,
-) -> Result<Vec<(HostKill, FaultPoint)>> {
-    let mut kills = Vec::new();
-    let mut stopping = false;
-    loop {
-        let next = if stopping {
-            asked.try_recv().ok()
-        } else {
-            tokio::select! {
-                p = asked.recv() => p,
-                _ = stop.changed() => {
-                    points.disarm();
-                    stopping = true;
-                    continue;
-                }
-            }
-        };
-        let Some((point, of_host)) = next else {
-            return Ok(kills);
-        };
-        if of_host != points.host.load(Ordering::SeqCst) {
-            // Asked by a host that was killed since: its step died with it.
-            continue;
-        }
-        let mut held = stack.lock().await;
-        if let Some(s) = held.take() {
-            kills.push((HostKill::of(&host, s), point));
-            tracing::warn!(
-                point = point.as_str(),
-                "chaos: the functions host was killed at a fault point"
-            );
-        }
-        *held = Some(restart(&host, &endpoint).await?);
     }
 }

@@ -139,16 +139,17 @@ pub struct ChaosOpts {
     /// How long Runs may take to end after the workload is posted and
     /// the faults stop (the recovery bound).
     pub drain: Duration,
-    /// Between host kills: at least, at most.
+    /// Between host kills (at a moment or at a fault point): at least,
+    /// at most.
     pub kill_every: (Duration, Duration),
     /// Between emulator kills: at least, at most.
     pub emulator_kill_every: (Duration, Duration),
     /// Between kills of a sandbox agent: at least, at most.
     pub sandbox_kill_every: (Duration, Duration),
-    /// The chance, per thousand, that a step meeting a fault point is
-    /// killed there; and the least time between two such kills.
-    pub point_kill_per_mille: u64,
-    pub point_kill_gap: Duration,
+    /// The share of host kills aimed at a fault point (drawn among them
+    /// all), with both `host-kill` and `point-kill` on; one of them alone
+    /// makes every kill of its kind.
+    pub aimed_percent: u64,
     /// Faults go on at least this long (and while the workload is
     /// posted, and until every kill asked for could come once).
     pub fault_window: Duration,
@@ -165,6 +166,8 @@ impl ChaosOpts {
     fn faults_for_at_least(&self) -> Duration {
         [
             (Fault::HostKill, self.kill_every.1),
+            // An aimed kill waits up to the least pause for its point.
+            (Fault::PointKill, self.kill_every.1 + self.kill_every.0),
             (Fault::EmulatorKill, self.emulator_kill_every.1),
             (Fault::SandboxKill, self.sandbox_kill_every.1),
         ]
@@ -190,8 +193,7 @@ impl Default for ChaosOpts {
             kill_every: (Duration::from_secs(45), Duration::from_secs(90)),
             emulator_kill_every: (Duration::from_secs(90), Duration::from_secs(180)),
             sandbox_kill_every: (Duration::from_secs(30), Duration::from_secs(60)),
-            point_kill_per_mille: 20,
-            point_kill_gap: Duration::from_secs(45),
+            aimed_percent: 50,
             fault_window: Duration::from_secs(60),
             label: String::new(),
             sandbox_jobs: true,
@@ -206,14 +208,10 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     }
     let seed = Rng::new(opts.seed);
     let incarnation = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let points = opts.faults.contains(&Fault::PointKill).then(|| {
-        PointKills::new(
-            seed.fork("points"),
-            opts.point_kill_per_mille,
-            opts.point_kill_gap,
-            incarnation.clone(),
-        )
-    });
+    let points = opts
+        .faults
+        .contains(&Fault::PointKill)
+        .then(|| PointKills::new(incarnation.clone()));
     // A tenth of callback attempts refused: their retries are checked too.
     let receiver = receiver::Receiver::start(seed.fork("receiver"), 10).await?;
     let host = Host {
@@ -223,7 +221,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         stack: format!("chaos-{}-{}{}", opts.seed, std::process::id(), opts.label),
         api_port: process::free_port()?,
         faults: match &points {
-            Some((p, _)) => p.clone(),
+            Some(p) => p.clone(),
             None => Arc::new(armada_core::faults::NoFaults),
         },
         incarnation,
@@ -294,13 +292,23 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     let jobs = workload::plan(&mut seed.fork("workload"), opts.runs, opts.sandbox_jobs);
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let killer = opts.faults.contains(&Fault::HostKill).then(|| {
+    let at_moments = opts.faults.contains(&Fault::HostKill);
+    let killer = (at_moments || points.is_some()).then(|| {
+        let schedule = faults::KillSchedule {
+            every: opts.kill_every,
+            aimed_percent: match (at_moments, points.is_some()) {
+                (true, true) => opts.aimed_percent.min(100),
+                (false, _) => 100,
+                (true, false) => 0,
+            },
+        };
         tokio::spawn(faults::host_kills(
             host.clone(),
             endpoint.clone(),
             stack.clone(),
+            points.clone(),
             seed.fork("faults"),
-            opts.kill_every,
+            schedule,
             stop_rx,
         ))
     });
@@ -324,16 +332,6 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
                 stop_tx.subscribe(),
             ))
         });
-    let point_killer = points.map(|(points, asked)| {
-        tokio::spawn(faults::point_kills(
-            host.clone(),
-            endpoint.clone(),
-            stack.clone(),
-            points,
-            asked,
-            stop_tx.subscribe(),
-        ))
-    });
     let began = Instant::now();
     let tag = format!("{}-{}{}", opts.seed, std::process::id(), opts.label);
     let results: Vec<Result<Started>> = futures::stream::iter(jobs.iter())
@@ -363,23 +361,14 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
         Some(k) => k.await.context("the emulator killer")??,
         None => Vec::new(),
     };
-    let point_kills = match point_killer {
-        Some(k) => k.await.context("the point killer")??,
-        None => Default::default(),
-    };
     let sandbox_kills = match sandbox_killer {
         Some(k) => k.await.context("the sandbox killer")??,
         None => Vec::new(),
     };
     let points_killed: Vec<armada_core::faults::FaultPoint> =
-        point_kills.iter().map(|(_, p)| *p).collect();
+        kills.iter().filter_map(|(_, p)| *p).collect();
     // A kill at a point is a host kill like the others.
-    let mut held_at: Vec<_> = kills
-        .into_iter()
-        .chain(point_kills.into_iter().map(|(k, _)| k))
-        .map(|k| (k.at, k.held))
-        .collect();
-    held_at.sort_unstable_by_key(|(at, _)| *at);
+    let held_at: Vec<_> = kills.into_iter().map(|(k, _)| (k.at, k.held)).collect();
     let kills: Vec<i64> = held_at.iter().map(|(at, _)| *at).collect();
     let roots: Vec<String> = started.iter().flat_map(|s| s.runs.clone()).collect();
     let deadline = Instant::now() + opts.drain;
@@ -448,6 +437,7 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     for (at, held) in held_at {
         steps_held.push((at, held.await.unwrap_or_default()));
     }
+    let all_kills: Vec<i64> = kills.iter().chain(&emulator_kills).copied().collect();
     let mut taken_up: Vec<SlowRecovery> = {
         let by_run: HashMap<&str, &checker::Span> = checked
             .spans
@@ -461,12 +451,15 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
                 let span = by_run.get(h.run_id.as_str())?;
                 let next = span.next_event(at).or(span.ended)?;
                 let (before, after) = span.around(at);
+                let seconds = h.taken_up_s.unwrap_or((next - at) as f64 / 1000.0);
+                let until = at + (seconds * 1000.0) as i64;
                 Some(SlowRecovery {
                     run_id: h.run_id.clone(),
                     killed_at_ms: at,
-                    seconds: h.taken_up_s.unwrap_or((next - at) as f64 / 1000.0),
+                    seconds,
                     before,
                     after,
+                    kills_meanwhile: all_kills.iter().filter(|k| **k > at && **k < until).count(),
                 })
             })
             .collect()

@@ -38,6 +38,9 @@ pub struct SlowRecovery {
     /// Its last event before the kill and the one that ended the wait.
     pub before: Option<&'static str>,
     pub after: Option<&'static str>,
+    /// Kills (of the host or the emulator) that came before it was taken
+    /// up: a slow recovery is often a chain of them.
+    pub kills_meanwhile: usize,
 }
 
 /// What `--report` writes.
