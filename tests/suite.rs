@@ -50,6 +50,8 @@ mod sandbox_image;
 mod sandboxes;
 #[path = "schedules.rs"]
 mod schedules;
+#[path = "secrets.rs"]
+mod secrets;
 #[path = "sessions.rs"]
 mod sessions;
 #[path = "task_network.rs"]

@@ -8,6 +8,7 @@ use crate::Harness;
 use crate::StepError;
 use armada_core::services::sandboxing;
 use armada_core::services::sandboxing::SandboxError;
+use armada_core::services::secrets::TenantSecrets;
 use armada_domain::agent::AgentDefinition;
 use armada_domain::chat::ModelReply;
 use armada_domain::chat::ToolCall;
@@ -105,6 +106,10 @@ impl Harness {
                 }
                 Next::RunInline(calls) => {
                     let mut ran = Vec::with_capacity(calls.len());
+                    let secrets = TenantSecrets {
+                        svc,
+                        tenant: &run.tenant,
+                    };
                     for rec in &calls {
                         let call = ToolCall {
                             id: rec.call_id.clone(),
@@ -113,7 +118,7 @@ impl Harness {
                         };
                         let key = effect_key(&run.run_id, &rec.call_id);
                         let now = svc.clock.now_ms();
-                        let outcome = svc.tools.execute(agent, &call, &key, now).await;
+                        let outcome = svc.tools.execute(agent, &call, &key, now, &secrets).await;
                         let (ok, result) = match outcome {
                             Ok(v) => (true, v),
                             Err(f) => (false, f.to_json()),

@@ -30,6 +30,7 @@ use armada_api::ErrorBody;
         (name = "hooks", description = "Inbound webhooks: GitHub, Standard Webhooks, Alertmanager"),
         (name = "schedules", description = "Runs at the times an EventBridge Scheduler expression names"),
         (name = "mailboxes", description = "Addresses whose mail starts Runs, answered in the sender's thread"),
+        (name = "secrets", description = "A tenant's secrets: written, listed by name, never read back"),
         (name = "meta", description = "Health and this document"),
     )
 )]

@@ -26,7 +26,7 @@ pub use armada_api::server::MAX_BODY_BYTES;
 fn api() -> OpenApiRouter<Arc<Services>> {
     use routes::{
         agents, callbacks, collab, health, hooks, inbound, keys, mailboxes, profiles, runs,
-        sandboxes, schedules, sessions, skills, teams,
+        sandboxes, schedules, secrets, sessions, skills, teams,
     };
     OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
         .routes(routes!(health::health))
@@ -93,6 +93,8 @@ fn api() -> OpenApiRouter<Arc<Services>> {
             mailboxes::delete_mailbox
         ))
         .routes(routes!(mailboxes::mailbox_deliveries))
+        .routes(routes!(secrets::list_secrets))
+        .routes(routes!(secrets::put_secret, secrets::delete_secret))
 }
 
 /// The API's router, ready to serve.
@@ -113,5 +115,7 @@ mod limit_tests;
 mod mailbox_tests;
 #[cfg(test)]
 mod schedule_tests;
+#[cfg(test)]
+mod secret_tests;
 #[cfg(test)]
 mod tests;

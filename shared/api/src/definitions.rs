@@ -13,6 +13,7 @@ use utoipa::ToSchema;
 
 use armada_domain::agent::{ModelProvider, Provisioning};
 use armada_domain::approval::policy::{Destructive, MediumRisk, OnIndeterminate, OnReject};
+use armada_domain::egress::HttpHeaders;
 use armada_domain::sandbox::{MountMode, SkillKind};
 use armada_domain::skills::Risk;
 use armada_domain::team::Strategy;
@@ -37,6 +38,11 @@ pub struct AgentBody {
     /// `host` or `host:port` entries `http_request` may reach.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_allow_hosts: Option<Vec<String>>,
+    /// Headers `http_request` sends to a host of `http_allow_hosts`
+    /// whatever the model asks: a value, or a tenant's secret named
+    /// (`{"secret": "crm-token"}`, opened only as the request goes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_headers: Option<Vec<HttpHeaders>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxBody>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -314,6 +320,7 @@ mod tests {
             skills: None,
             limits: None,
             http_allow_hosts: None,
+            http_headers: None,
             sandbox: None,
             approvals: None,
             version: None,
@@ -371,6 +378,21 @@ mod tests {
                 timeout_s: Some(60),
             }),
             http_allow_hosts: Some(vec!["api.example.com".into()]),
+            http_headers: Some(vec![HttpHeaders {
+                host: "api.example.com".into(),
+                headers: BTreeMap::from([
+                    (
+                        "Authorization".into(),
+                        armada_domain::secret::Configured::Secret {
+                            secret: "api-token".into(),
+                        },
+                    ),
+                    (
+                        "X-Team".into(),
+                        armada_domain::secret::Configured::Literal("blue".into()),
+                    ),
+                ]),
+            }]),
             sandbox: Some(SandboxBody {
                 profile: Some("mine".into()),
                 provisioning: Some(Provisioning::Eager),

@@ -15,6 +15,7 @@ pub mod registry;
 pub mod runs;
 pub mod sandboxes;
 pub mod schedules;
+pub mod secrets;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod sessions;

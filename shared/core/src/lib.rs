@@ -51,8 +51,8 @@ use crate::services::tools::InlineTools;
 
 pub use crate::ports::{
     Also, Approvals, Blobs, Hooks, Idempotency, Mail, Mailboxes, Model, Provider, Queues, Quotas,
-    Registry, RunEvents, Runs, SandboxReports, Sandboxes, SandboxesExt, Schedules, Sessions,
-    Timers, Topics,
+    Registry, RunEvents, Runs, SandboxReports, Sandboxes, SandboxesExt, Schedules, Secrets,
+    Sessions, Timers, Topics, Vault,
 };
 
 /// Everything a handler needs, built once per process: the ports (AWS
@@ -69,6 +69,10 @@ pub struct Services {
     pub sessions: Arc<dyn Sessions>,
     pub approvals: Arc<dyn Approvals>,
     pub hooks: Arc<dyn Hooks>,
+    /// Tenants' secrets, sealed.
+    pub secrets: Arc<dyn Secrets>,
+    /// Seals and opens secrets' values.
+    pub vault: Arc<dyn Vault>,
     /// The alarm topics of cloudwatch hooks (SNS).
     pub topics: Arc<dyn Topics>,
     pub schedules: Arc<dyn Schedules>,
@@ -135,6 +139,8 @@ impl Services {
             )),
             approvals: Arc::new(ApprovalStore::new(aws.dynamo.clone(), &cfg.approvals_table)),
             hooks: triggers.clone(),
+            secrets: triggers.clone(),
+            vault: Arc::new(crate::adapters::vault::DerivedVault::of(&cfg)),
             topics: Arc::new(AlarmTopics::new(aws.sns.clone(), &cfg)),
             schedules: triggers.clone(),
             mailboxes: triggers,

@@ -14,7 +14,7 @@ use crate::skills::{self, MountDecl, SkillManifest};
 
 /// The fields of an agent's definition (`version`, `manifests` and
 /// `shadowed_profiles` are what a `GET` adds: accepted and ignored).
-pub const AGENT_FIELDS: [&str; 12] = [
+pub const AGENT_FIELDS: [&str; 13] = [
     "name",
     "description",
     "model",
@@ -22,6 +22,7 @@ pub const AGENT_FIELDS: [&str; 12] = [
     "skills",
     "limits",
     "http_allow_hosts",
+    "http_headers",
     "sandbox",
     "approvals",
     "version",
@@ -133,6 +134,10 @@ pub struct AgentDefinition {
     /// Hosts the `http_request` skill may reach.
     #[serde(default)]
     pub http_allow_hosts: Vec<String>,
+    /// Headers `http_request` sends to some of those hosts, the model
+    /// unasked (tokens as the tenant's secrets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http_headers: Vec<crate::egress::HttpHeaders>,
     /// Where the agent's sandbox skills run.
     #[serde(default)]
     pub sandbox: SandboxSpec,
@@ -373,7 +378,11 @@ impl AgentDefinition {
             }
         }
         let http_allow_hosts = f.opt_str_list("http_allow_hosts")?.unwrap_or_default();
-        crate::egress::parse_allow_hosts(&http_allow_hosts)?;
+        let allowed = crate::egress::parse_allow_hosts(&http_allow_hosts)?;
+        let http_headers = match f.get("http_headers") {
+            Some(v) => crate::egress::parse_http_headers(v, &allowed)?,
+            None => Vec::new(),
+        };
         let sandbox = match f.opt_obj("sandbox")? {
             Some(o) => SandboxSpec::from_fields(&Fields::nested(o, "sandbox")?)?,
             None => SandboxSpec::default(),
@@ -399,6 +408,7 @@ impl AgentDefinition {
             skills,
             limits,
             http_allow_hosts,
+            http_headers,
             sandbox,
             manifests: BTreeMap::new(),
             approvals,

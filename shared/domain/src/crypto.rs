@@ -1,7 +1,7 @@
 //! Hashes, MACs and comparisons: a leaf module (it imports nothing of the
 //! domain), so seals, credentials, approvals and messages use it without
 //! reaching into the HTTP vocabulary. The primitives are RustCrypto's
-//! (`sha2`, `hmac`, `subtle`), not written here.
+//! (`sha2`, `hmac`, `subtle`) and `ring`'s (AES-GCM), not written here.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -47,6 +47,46 @@ pub fn digest_eq(a: &str, b: &str) -> bool {
     a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
+/// A 256-bit key for `purpose`, derived from a deployment's secret
+/// (HMAC-SHA256 of the purpose under the secret: one key per purpose, and
+/// none of them reveals the secret or another).
+pub fn derive_key(deployment_secret: &str, purpose: &str) -> [u8; 32] {
+    hmac_sha256(deployment_secret.as_bytes(), purpose.as_bytes())
+}
+
+/// AES-256-GCM (`ring`'s) of `plain` under `key` and a fresh random
+/// nonce, authenticating `aad` too: the nonce, then the ciphertext and
+/// its tag. `None` only if the system has no randomness to give.
+pub fn aead_seal(key: &[u8; 32], aad: &[u8], plain: &[u8]) -> Option<Vec<u8>> {
+    use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+    use ring::rand::{SecureRandom, SystemRandom};
+    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key).ok()?);
+    let mut nonce = [0u8; NONCE_LEN];
+    SystemRandom::new().fill(&mut nonce).ok()?;
+    let mut sealed = plain.to_vec();
+    key.seal_in_place_append_tag(
+        Nonce::assume_unique_for_key(nonce),
+        Aad::from(aad),
+        &mut sealed,
+    )
+    .ok()?;
+    let mut out = nonce.to_vec();
+    out.append(&mut sealed);
+    Some(out)
+}
+
+/// What [`aead_seal`] sealed, if `key` and `aad` are the ones it was
+/// sealed with and nothing was changed.
+pub fn aead_open(key: &[u8; 32], aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+    use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key).ok()?);
+    let (nonce, body) = sealed.split_at_checked(NONCE_LEN)?;
+    let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
+    let mut body = body.to_vec();
+    let plain = key.open_in_place(nonce, Aad::from(aad), &mut body).ok()?;
+    Some(plain.to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +105,24 @@ mod tests {
             ),
             "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
         );
+    }
+
+    #[test]
+    fn sealed_bytes_open_only_under_their_key_and_context() {
+        let key = derive_key("a deployment secret", "armada-secrets v1");
+        let sealed = aead_seal(&key, b"acme/crm", b"hunter2").unwrap();
+        assert_eq!(aead_open(&key, b"acme/crm", &sealed).unwrap(), b"hunter2");
+        // Each seal draws its own nonce: the same value never looks alike.
+        assert_ne!(aead_seal(&key, b"acme/crm", b"hunter2").unwrap(), sealed);
+        assert!(!sealed.windows(7).any(|w| w == b"hunter2"));
+        // Another tenant's name, another key, a flipped bit: nothing.
+        assert_eq!(aead_open(&key, b"other/crm", &sealed), None);
+        let other = derive_key("a deployment secret", "another purpose");
+        assert_eq!(aead_open(&other, b"acme/crm", &sealed), None);
+        let mut flipped = sealed.clone();
+        flipped[14] ^= 1;
+        assert_eq!(aead_open(&key, b"acme/crm", &flipped), None);
+        assert_eq!(aead_open(&key, b"acme/crm", &sealed[..5]), None);
     }
 
     #[test]

@@ -84,6 +84,109 @@ pub fn parse_allow_hosts(entries: &[String]) -> Result<Vec<HostPort>, FieldError
         .collect()
 }
 
+/// Headers an agent's `http_request` sends to one host of its allow-list
+/// whatever the model asks for: a token the platform holds for the tenant
+/// (`{"secret": "<name>"}`, opened in the harness as the request goes), or
+/// a value written out. The model never sees them.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HttpHeaders {
+    /// `host[:port]`, as on `http_allow_hosts` (where it must be).
+    pub host: String,
+    pub headers: std::collections::BTreeMap<String, crate::secret::Configured>,
+}
+
+/// How many hosts an agent fixes headers for, and headers per host.
+pub const MAX_HTTP_HEADER_HOSTS: usize = 16;
+pub const MAX_HTTP_HEADERS: usize = 16;
+
+/// Headers `http_request` sets itself, which no rule may replace.
+const OWN_HEADERS: [&str; 5] = [
+    "idempotency-key",
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+];
+
+/// Checks an agent's `http_headers` as written (`allow` its allow-list,
+/// checked): each host allowed, each header a token, each value one a
+/// header may carry.
+pub fn parse_http_headers(
+    v: &serde_json::Value,
+    allow: &[HostPort],
+) -> Result<Vec<HttpHeaders>, FieldError> {
+    let list = v
+        .as_array()
+        .ok_or_else(|| FieldError::new("http_headers", "must be a list of {host, headers}"))?;
+    if list.len() > MAX_HTTP_HEADER_HOSTS {
+        return Err(FieldError::new(
+            "http_headers",
+            &format!("at most {MAX_HTTP_HEADER_HOSTS} hosts"),
+        ));
+    }
+    let mut rules: Vec<HttpHeaders> = Vec::new();
+    for (i, item) in list.iter().enumerate() {
+        let at = format!("http_headers[{i}]");
+        let obj = item
+            .as_object()
+            .ok_or_else(|| FieldError::new(&at, "must be {host, headers}"))?;
+        let f = crate::fields::Fields::nested(obj, &at)?;
+        f.only(&["host", "headers"])?;
+        let host = f.req_str("host")?;
+        let parsed = HostPort::parse(host, false)
+            .filter(|h| allow.contains(h))
+            .ok_or_else(|| {
+                FieldError::new(
+                    &format!("{at}.host"),
+                    "must be an entry of http_allow_hosts",
+                )
+            })?;
+        if rules
+            .iter()
+            .any(|r| HostPort::parse(&r.host, false) == Some(parsed.clone()))
+        {
+            return Err(FieldError::new(&format!("{at}.host"), "is named twice"));
+        }
+        let given = f.req_obj("headers")?;
+        if given.is_empty() || given.len() > MAX_HTTP_HEADERS {
+            return Err(FieldError::new(
+                &format!("{at}.headers"),
+                &format!("must have 1 to {MAX_HTTP_HEADERS} headers"),
+            ));
+        }
+        let mut headers = std::collections::BTreeMap::new();
+        for (name, value) in given {
+            let field = format!("{at}.headers.{name}");
+            let token = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !token || OWN_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+                return Err(FieldError::new(
+                    &field,
+                    "is not a header name a rule may set",
+                ));
+            }
+            let value = crate::secret::Configured::parse(&field, value)?;
+            if let crate::secret::Configured::Literal(text) = &value {
+                if text.bytes().any(|b| b != b'\t' && (b < 0x20 || b == 0x7f)) {
+                    return Err(FieldError::new(
+                        &field,
+                        "has characters a header cannot carry",
+                    ));
+                }
+            }
+            headers.insert(name.clone(), value);
+        }
+        rules.push(HttpHeaders {
+            host: host.to_string(),
+            headers,
+        });
+    }
+    Ok(rules)
+}
+
 /// Why an address is never a tenant's target, or `None` if it is public.
 pub fn forbidden_ip(ip: IpAddr) -> Option<&'static str> {
     match ip {
@@ -255,5 +358,63 @@ mod tests {
         }
         let err = parse_allow_hosts(&["ok.com".into(), "https://x".into()]).unwrap_err();
         assert_eq!(err.field, "http_allow_hosts[1]");
+    }
+
+    #[test]
+    fn header_rules_name_allowed_hosts_tokens_and_values_or_secrets() {
+        use serde_json::json;
+        let allow = parse_allow_hosts(&["crm.example".into(), "127.0.0.1:8080".into()]).unwrap();
+        let rules = parse_http_headers(
+            &json!([
+                {"host": "crm.example", "headers": {"Authorization": {"secret": "crm-token"}, "X-Team": "blue"}},
+                {"host": "127.0.0.1:8080", "headers": {"X-Key": {"secret": "k"}}}
+            ]),
+            &allow,
+        )
+        .unwrap();
+        assert_eq!(rules.len(), 2);
+        assert_eq!(
+            rules[0].headers["Authorization"].secret(),
+            Some("crm-token")
+        );
+        let cases = [
+            (json!({}), "http_headers"),
+            (
+                json!([{"host": "other.example", "headers": {"A": "b"}}]),
+                "http_headers[0].host",
+            ),
+            (
+                json!([{"host": "crm.example", "headers": {}}]),
+                "http_headers[0].headers",
+            ),
+            (
+                json!([{"host": "crm.example", "headers": {"Bad Name": "x"}}]),
+                "http_headers[0].headers.Bad Name",
+            ),
+            (
+                json!([{"host": "crm.example", "headers": {"Idempotency-Key": "x"}}]),
+                "http_headers[0].headers.Idempotency-Key",
+            ),
+            (
+                json!([{"host": "crm.example", "headers": {"A": "x\r\nB: y"}}]),
+                "http_headers[0].headers.A",
+            ),
+            (
+                json!([{"host": "crm.example", "headers": {"A": {"secret": "No Such"}}}]),
+                "http_headers[0].headers.A.secret",
+            ),
+            (
+                json!([{"host": "crm.example", "headers": {"A": "x"}, "x": 1}]),
+                "http_headers[0].x",
+            ),
+            (
+                json!([{"host": "crm.example", "headers": {"A": "x"}}, {"host": "CRM.example", "headers": {"A": "x"}}]),
+                "http_headers[1].host",
+            ),
+        ];
+        for (v, field) in cases {
+            let e = parse_http_headers(&v, &allow).unwrap_err();
+            assert_eq!(e.field, field, "{v}");
+        }
     }
 }

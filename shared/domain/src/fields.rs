@@ -52,7 +52,7 @@ impl<'a> Fields<'a> {
         FieldError::new(&self.name(key), msg)
     }
 
-    fn get(&self, key: &str) -> Option<&'a Value> {
+    pub fn get(&self, key: &str) -> Option<&'a Value> {
         match self.obj.get(key) {
             None | Some(Value::Null) => None,
             Some(v) => Some(v),

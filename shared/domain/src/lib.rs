@@ -39,6 +39,7 @@ pub mod run;
 pub mod sandbox;
 pub mod schedule;
 pub mod scripted;
+pub mod secret;
 pub mod session;
 pub mod skills;
 pub mod step;

@@ -14,6 +14,7 @@ pub(crate) mod profiles;
 pub(crate) mod runs;
 pub(crate) mod sandboxes;
 pub(crate) mod schedules;
+pub(crate) mod secrets;
 pub(crate) mod sessions;
 pub(crate) mod skills;
 pub(crate) mod teams;

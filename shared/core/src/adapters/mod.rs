@@ -12,3 +12,4 @@ pub mod scheduler;
 pub mod ses;
 pub mod sns;
 pub mod sqs;
+pub mod vault;

@@ -12,6 +12,7 @@
 //! - [`triggers`]: hooks and their deliveries
 //! - [`mailboxes`]: mailboxes, their mail and their replies
 //! - [`schedules`]: schedules, their firings and timers
+//! - [`secrets`]: tenants' secrets, sealed
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -54,6 +55,7 @@ pub mod fixtures;
 mod mailboxes;
 mod others;
 mod schedules;
+mod secrets;
 mod triggers;
 
 /// The tables, queues and tasks of an in-memory deployment.
@@ -86,6 +88,8 @@ pub struct State {
     pub callback_salts: HashMap<String, String>,
     pub approvals: BTreeMap<String, Approval>,
     pub hooks: HashMap<String, Hook>,
+    /// `tenant/name` → the secret, sealed.
+    pub secrets: HashMap<String, armada_domain::secret::Secret>,
     /// Answered hook deliveries, as recorded.
     pub deliveries: Vec<Delivery>,
     /// (hook, hour) → Runs started (the hook's `max_runs_per_hour`).
@@ -220,6 +224,8 @@ impl Services {
             sessions: mem.clone(),
             approvals: mem.clone(),
             hooks: mem.clone(),
+            secrets: mem.clone(),
+            vault: Arc::new(crate::adapters::vault::DerivedVault::of(&cfg)),
             topics: mem.clone(),
             schedules: mem.clone(),
             mailboxes: mem.clone(),

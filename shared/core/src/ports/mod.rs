@@ -22,6 +22,7 @@ pub mod registry;
 pub mod runs;
 pub mod sandboxes;
 pub mod schedules;
+pub mod secrets;
 pub mod sessions;
 
 pub use approvals::Approvals;
@@ -40,4 +41,5 @@ pub use sandboxes::{
     CallRef, Change, SandboxReports, Sandboxes, SandboxesExt, StoredMark, FIRST_SANDBOX_UID,
 };
 pub use schedules::{Schedules, Timers};
+pub use secrets::{Secrets, Vault};
 pub use sessions::Sessions;

@@ -1,7 +1,9 @@
 //! Inline skills: run inside the harness, no sandbox. `current_time` and
 //! `http_request` to hosts on the agent's allow-list, through the egress
 //! guard (so an allow-listed name that resolves to a private address, or
-//! the platform's own endpoints, are still refused).
+//! the platform's own endpoints, are still refused), with the headers the
+//! agent fixes for its host: tenants' secrets opened here, as the request
+//! goes, and scrubbed from what it answers.
 
 use std::time::Duration;
 
@@ -13,7 +15,10 @@ use armada_domain::skills::{CURRENT_TIME, HTTP_REQUEST};
 
 use armada_domain::egress::HostPort;
 
+use armada_domain::secret::{Configured, Scrubber};
+
 use crate::clock::rfc3339;
+use crate::ports::secrets::OpenSecret;
 use crate::services::egress::{url_target, Egress, EgressError};
 
 /// A skill's failure, returned to the model as its result.
@@ -56,13 +61,15 @@ impl InlineTools {
     /// Runs `call`. `effect_key` names the call for good (its Run and
     /// call id, [`armada_domain::ledger::effect_key`]): a request it makes
     /// carries it as `Idempotency-Key`, so a receiver that deduplicates
-    /// sees one effect whatever happens to the step.
+    /// sees one effect whatever happens to the step. `secrets` are the
+    /// Run's tenant's.
     pub async fn execute(
         &self,
         agent: &AgentDefinition,
         call: &ToolCall,
         effect_key: &str,
         now_ms: i64,
+        secrets: &dyn OpenSecret,
     ) -> Result<Value, ToolFailure> {
         let Some(manifest) = agent.manifest(&call.name) else {
             return Err(ToolFailure::new(
@@ -72,7 +79,10 @@ impl InlineTools {
         };
         match manifest.executor() {
             CURRENT_TIME => Ok(json!({"now": rfc3339(now_ms)})),
-            HTTP_REQUEST => self.http_request(agent, &call.args, effect_key).await,
+            HTTP_REQUEST => {
+                self.http_request(agent, &call.args, effect_key, secrets)
+                    .await
+            }
             other => Err(ToolFailure::new(
                 "UNKNOWN_SKILL",
                 format!("skill '{other}' is not an inline skill"),
@@ -85,6 +95,7 @@ impl InlineTools {
         agent: &AgentDefinition,
         args: &Value,
         effect_key: &str,
+        secrets: &dyn OpenSecret,
     ) -> Result<Value, ToolFailure> {
         let url = args
             .get("url")
@@ -133,6 +144,37 @@ impl InlineTools {
         if let Some(body) = args.get("body").and_then(Value::as_str) {
             req = req.body(body.to_string());
         }
+        let mut opened = Vec::new();
+        let rule = agent.http_headers.iter().find(|r| {
+            HostPort::parse(&r.host, false).is_some_and(|e| e.allows(&host, port, default))
+        });
+        for (name, value) in rule.map(|r| &r.headers).into_iter().flatten() {
+            let text = match value {
+                Configured::Literal(v) => v.clone(),
+                Configured::Secret { secret } => match secrets.open(secret).await {
+                    Ok(Some(v)) => {
+                        let text = v.expose().to_string();
+                        opened.push((secret.clone(), v));
+                        text
+                    }
+                    Ok(None) => {
+                        return Err(ToolFailure::new(
+                            "SECRET_NOT_FOUND",
+                            format!("no secret '{secret}' (header {name})"),
+                        ))
+                    }
+                    Err(e) => {
+                        tracing::warn!(secret, error = %e, "a header's secret could not be opened");
+                        return Err(ToolFailure::new(
+                            "SECRET_UNAVAILABLE",
+                            format!("secret '{secret}' could not be read; retry"),
+                        ));
+                    }
+                },
+            };
+            req = req.header(name.as_str(), text);
+        }
+        let scrubber = Scrubber::new(opened);
         let resp = Egress::send(req).await.map_err(refused)?;
         let status = resp.status().as_u16();
         let (bytes, truncated) = read_capped(resp, MAX_BODY)
@@ -143,7 +185,10 @@ impl InlineTools {
         while !text.is_char_boundary(cut) {
             cut -= 1;
         }
-        Ok(json!({"status": status, "body": &text[..cut], "truncated": truncated}))
+        let mut result = json!({"status": status, "body": &text[..cut], "truncated": truncated});
+        // A remote that echoes a header back does not put it on record.
+        scrubber.scrub(&mut result);
+        Ok(result)
     }
 }
 
@@ -170,6 +215,93 @@ mod tests {
     use super::*;
 
     use crate::services::egress::EgressPolicy;
+    use armada_domain::secret::SecretValue;
+
+    /// A tenant's secrets, by name.
+    #[derive(Debug, Default)]
+    struct Secrets(std::collections::HashMap<String, String>);
+
+    #[async_trait::async_trait]
+    impl OpenSecret for Secrets {
+        async fn open(&self, name: &str) -> Result<Option<SecretValue>, crate::error::StoreError> {
+            Ok(self.0.get(name).cloned().map(SecretValue::new))
+        }
+    }
+
+    /// A server that answers each request with the request's head, as
+    /// an endpoint that echoes what it was sent would.
+    async fn echoing() -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        head.len()
+                    );
+                    let _ = s.write_all(answer.as_bytes()).await;
+                    let _ = s.write_all(&head).await;
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_hosts_headers_carry_the_tenants_secret_which_its_answer_does_not() {
+        let port = echoing().await;
+        let host = format!("127.0.0.1:{port}");
+        let tools = InlineTools::new(Egress::new(
+            EgressPolicy::new(std::slice::from_ref(&host), &[]).unwrap(),
+        ));
+        let agent = AgentDefinition::from_json(
+            "crm",
+            &json!({
+                "model": {"provider": "scripted", "model_id": "m", "context_window": 4096},
+                "system_prompt": "You file tickets.",
+                "skills": ["http_request"],
+                "http_allow_hosts": [host],
+                "http_headers": [{"host": host, "headers": {
+                    "Authorization": {"secret": "crm-token"},
+                    "X-Team": "blue",
+                }}],
+            }),
+        )
+        .unwrap();
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "http_request".into(),
+            args: json!({"url": format!("http://{host}/tickets"), "method": "POST", "body": "x"}),
+        };
+        let secrets =
+            Secrets([("crm-token".to_string(), "Bearer tok-4242-xyz".to_string())].into());
+        let got = tools
+            .execute(&agent, &call, "run_1:c1", 0, &secrets)
+            .await
+            .unwrap();
+        let body = got["body"].as_str().unwrap().to_ascii_lowercase();
+        // The request carried both headers; the answer names the secret.
+        assert!(body.contains("authorization: [secret:crm-token]"), "{body}");
+        assert!(body.contains("x-team: blue"), "{body}");
+        assert!(!got.to_string().contains("tok-4242"), "{got}");
+        // A tenant without the secret: the call fails naming only it.
+        let failed = tools
+            .execute(&agent, &call, "run_1:c1", 0, &Secrets::default())
+            .await
+            .unwrap_err();
+        assert_eq!(failed.code, "SECRET_NOT_FOUND");
+        assert!(failed.message.contains("'crm-token'"));
+    }
 
     /// A server whose body never ends.
     async fn endless() -> u16 {
@@ -216,7 +348,7 @@ mod tests {
         // Read whole, a body that never ends would never be answered.
         let got = tokio::time::timeout(
             Duration::from_secs(10),
-            tools.execute(&agent, &call, "run_1:c1", 0),
+            tools.execute(&agent, &call, "run_1:c1", 0, &Secrets::default()),
         )
         .await
         .expect("answered without reading the whole body")

@@ -6,7 +6,8 @@
 //! its firings (`sk = firing#<scheduled at>`, one per time, kept 30 days).
 //! Hooks and schedules carry `list_key = <kind>#<tenant>` and `created_at`
 //! for the `by_owner` index (their lists); nothing else does. Mailboxes
-//! live here too ([`mailboxes`]: their mail, their addresses, their replies). Every write
+//! live here too ([`mailboxes`]: their mail, their addresses, their replies), and
+//! tenants' secrets, sealed ([`secrets`]). Every write
 //! of a hook or schedule after creation is conditional on the version its
 //! writer read.
 
@@ -21,6 +22,7 @@ use crate::error::{classify, StoreError};
 mod hooks;
 mod mailboxes;
 mod schedules;
+mod secrets;
 
 /// How long a hook's answered delivery or a schedule's firing is kept.
 const KEEP_DAYS: i64 = 30;

@@ -1,0 +1,229 @@
+//! Tenants' secrets put, deleted and used: every change through the
+//! secret's machine ([`crate::cas::change`]), every value sealed by the
+//! [`Vault`] before it is stored and opened only where a call needs it.
+
+use async_trait::async_trait;
+
+use armada_domain::secret::{Configured, Secret, SecretEvent, SecretValue, MAX_PER_TENANT};
+
+use crate::cas::{change, Changed};
+use crate::error::StoreError;
+use crate::ports::secrets::{key, OpenSecret};
+use crate::Services;
+
+/// Why a secret could not be put or used.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// `SECRET_NOT_FOUND`: the tenant has no secret of this name.
+    #[error("no secret '{0}'")]
+    NotFound(String),
+    /// `TOO_MANY_SECRETS`.
+    #[error("a tenant holds at most {MAX_PER_TENANT} secrets")]
+    TooMany,
+    #[error("the secret is changing quickly; retry")]
+    Busy,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Puts `value` as the tenant's secret `name` (a new one, or a new value
+/// for one it has). `true` when it was new.
+pub async fn put(
+    svc: &Services,
+    tenant: &str,
+    name: &str,
+    value: &SecretValue,
+) -> Result<bool, SecretError> {
+    let sealed = svc.vault.seal(tenant, name, value).await?;
+    for _ in 0..crate::cas::ATTEMPTS {
+        if svc.secrets.get(tenant, name).await?.is_none() {
+            // Listed from an index: a burst of creations may pass the
+            // bound by a few, never by many.
+            let held = svc.secrets.of_tenant(tenant, MAX_PER_TENANT).await?;
+            if held.len() >= MAX_PER_TENANT {
+                return Err(SecretError::TooMany);
+            }
+            let secret = Secret::new(tenant, name, sealed.clone(), svc.clock.now_ms());
+            match svc.secrets.create(&secret).await {
+                Ok(()) => return Ok(true),
+                // Created meanwhile: changed below.
+                Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let changed = change(
+            svc.secrets.as_ref(),
+            &key(tenant, name),
+            || svc.clock.now_ms(),
+            |_: &Secret| Some(SecretEvent::Put(sealed.clone())),
+        )
+        .await?;
+        match changed {
+            Some(Changed::Written(..)) => return Ok(false),
+            // Deleted meanwhile: created again.
+            Some(Changed::Missing | Changed::Refused(..)) => continue,
+            Some(Changed::Left(_)) | None => return Err(SecretError::Busy),
+        }
+    }
+    Err(SecretError::Busy)
+}
+
+/// Deletes the tenant's secret `name`: what names it fails from now on.
+pub async fn delete(svc: &Services, tenant: &str, name: &str) -> Result<(), SecretError> {
+    let changed = change(
+        svc.secrets.as_ref(),
+        &key(tenant, name),
+        || svc.clock.now_ms(),
+        |_: &Secret| Some(SecretEvent::Delete),
+    )
+    .await?;
+    match changed {
+        Some(Changed::Written(..)) => Ok(()),
+        Some(Changed::Missing | Changed::Refused(..)) => Err(SecretError::NotFound(name.into())),
+        Some(Changed::Left(_)) | None => Err(SecretError::Busy),
+    }
+}
+
+/// The value of the tenant's secret `name`, opened.
+pub async fn open(svc: &Services, tenant: &str, name: &str) -> Result<SecretValue, SecretError> {
+    let secret = svc
+        .secrets
+        .get(tenant, name)
+        .await?
+        .ok_or_else(|| SecretError::NotFound(name.into()))?;
+    Ok(svc.vault.open(tenant, name, secret.sealed()).await?)
+}
+
+/// What a configured value comes to for `tenant`: the literal, or its
+/// secret opened (and added to `opened`, for a [`Scrubber`] of what the
+/// call answers).
+///
+/// [`Scrubber`]: armada_domain::secret::Scrubber
+pub async fn resolve(
+    svc: &Services,
+    tenant: &str,
+    configured: &Configured,
+    opened: &mut Vec<(String, SecretValue)>,
+) -> Result<String, SecretError> {
+    match configured {
+        Configured::Literal(v) => Ok(v.clone()),
+        Configured::Secret { secret } => {
+            let value = open(svc, tenant, secret).await?;
+            let text = value.expose().to_string();
+            opened.push((secret.clone(), value));
+            Ok(text)
+        }
+    }
+}
+
+/// The secrets of one tenant, as a call made for one of its Runs opens
+/// them.
+#[derive(Debug)]
+pub struct TenantSecrets<'a> {
+    pub svc: &'a Services,
+    pub tenant: &'a str,
+}
+
+#[async_trait]
+impl OpenSecret for TenantSecrets<'_> {
+    async fn open(&self, name: &str) -> Result<Option<SecretValue>, StoreError> {
+        match open(self.svc, self.tenant, name).await {
+            Ok(v) => Ok(Some(v)),
+            Err(SecretError::NotFound(_)) => Ok(None),
+            Err(SecretError::Store(e)) => Err(e),
+            Err(e) => Err(StoreError::Retryable(e.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::test_config;
+    use armada_domain::secret::Scrubber;
+
+    #[tokio::test]
+    async fn a_secret_is_stored_sealed_replaced_and_deleted() {
+        let (svc, mem) = Services::in_memory(test_config());
+        let v1 = SecretValue::new("tok-111111".into());
+        assert!(put(&svc, "acme", "crm", &v1).await.unwrap());
+        let stored = mem.state().secrets.get("acme/crm").cloned().unwrap();
+        let raw = serde_json::to_string(&stored).unwrap();
+        assert!(!raw.contains("tok-111111"), "{raw}");
+        assert_eq!(open(&svc, "acme", "crm").await.unwrap(), v1);
+        // Another tenant has none of that name; a value moved to it
+        // does not open there.
+        assert!(matches!(
+            open(&svc, "other", "crm").await,
+            Err(SecretError::NotFound(n)) if n == "crm"
+        ));
+        let moved = svc.vault.open("other", "crm", stored.sealed()).await;
+        assert!(matches!(moved, Err(StoreError::Corrupt(_))));
+        let v2 = SecretValue::new("tok-222222".into());
+        assert!(!put(&svc, "acme", "crm", &v2).await.unwrap());
+        assert_eq!(open(&svc, "acme", "crm").await.unwrap(), v2);
+        assert_eq!(
+            svc.secrets
+                .get("acme", "crm")
+                .await
+                .unwrap()
+                .unwrap()
+                .version,
+            2
+        );
+        delete(&svc, "acme", "crm").await.unwrap();
+        assert!(matches!(
+            delete(&svc, "acme", "crm").await,
+            Err(SecretError::NotFound(_))
+        ));
+        assert!(mem.state().secrets.is_empty());
+        // Put again after the delete: a new secret.
+        assert!(put(&svc, "acme", "crm", &v1).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn configured_values_resolve_and_are_remembered_for_scrubbing() {
+        let (svc, _) = Services::in_memory(test_config());
+        put(&svc, "acme", "crm", &SecretValue::new("tok-333333".into()))
+            .await
+            .unwrap();
+        let mut opened = Vec::new();
+        let lit = Configured::Literal("plain".into());
+        assert_eq!(
+            resolve(&svc, "acme", &lit, &mut opened).await.unwrap(),
+            "plain"
+        );
+        let named = Configured::Secret {
+            secret: "crm".into(),
+        };
+        assert_eq!(
+            resolve(&svc, "acme", &named, &mut opened).await.unwrap(),
+            "tok-333333"
+        );
+        let missing = Configured::Secret {
+            secret: "nope".into(),
+        };
+        assert!(matches!(
+            resolve(&svc, "acme", &missing, &mut opened).await,
+            Err(SecretError::NotFound(n)) if n == "nope"
+        ));
+        let s = Scrubber::new(opened);
+        assert_eq!(s.scrub_str("Bearer tok-333333"), "Bearer [secret:crm]");
+    }
+
+    #[tokio::test]
+    async fn a_tenant_holds_a_bounded_number_of_secrets() {
+        let (svc, _) = Services::in_memory(test_config());
+        let v = SecretValue::new("value".into());
+        for i in 0..MAX_PER_TENANT {
+            put(&svc, "acme", &format!("s{i}"), &v).await.unwrap();
+        }
+        assert!(matches!(
+            put(&svc, "acme", "one-more", &v).await,
+            Err(SecretError::TooMany)
+        ));
+        // A new value for one it holds is no new secret.
+        put(&svc, "acme", "s0", &v).await.unwrap();
+        put(&svc, "other", "s0", &v).await.unwrap();
+    }
+}
