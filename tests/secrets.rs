@@ -2,7 +2,9 @@
 //! API reaches the host an agent's `http_request` header rule names, and
 //! its value appears nowhere the stack records (the Run, its events, the
 //! agent, the secrets list), even when the remote echoes it back; a
-//! deleted secret fails the call naming only the name.
+//! deleted secret fails the call naming only the name. And the vault a
+//! deployment uses, on the emulator's KMS: a data key per value, opened
+//! only under its tenant and name.
 
 #![allow(clippy::unwrap_used)]
 
@@ -10,7 +12,13 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use armada_api::secrets::SecretsPage;
-use armada_tests::{outcome, TestStack};
+use armada_core::adapters::aws::AwsClients;
+use armada_core::adapters::kms::KmsVault;
+use armada_core::adapters::vault::DerivedVault;
+use armada_core::error::StoreError;
+use armada_core::ports::Vault;
+use armada_domain::secret::{SecretValue, DERIVED_KEY};
+use armada_tests::{emulator_endpoint, outcome, TestStack};
 
 const TOKEN: &str = "Bearer crm-7f3a9c21e4";
 
@@ -141,4 +149,61 @@ async fn a_secret_reaches_its_host_and_nothing_recorded_holds_it() {
     assert_eq!(result["error"]["code"], "SECRET_NOT_FOUND", "{output}");
     assert!(heard.try_recv().is_err(), "nothing was sent without it");
     t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kms_vault_wraps_a_data_key_per_value_bound_to_its_secret() {
+    let aws = AwsClients::load_local(&emulator_endpoint(), "us-east-1").await;
+    let made = aws
+        .kms
+        .create_key()
+        .description("armada secrets test")
+        .send()
+        .await
+        .unwrap();
+    let arn = made.key_metadata().unwrap().arn().unwrap().to_string();
+    let deployment = "a deployment secret of the test";
+    let vault = KmsVault::new(aws.kms.clone(), &arn, DerivedVault::new(deployment));
+    let value = SecretValue::new(TOKEN.into());
+
+    let sealed = vault.seal("acme", "crm-token", &value).await.unwrap();
+    assert_eq!(sealed.key, arn);
+    let wrapped = sealed.wrapped_key.clone().unwrap();
+    assert!(!sealed.value.contains("crm-7f3a"), "{sealed:?}");
+    assert_eq!(
+        vault.open("acme", "crm-token", &sealed).await.unwrap(),
+        value
+    );
+    // A data key of its own each time.
+    let again = vault.seal("acme", "crm-token", &value).await.unwrap();
+    assert_ne!(again.wrapped_key.unwrap(), wrapped);
+    // Moved to another tenant or name, or given another's data key: it
+    // does not open.
+    for (tenant, name) in [("other", "crm-token"), ("acme", "other-token")] {
+        let moved = vault.open(tenant, name, &sealed).await;
+        assert!(matches!(moved, Err(StoreError::Corrupt(_))), "{moved:?}");
+    }
+    let mut swapped = sealed.clone();
+    swapped.wrapped_key = Some(
+        vault
+            .seal("acme", "crm-token", &value)
+            .await
+            .unwrap()
+            .wrapped_key
+            .unwrap(),
+    );
+    assert!(matches!(
+        vault.open("acme", "crm-token", &swapped).await,
+        Err(StoreError::Corrupt(_))
+    ));
+    // What was sealed before the deployment named its key still opens.
+    let before = DerivedVault::new(deployment)
+        .seal("acme", "crm-token", &value)
+        .await
+        .unwrap();
+    assert_eq!(before.key, DERIVED_KEY);
+    assert_eq!(
+        vault.open("acme", "crm-token", &before).await.unwrap(),
+        value
+    );
 }

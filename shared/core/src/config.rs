@@ -35,6 +35,11 @@ pub struct Config {
     /// DynamoDB table of what starts Runs without a key: hooks, their
     /// deliveries (`ARMADA_TRIGGERS_TABLE`).
     pub triggers_table: String,
+    /// The KMS key of tenants' secrets. It
+    /// (`ARMADA_SECRETS_KMS_KEY`, an ARN) wraps each value's data key;
+    /// empty (the local stack), values are sealed under a key derived from
+    /// the deployment secret.
+    pub secrets_kms_key: Option<String>,
     /// Where schedules' timers live and what they send: EventBridge
     /// Scheduler's group, the role it assumes, the dispatch queue it sends
     /// to and the dead-letter queue of firings it could not send.
@@ -304,6 +309,10 @@ impl Config {
             idempotency_table: req("ARMADA_IDEMPOTENCY_TABLE")?,
             quotas_table: req("ARMADA_QUOTAS_TABLE")?,
             triggers_table: req("ARMADA_TRIGGERS_TABLE")?,
+            secrets_kms_key: vars
+                .get("ARMADA_SECRETS_KMS_KEY")
+                .filter(|v| !v.is_empty())
+                .cloned(),
             alarms: AlarmConfig {
                 queue: vars.get("ARMADA_ALARMS_QUEUE").cloned().unwrap_or_default(),
                 queue_arn: vars

@@ -140,7 +140,14 @@ impl Services {
             approvals: Arc::new(ApprovalStore::new(aws.dynamo.clone(), &cfg.approvals_table)),
             hooks: triggers.clone(),
             secrets: triggers.clone(),
-            vault: Arc::new(crate::adapters::vault::DerivedVault::of(&cfg)),
+            vault: match &cfg.secrets_kms_key {
+                Some(key) => Arc::new(crate::adapters::kms::KmsVault::new(
+                    aws.kms.clone(),
+                    key,
+                    crate::adapters::vault::DerivedVault::of(&cfg),
+                )),
+                None => Arc::new(crate::adapters::vault::DerivedVault::of(&cfg)),
+            },
             topics: Arc::new(AlarmTopics::new(aws.sns.clone(), &cfg)),
             schedules: triggers.clone(),
             mailboxes: triggers,

@@ -25,6 +25,8 @@ pub struct AwsClients {
     pub scheduler: aws_sdk_scheduler::Client,
     /// SNS: the alarm topics of cloudwatch hooks.
     pub sns: aws_sdk_sns::Client,
+    /// KMS: the data keys of tenants' secrets.
+    pub kms: aws_sdk_kms::Client,
     pub sdk_config: aws_config::SdkConfig,
     pub calls: CallCounter,
 }
@@ -85,8 +87,14 @@ impl AwsClients {
                 .interceptor(calls.clone())
                 .build(),
         );
+        let kms = aws_sdk_kms::Client::from_conf(
+            aws_sdk_kms::config::Builder::from(&sdk_config)
+                .interceptor(calls.clone())
+                .build(),
+        );
         AwsClients {
             sns,
+            kms,
             dynamo,
             sqs,
             s3,

@@ -6,6 +6,7 @@ pub mod aws;
 pub mod calls;
 pub mod dynamo;
 pub mod ecs;
+pub mod kms;
 pub mod models;
 pub mod s3;
 pub mod scheduler;

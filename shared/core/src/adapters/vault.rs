@@ -21,8 +21,12 @@ pub struct DerivedVault {
 
 impl DerivedVault {
     pub fn of(cfg: &Config) -> DerivedVault {
+        DerivedVault::new(&cfg.callback_signing_secret)
+    }
+
+    pub fn new(deployment_secret: &str) -> DerivedVault {
         DerivedVault {
-            key: derive_key(&cfg.callback_signing_secret, "armada-secrets v1"),
+            key: derive_key(deployment_secret, "armada-secrets v1"),
         }
     }
 }
