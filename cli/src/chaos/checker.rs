@@ -1,7 +1,8 @@
 //! The checker: reads the history a workload left (the Run records, their
 //! events and ledgers, the sessions, the queues, what the counting
 //! receiver heard) and names every broken promise with its Run: a Run
-//! never closed, ended twice or created twice; a team's round or a child
+//! never closed, ended twice or created twice, or ended more than two
+//! minutes past its deadline; a team's round or a child
 //! started twice; a lead's consolidation not exactly once; a chain step
 //! started twice or after its chain broke; a session message left
 //! unanswered or answered before the one before it ended; an effect
@@ -45,6 +46,11 @@ const TERMINAL: [EventKind; 4] = [
     EventKind::RunTimedOut,
 ];
 
+/// How far past its deadline a Run may end: whatever handles it next
+/// sees the deadline (a watchdog's check, a step, a queued message
+/// started again), and that may wait out a kill.
+const LATE_END_BOUND_MS: i64 = 120_000;
+
 fn count(events: &[RunEventRecord], kind: EventKind) -> usize {
     events.iter().filter(|e| e.event.kind() == kind).count()
 }
@@ -85,6 +91,30 @@ fn check_run(run: &Run, events: &[RunEventRecord], out: &mut Vec<Violation>) {
     let ends: usize = TERMINAL.iter().map(|k| count(events, *k)).sum();
     if run.state().is_closed() && ends != 1 {
         broke("terminal_events", format!("{ends} terminal events"));
+    }
+    if let Some(end) = first_at(events, &TERMINAL) {
+        // Waiting for a person stops the clock: an approval has its own
+        // deadline, and a Run may end as soon as it is decided.
+        let decided = events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.event.kind(),
+                    EventKind::ApprovalDecided | EventKind::ApprovalExpired
+                )
+            })
+            .map(|e| e.at_ms)
+            .max();
+        let due = run.budgets.deadline_ms.max(decided.unwrap_or(0));
+        if end > due + LATE_END_BOUND_MS {
+            broke(
+                "late_end",
+                format!(
+                    "ended {} s past its deadline",
+                    (end - run.budgets.deadline_ms) / 1000
+                ),
+            );
+        }
     }
     if count(events, EventKind::RunCreated) > 1 {
         broke("created_twice", "two run_created events".into());

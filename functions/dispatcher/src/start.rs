@@ -1,12 +1,13 @@
 //! Starting Runs: a direct Run gets its first harness step; a session
-//! Run starts only when every earlier message of its session has ended.
+//! Run starts only when every earlier message of its session has ended,
+//! and one still waiting for them at its deadline times out then.
 
 use crate::Dispatcher;
 use crate::Handled;
 use armada_core::batch::Outcome;
 use armada_core::error::StoreError;
 use armada_core::services::sandboxing;
-use armada_domain::messages::HarnessMessage;
+use armada_domain::messages::{DispatchMessage, HarnessMessage};
 use armada_domain::run::Run;
 use armada_domain::run::RunState;
 
@@ -23,6 +24,11 @@ impl Dispatcher {
         if run.state() != RunState::Pending {
             tracing::info!(run_id, state = %run.state(), "already started; duplicate dropped");
             return Ok(Outcome::Done);
+        }
+        if run.session_id.is_some() && run.past_deadline(self.svc.clock.now_ms()) {
+            // A message that waited behind its session's earlier ones
+            // past its deadline: it ends now, and the session moves on.
+            return self.time_out(run).await;
         }
         if !self.parent_still_waits(&run).await? {
             return self.cancel_orphan(run).await;
@@ -118,6 +124,9 @@ impl Dispatcher {
                 }
                 continue;
             }
+            if known.state() == RunState::Pending && known.session_seq > Some(next) {
+                self.start_again_at_deadline(known).await?;
+            }
             if run.state() == RunState::Pending {
                 return self.send_first_step(&run).await;
             }
@@ -125,5 +134,19 @@ impl Dispatcher {
             return Ok(Outcome::Done);
         }
         Ok(Outcome::retry("session advance did not converge"))
+    }
+
+    /// A message queued behind its session's head is started again at its
+    /// deadline (SQS delays a message 15 minutes at most: sooner, and then
+    /// again), so that one still waiting then times out on time, not when
+    /// the messages before it are done.
+    async fn start_again_at_deadline(&self, run: &Run) -> Result<(), StoreError> {
+        let left_ms = run.budgets.deadline_ms - self.svc.clock.now_ms();
+        let delay_s = (left_ms / 1000 + 1).clamp(1, 900) as u32;
+        let again = DispatchMessage::StartRun {
+            run_id: run.run_id.clone(),
+            tenant: run.tenant.clone(),
+        };
+        self.svc.queues.send_dispatch_delayed(&again, delay_s).await
     }
 }

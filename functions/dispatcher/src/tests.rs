@@ -120,6 +120,52 @@ async fn a_sessions_messages_run_one_after_another() {
 }
 
 #[tokio::test]
+async fn a_session_message_still_queued_at_its_deadline_times_out_then() {
+    let (svc, mem, d, def) = setup().await;
+    let h = session(&svc, TENANT, &def).await;
+    let first = session_message(&svc, &h.session_id, &def, "one").await;
+    let second = session_message(&svc, &h.session_id, &def, "two").await;
+    let third = session_message(&svc, &h.session_id, &def, "three").await;
+    let q = svc.cfg.dispatch_queue.clone();
+    deliver(&d, &q, &start(&first)).await;
+    assert_eq!(mem.take_harness(), [first_step(&first)]);
+    step_to(&mem, &first.run_id, None);
+    // Queued behind the head: it is to be started again at its deadline.
+    deliver(&d, &q, &start(&second)).await;
+    assert!(mem.take_harness().is_empty());
+    let timeout_s = def.limits.timeout_s;
+    let sent = std::mem::take(&mut mem.state().dispatch);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].0, start(&second));
+    assert!(
+        (timeout_s - 1..=timeout_s + 1).contains(&sent[0].1),
+        "{sent:?}"
+    );
+    // Before it, the start again only waits on.
+    deliver(&d, &q, &start(&second)).await;
+    assert_eq!(state_of(&mem, &second.run_id), RunState::Pending);
+    mem.take_dispatch();
+    // At it, still queued: it times out, and nothing of it starts.
+    svc.clock.advance(i64::from(timeout_s) * 1000 + 1);
+    deliver(&d, &q, &start(&second)).await;
+    assert_eq!(state_of(&mem, &second.run_id), RunState::ClosedTimedOut);
+    assert!(mem.take_harness().is_empty());
+    // When the head ends, the session passes over it to the third.
+    let output = Payload::Inline { text: "1".into() };
+    if let Some(r) = mem.state().runs.get_mut(&first.run_id) {
+        r.apply(RunEvent::Answered { output }, 3).expect("legal");
+    }
+    deliver(&d, &q, &terminal(&first)).await;
+    let header = mem.state().sessions[&h.session_id].clone();
+    assert_eq!(header.done_seq, 2);
+    let started = mem.take_harness();
+    assert!(
+        started.is_empty() || started == [first_step(&third)],
+        "{started:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_dead_lettered_step_fails_its_run_fenced_and_closes_it() {
     let (svc, mem, d, def) = setup().await;
     let run = accepted_run(&svc, TENANT, &def, "hi").await;

@@ -279,7 +279,7 @@ impl Dispatcher {
     }
 
     /// A waiting Run ran out of wall-clock time: it ends TIMED_OUT.
-    async fn time_out(&self, run: Run) -> Handled {
+    pub(crate) async fn time_out(&self, run: Run) -> Handled {
         let error = RunError::new(
             "TIMED_OUT",
             "the run exceeded its wall-clock budget while waiting",
