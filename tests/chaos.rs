@@ -30,7 +30,7 @@ async fn a_seeded_workload_under_kills_and_redeliveries_breaks_no_promise() {
         // every 8-15 s a hundred jobs' sessions and teams spent their
         // wall clock on recoveries (a third of them timed out) and little
         // was left to check. Half the host kills are aimed at a point.
-        kill_every: (Duration::from_secs(10), Duration::from_secs(25)),
+        kill_every: (Duration::from_secs(8), Duration::from_secs(20)),
         emulator_kill_every: (Duration::from_secs(40), Duration::from_secs(80)),
         sandbox_kill_every: (Duration::from_secs(10), Duration::from_secs(20)),
         aimed_percent: 50,

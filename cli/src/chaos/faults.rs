@@ -240,7 +240,8 @@ async fn taken_up(
 }
 
 /// How the host is killed: at seeded moments, every `every` (at least,
-/// at most), `aimed_percent` of the kills aimed at a fault point.
+/// at most), `aimed_percent` of the kills (evenly spread) aimed at a
+/// fault point.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct KillSchedule {
     pub every: (Duration, Duration),
@@ -262,9 +263,17 @@ pub(super) async fn host_kills(
     mut stop: watch::Receiver<bool>,
 ) -> Result<Vec<(HostKill, Option<FaultPoint>)>> {
     let mut kills = Vec::new();
+    // The share aimed, spread evenly (at half, every other kill, the
+    // first aimed): a seed cannot draw a run with none.
+    let mut share = 100 - schedule.aimed_percent.min(100);
     while seeded_pause(&mut rng, schedule.every, &mut stop).await {
+        share += schedule.aimed_percent.min(100);
+        let aimed = share >= 100;
+        if aimed {
+            share -= 100;
+        }
         let aim = match &points {
-            Some(points) if rng.chance(schedule.aimed_percent) => {
+            Some(points) if aimed => {
                 let point =
                     FaultPoint::ALL[rng.between(0, FaultPoint::ALL.len() as u64 - 1) as usize];
                 Some((points, point))
@@ -272,22 +281,23 @@ pub(super) async fn host_kills(
             _ => None,
         };
         let mut point = None;
-        if let Some((points, aimed)) = aim {
-            points.arm(aimed);
-            let waited = tokio::time::sleep(schedule.every.0);
-            tokio::pin!(waited);
-            let stopped = loop {
-                tokio::select! {
-                    _ = points.struck.notified() => if points.has_struck() { break false },
-                    _ = &mut waited => break false,
-                    _ = stop.changed() => break true,
+        if let Some((points, drawn)) = aim {
+            // The drawn point first; met by no step within half the least
+            // pause, the first point any step meets (so rare points are
+            // aimed at, and an aimed kill lands at a point unless the
+            // stack idles).
+            let mut stopped = false;
+            for target in [Some(drawn), None] {
+                points.arm(target);
+                stopped = struck_within(points, schedule.every.0 / 2, &mut stop).await;
+                if stopped || points.has_struck() {
+                    break;
                 }
-            };
-            // Nothing is aimed any more; a step held at the point meanwhile
+            }
+            // Nothing is aimed any more; a step held at a point meanwhile
             // dies with this kill.
-            let struck = points.disarm();
-            point = struck.then_some(aimed);
-            if stopped && !struck {
+            point = points.disarm();
+            if stopped && point.is_none() {
                 break;
             }
         }
@@ -305,6 +315,24 @@ pub(super) async fn host_kills(
         *held = Some(restart(&host, &endpoint).await?);
     }
     Ok(kills)
+}
+
+/// Waits until a step is held at the armed point, `within` at most;
+/// `true` when told to stop first.
+async fn struck_within(
+    points: &PointKills,
+    within: Duration,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let waited = tokio::time::sleep(within);
+    tokio::pin!(waited);
+    loop {
+        tokio::select! {
+            _ = points.struck.notified() => if points.has_struck() { return false },
+            _ = &mut waited => return false,
+            _ = stop.changed() => return true,
+        }
+    }
 }
 
 /// Kills one of the running host's sandbox agents (seeded: which, and
@@ -430,8 +458,10 @@ pub(super) struct PointKills {
 
 #[derive(Debug, Default)]
 struct Aim {
-    armed: Option<(FaultPoint, u64)>,
-    struck: bool,
+    /// The point aimed at (`None`: any), and for which host.
+    armed: Option<(Option<FaultPoint>, u64)>,
+    /// Where a step was held.
+    struck: Option<FaultPoint>,
 }
 
 impl PointKills {
@@ -443,26 +473,26 @@ impl PointKills {
         })
     }
 
-    fn arm(&self, point: FaultPoint) {
+    /// Aims at `point` (`None`: any), unless a step is held already.
+    fn arm(&self, point: Option<FaultPoint>) {
         if let Ok(mut aim) = self.aim.lock() {
-            *aim = Aim {
-                armed: Some((point, self.host.load(Ordering::SeqCst))),
-                struck: false,
-            };
+            if aim.struck.is_none() {
+                aim.armed = Some((point, self.host.load(Ordering::SeqCst)));
+            }
         }
     }
 
     fn has_struck(&self) -> bool {
-        self.aim.lock().is_ok_and(|a| a.struck)
+        self.aim.lock().is_ok_and(|a| a.struck.is_some())
     }
 
-    /// Nothing aimed from here on; whether a step was held at the point
-    /// (then the host must be killed under it).
-    fn disarm(&self) -> bool {
+    /// Nothing aimed from here on; the point a step was held at, if one
+    /// was (then the host must be killed under it).
+    fn disarm(&self) -> Option<FaultPoint> {
         self.aim
             .lock()
-            .map(|mut a| std::mem::take(&mut *a).struck)
-            .unwrap_or(false)
+            .ok()
+            .and_then(|mut a| std::mem::take(&mut *a).struck)
     }
 
     /// Whether this meeting of `point` is the aimed kill.
@@ -471,12 +501,16 @@ impl PointKills {
             return false;
         };
         let host = self.host.load(Ordering::SeqCst);
-        if aim.armed != Some((point, host)) {
+        let aimed = match aim.armed {
+            Some((target, of)) => of == host && target.is_none_or(|t| t == point),
+            None => false,
+        };
+        if !aimed {
             return false;
         }
         *aim = Aim {
             armed: None,
-            struck: true,
+            struck: Some(point),
         };
         self.struck.notify_one();
         true
