@@ -312,8 +312,21 @@ async fn a_step_claimed_by_a_phantom_whose_worker_died_is_asked_for_again() {
     };
     assert_eq!(s.to_dispatcher(&check(&parked)).await, 0);
     assert!(s.mem.take_harness().is_empty(), "held: nothing asked yet");
+    // Looked at again later, again and again while the lease runs (each
+    // check a new one of the chain: one sent again as itself would be
+    // dropped for a copy, and the chain end there).
+    let mut next = check(&claimed);
+    for n in 1..=3 {
+        if let DispatchMessage::CheckRun { n: k, .. } = &mut next {
+            *k = n;
+        }
+        let again = s.mem.take_dispatch();
+        assert_eq!(again, [next.clone()], "looked at again later");
+        assert_eq!(s.to_dispatcher(&again[0]).await, 0);
+        assert!(s.mem.take_harness().is_empty(), "held: nothing asked yet");
+    }
     let again = s.mem.take_dispatch();
-    assert_eq!(again, [check(&claimed)], "looked at again later");
+    assert_eq!(again.len(), 1, "the chain goes on: {again:?}");
     let back_ms = i64::from(s.svc.cfg.crash_return_s) * 1000;
     s.svc.clock.advance(lease_ms + back_ms + 1);
     assert_eq!(s.to_dispatcher(&again[0]).await, 0);

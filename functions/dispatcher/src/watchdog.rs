@@ -104,7 +104,7 @@ impl Dispatcher {
             return self.time_out(run).await;
         }
         if claimed_since {
-            return self.check_claimed(&run, now).await;
+            return self.check_claimed(&run, now, n).await;
         }
         let next = DispatchMessage::CheckRun {
             run_id: run_id.to_string(),
@@ -256,8 +256,11 @@ impl Dispatcher {
     /// has lapsed for as long as a dead worker's message takes to come
     /// back, and it is still `EXECUTING` there, nothing carries it on,
     /// and its step is asked for again (a claim makes a second carrier
-    /// harmless); until then it is looked at again later.
-    async fn check_claimed(&self, run: &Run, now: i64) -> Handled {
+    /// harmless); until then it is looked at again later, as check `n + 1`
+    /// of the claim's epoch (each check of a chain takes a slot of its own:
+    /// sent again as `n` it would be taken for a copy and dropped, ending
+    /// the chain while the claim's lease ran).
+    async fn check_claimed(&self, run: &Run, now: i64, n: u32) -> Handled {
         let back_ms = i64::from(self.svc.cfg.crash_return_s) * 1000;
         if run.lease_until_ms + back_ms <= now {
             tracing::warn!(run_id = %run.run_id, step = run.step, epoch = run.epoch, "a claimed step with nothing to carry it on; asked for again");
@@ -269,7 +272,7 @@ impl Dispatcher {
             tenant: run.tenant.clone(),
             step: run.step,
             epoch: run.epoch,
-            n: 0,
+            n: n + 1,
         };
         self.svc
             .queues

@@ -228,7 +228,47 @@ async fn a_cancel_fences_the_run_is_announced_once_and_cannot_be_repeated() {
     );
     let (status, body) = api.call("POST", &cancel, Some(&key), &[], None).await;
     assert_eq!((status, code(&body)), (409, "RUN_TERMINAL"));
+    // Not settled yet: the end is announced again (settling twice closes
+    // nothing twice), never ended again.
+    let again = api.mem.take_dispatch();
+    assert!(
+        again
+            .iter()
+            .all(|m| matches!(m, DispatchMessage::RunTerminal { .. })),
+        "{again:?}"
+    );
+    assert_eq!(api.mem.state().runs[&run_id].epoch, 1);
+}
+
+/// A cancel whose announcement is lost (the queue unreachable) is
+/// recorded and answered 503; the caller's retry finds the Run ended and
+/// announces it then, so the Run is settled (found by `armada chaos`: a
+/// Run cancelled as the emulator died stayed CANCELLED, never closed).
+#[tokio::test]
+async fn a_cancel_not_announced_asks_for_a_retry_that_announces_it() {
+    let api = Api::new().await;
+    let key = api.key("acme").await;
+    let body = json!({"agent": "assistant", "input": "hi"});
+    let (_, created) = api
+        .call("POST", "/v1/runs", Some(&key), &[], Some(body))
+        .await;
+    let run_id = created["run_id"].as_str().unwrap_or_default().to_string();
+    api.mem.take_dispatch();
+    api.mem.state().dispatch_failures = 1;
+    let cancel = format!("/v1/runs/{run_id}/cancel");
+    let (status, body) = api.call("POST", &cancel, Some(&key), &[], None).await;
+    assert_eq!((status, code(&body)), (503, "UNAVAILABLE"), "{body}");
+    assert_eq!(api.mem.state().runs[&run_id].state(), RunState::Cancelled);
     assert!(api.mem.take_dispatch().is_empty());
+    let (status, body) = api.call("POST", &cancel, Some(&key), &[], None).await;
+    assert_eq!((status, code(&body)), (409, "RUN_TERMINAL"));
+    assert_eq!(
+        api.mem.take_dispatch(),
+        [DispatchMessage::RunTerminal {
+            run_id: run_id.clone(),
+            tenant: "acme".into()
+        }]
+    );
 }
 
 /// A Run whose document cannot be read answers GET with its state and

@@ -8,6 +8,7 @@ use armada_core::error::StoreError;
 use armada_core::services::ending::{self, EndOutcome, Ended};
 use armada_core::services::unreadable::{self, Ending};
 use armada_core::Services;
+use armada_domain::messages::DispatchMessage;
 use armada_domain::run::{EndNote, Run, RunEvent, RunHead, RunState};
 
 /// A Run of the caller's tenant (another tenant's is `404`, as one that
@@ -46,12 +47,31 @@ pub(crate) async fn load_any(
 }
 
 /// Carries out what the Run's machine decided on its end (the dispatcher
-/// is told, and settles it). The cancel is recorded either way: a lost
-/// message is sent again when the dispatcher next sees the Run.
-async fn carry_out(svc: &Services, ended: &Ended) {
-    if let Err(e) = ending::carry_out(svc, &ended.run, &ended.actions).await {
-        tracing::error!(error = %e, run_id = %ended.run.run_id, "cancel recorded but not announced");
-    }
+/// is told, and settles it). Not told, the cancel is recorded all the
+/// same, and the caller is asked to retry: its retry finds the Run ended
+/// and tells the dispatcher then (nothing else would: a Run cancelled
+/// while a step ran, or before its start, has no watchdog).
+async fn carry_out(svc: &Services, ended: &Ended) -> Result<(), ApiError> {
+    ending::carry_out(svc, &ended.run, &ended.actions)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, run_id = %ended.run.run_id, "cancel recorded but not announced");
+            ApiError::unavailable("the cancel is recorded but was not announced; retry")
+        })
+}
+
+/// A Run found ended but not yet settled (its announcement may have been
+/// lost with an earlier try of this cancel): the dispatcher is told
+/// again (settling twice closes nothing twice).
+async fn announce_again(svc: &Services, run_id: &str, tenant: &str) -> Result<(), ApiError> {
+    let terminal = DispatchMessage::RunTerminal {
+        run_id: run_id.to_string(),
+        tenant: tenant.to_string(),
+    };
+    svc.queues.send_dispatch(&terminal).await.map_err(|e| {
+        tracing::error!(error = %e, run_id, "an ended run not announced again");
+        ApiError::unavailable("the run ended but was not announced; retry")
+    })
 }
 
 /// Cancels a Run (fenced: a worker still in a step cannot commit after it)
@@ -80,13 +100,18 @@ pub(crate) async fn cancel_run_by(
     let ended = match ended {
         Some(EndOutcome::Ended(ended)) => *ended,
         Some(EndOutcome::Missing) => return Err(ApiError::not_found(&format!("run '{run_id}'"))),
-        Some(EndOutcome::AlreadyEnded(state)) => return Err(terminal(state)),
+        Some(EndOutcome::AlreadyEnded(state)) => {
+            if !state.is_closed() {
+                announce_again(svc, run_id, tenant).await?;
+            }
+            return Err(terminal(state));
+        }
         Some(EndOutcome::Refused(e)) => {
             return Err(ApiError::conflict("RUN_TERMINAL", e.to_string()))
         }
         None => return Err(ApiError::unavailable("the run is changing quickly; retry")),
     };
-    carry_out(svc, &ended).await;
+    carry_out(svc, &ended).await?;
     Ok(RunCancelled {
         run_id: run_id.to_string(),
         state: ended.run.state(),

@@ -114,6 +114,9 @@ pub struct State {
     pub mails: Vec<(String, String, String)>,
     /// Sends that fail before one succeeds (a provider outage).
     pub mail_failures: u32,
+    /// Sends to the dispatch queue that fail before one succeeds (an
+    /// SQS outage).
+    pub dispatch_failures: u32,
     pub sandboxes: HashMap<String, SandboxRecord>,
     pub marks: HashMap<String, StoredMark>,
     /// `host#port` → (holder, generation).

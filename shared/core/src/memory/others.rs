@@ -442,7 +442,12 @@ impl Queues for Memory {
         msg: &DispatchMessage,
         delay_s: u32,
     ) -> Result<(), StoreError> {
-        self.state().dispatch.push((msg.clone(), delay_s));
+        let mut st = self.state();
+        if st.dispatch_failures > 0 {
+            st.dispatch_failures -= 1;
+            return Err(StoreError::Retryable("the queue is unreachable".into()));
+        }
+        st.dispatch.push((msg.clone(), delay_s));
         Ok(())
     }
 
