@@ -14,10 +14,9 @@ use aws_sdk_kms::types::DataKeySpec;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 
-use armada_domain::crypto::{aead_open, aead_seal};
 use armada_domain::secret::{binding, Sealed, SecretValue, DERIVED_KEY};
 
-use super::vault::DerivedVault;
+use super::vault::{open_under, seal_under, DerivedVault};
 use crate::error::{classify, StoreError};
 use crate::ports::Vault;
 
@@ -71,12 +70,10 @@ impl Vault for KmsVault {
             return Err(StoreError::Corrupt("KMS gave no data key".into()));
         };
         let key = data_key(plain.as_ref())?;
-        let sealed = aead_seal(&key, context.as_bytes(), value.expose().as_bytes())
-            .ok_or_else(|| StoreError::Retryable("no randomness to seal with".into()))?;
         Ok(Sealed {
             key: out.key_id().unwrap_or(&self.key_id).to_string(),
             wrapped_key: Some(BASE64.encode(wrapped.as_ref())),
-            value: BASE64.encode(sealed),
+            value: seal_under(&key, &context, value)?,
         })
     }
 
@@ -107,10 +104,6 @@ impl Vault for KmsVault {
                 other => other,
             })?;
         let key = data_key(out.plaintext().ok_or_else(corrupt)?.as_ref())?;
-        let bytes = BASE64.decode(&sealed.value).map_err(|_| corrupt())?;
-        let plain = aead_open(&key, context.as_bytes(), &bytes).ok_or_else(corrupt)?;
-        String::from_utf8(plain)
-            .map(SecretValue::new)
-            .map_err(|_| corrupt())
+        open_under(&key, &context, &sealed.value, name)
     }
 }

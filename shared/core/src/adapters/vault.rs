@@ -37,6 +37,34 @@ impl std::fmt::Debug for DerivedVault {
     }
 }
 
+/// `value` sealed under `key`, bound to its secret's `context`
+/// ([`binding`]): the nonce, ciphertext and tag, in base64.
+pub(crate) fn seal_under(
+    key: &[u8; 32],
+    context: &str,
+    value: &SecretValue,
+) -> Result<String, StoreError> {
+    let sealed = aead_seal(key, context.as_bytes(), value.expose().as_bytes())
+        .ok_or_else(|| StoreError::Retryable("no randomness to seal with".into()))?;
+    Ok(BASE64.encode(sealed))
+}
+
+/// What [`seal_under`] sealed, if `key` and `context` are the ones it was
+/// sealed with; `Corrupt` (naming secret `name`) otherwise.
+pub(crate) fn open_under(
+    key: &[u8; 32],
+    context: &str,
+    sealed: &str,
+    name: &str,
+) -> Result<SecretValue, StoreError> {
+    let corrupt = || StoreError::Corrupt(format!("secret '{name}' does not open"));
+    let bytes = BASE64.decode(sealed).map_err(|_| corrupt())?;
+    let plain = aead_open(key, context.as_bytes(), &bytes).ok_or_else(corrupt)?;
+    String::from_utf8(plain)
+        .map(SecretValue::new)
+        .map_err(|_| corrupt())
+}
+
 #[async_trait]
 impl Vault for DerivedVault {
     async fn seal(
@@ -45,13 +73,10 @@ impl Vault for DerivedVault {
         name: &str,
         value: &SecretValue,
     ) -> Result<Sealed, StoreError> {
-        let aad = binding(tenant, name);
-        let sealed = aead_seal(&self.key, aad.as_bytes(), value.expose().as_bytes())
-            .ok_or_else(|| StoreError::Retryable("no randomness to seal with".into()))?;
         Ok(Sealed {
             key: DERIVED_KEY.into(),
             wrapped_key: None,
-            value: BASE64.encode(sealed),
+            value: seal_under(&self.key, &binding(tenant, name), value)?,
         })
     }
 
@@ -61,15 +86,11 @@ impl Vault for DerivedVault {
         name: &str,
         sealed: &Sealed,
     ) -> Result<SecretValue, StoreError> {
-        let corrupt = || StoreError::Corrupt(format!("secret '{name}' does not open"));
         if sealed.key != DERIVED_KEY {
-            return Err(corrupt());
+            return Err(StoreError::Corrupt(format!(
+                "secret '{name}' does not open"
+            )));
         }
-        let bytes = BASE64.decode(&sealed.value).map_err(|_| corrupt())?;
-        let plain =
-            aead_open(&self.key, binding(tenant, name).as_bytes(), &bytes).ok_or_else(corrupt)?;
-        String::from_utf8(plain)
-            .map(SecretValue::new)
-            .map_err(|_| corrupt())
+        open_under(&self.key, &binding(tenant, name), &sealed.value, name)
     }
 }
