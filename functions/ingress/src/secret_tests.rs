@@ -11,27 +11,14 @@ use crate::tests::{code, Api};
 async fn a_secret_is_written_listed_by_name_and_never_shown() {
     let api = Api::new().await;
     let key = api.key("acme").await;
-    let put = |value: &str| json!({"value": value});
-    let (s, v) = api
-        .call(
-            "PUT",
-            "/v1/secrets/crm-token",
-            Some(&key),
-            &[],
-            Some(put("tok-8888-abcd")),
-        )
-        .await;
-    assert_eq!(s, 204, "{v}");
-    let (s, v) = api
-        .call(
-            "PUT",
-            "/v1/secrets/crm-token",
-            Some(&key),
-            &[],
-            Some(put("tok-9999-abcd")),
-        )
-        .await;
-    assert_eq!(s, 204, "{v}");
+    // Put, then put again with a new value.
+    for value in ["tok-8888-abcd", "tok-9999-abcd"] {
+        let body = json!({ "value": value });
+        let (s, v) = api
+            .call("PUT", "/v1/secrets/crm-token", Some(&key), &[], Some(body))
+            .await;
+        assert_eq!(s, 204, "{v}");
+    }
     let (s, page) = api.call("GET", "/v1/secrets", Some(&key), &[], None).await;
     assert_eq!(s, 200, "{page}");
     assert_eq!(page["secrets"].as_array().unwrap().len(), 1);

@@ -248,10 +248,7 @@ async fn a_cancel_fences_the_run_is_announced_once_and_cannot_be_repeated() {
 async fn a_cancel_not_announced_asks_for_a_retry_that_announces_it() {
     let api = Api::new().await;
     let key = api.key("acme").await;
-    let body = json!({"agent": "assistant", "input": "hi"});
-    let (_, created) = api
-        .call("POST", "/v1/runs", Some(&key), &[], Some(body))
-        .await;
+    let (_, created) = api.start(&key).await;
     let run_id = created["run_id"].as_str().unwrap_or_default().to_string();
     api.mem.take_dispatch();
     api.mem.state().dispatch_failures = 1;
