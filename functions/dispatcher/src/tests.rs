@@ -430,8 +430,9 @@ async fn a_message_naming_another_tenant_changes_nothing() {
     assert_eq!(state_of(&mem, &run.run_id), RunState::Pending);
 }
 
-#[tokio::test]
-async fn the_watchdog_tells_a_run_again_that_it_holds_its_sandbox() {
+/// Two Runs of one agent, each waiting at step 0: the first holds the
+/// agent's sandbox, the second is queued behind it.
+async fn two_on_one_sandbox() -> (Arc<Services>, Arc<Memory>, Dispatcher, Run, Run) {
     let (svc, mem, d, def) = setup().await;
     let first = accepted_run(&svc, TENANT, &def, "one").await;
     let second = accepted_run(&svc, TENANT, &def, "two").await;
@@ -445,15 +446,24 @@ async fn the_watchdog_tells_a_run_again_that_it_holds_its_sandbox() {
             armada_domain::sandbox::lifecycle::sandbox_key(TENANT, "assistant"),
         );
     }
-    let check = |run: &Run| DispatchMessage::CheckRun {
+    (svc, mem, d, first, second)
+}
+
+fn check_at_step_0(run: &Run) -> DispatchMessage {
+    DispatchMessage::CheckRun {
         run_id: run.run_id.clone(),
         tenant: TENANT.into(),
         step: 0,
         epoch: 1,
         n: 0,
-    };
+    }
+}
+
+#[tokio::test]
+async fn the_watchdog_tells_a_run_again_that_it_holds_its_sandbox() {
+    let (svc, mem, d, first, second) = two_on_one_sandbox().await;
     // A Run still waiting for the sandbox is not told anything.
-    deliver(&d, &svc.cfg.dispatch_queue, &check(&second)).await;
+    deliver(&d, &svc.cfg.dispatch_queue, &check_at_step_0(&second)).await;
     assert!(mem.take_harness().is_empty());
     // The first lets go; the message handing the sandbox over is lost
     // (its sender died after the release).
@@ -466,8 +476,50 @@ async fn the_watchdog_tells_a_run_again_that_it_holds_its_sandbox() {
         "{handed:?}"
     );
     // The watchdog sends the same message again: the same hand-over.
-    deliver(&d, &svc.cfg.dispatch_queue, &check(&second)).await;
+    deliver(&d, &svc.cfg.dispatch_queue, &check_at_step_0(&second)).await;
     let again = mem.take_harness();
     assert_eq!(again, handed);
     assert_eq!(again[0].dedup_id(), handed[0].dedup_id());
+}
+
+/// Found by the chaos gate: the holder's call was lost with its sandbox,
+/// which the watchdog destroyed; the holder failed and handed the gone
+/// sandbox to the next Run, which never heard. Nine Runs waited behind it
+/// until their deadlines.
+#[tokio::test]
+async fn a_run_handed_a_gone_sandbox_is_told_again_too() {
+    let (svc, mem, d, first, second) = two_on_one_sandbox().await;
+    armada_core::services::sandboxing::destroy(&svc, TENANT, "assistant", "its call was lost")
+        .await
+        .expect("destroyed");
+    armada_core::services::sandboxing::release_and_wake(&svc, &first)
+        .await
+        .expect("released");
+    let handed = mem.take_harness();
+    assert_eq!(handed.len(), 1, "{handed:?}");
+    deliver(&d, &svc.cfg.dispatch_queue, &check_at_step_0(&second)).await;
+    assert_eq!(mem.take_harness(), handed);
+}
+
+/// A holder that ended without letting go (its step asked for the
+/// sandbox after its end let go) is let go by the next Run's watchdog.
+#[tokio::test]
+async fn a_holder_that_ended_without_letting_go_is_let_go() {
+    let (svc, mem, d, first, second) = two_on_one_sandbox().await;
+    {
+        let mut st = mem.state();
+        let r = st.runs.get_mut(&first.run_id).expect("the run");
+        let error = armada_domain::run::RunError::new("TIMED_OUT", "late");
+        r.apply(RunEvent::DeadlineExceeded { error }, 3)
+            .expect("timed out");
+    }
+    deliver(&d, &svc.cfg.dispatch_queue, &check_at_step_0(&second)).await;
+    let handed = mem.take_harness();
+    assert!(
+        matches!(&handed[..], [HarnessMessage::SandboxHanded { run_id, .. }] if *run_id == second.run_id),
+        "{handed:?}"
+    );
+    let rec = svc.sandboxes.get(TENANT, "assistant").await.expect("read");
+    let holder = rec.and_then(|r| r.holder_run_id);
+    assert_eq!(holder.as_deref(), Some(second.run_id.as_str()));
 }

@@ -46,9 +46,12 @@ pub(crate) struct WatchCheck<'a> {
 /// Whether a Run waiting for its sandbox holds it (handed over when the
 /// last holder let go, which stamps the record's `last_used_at_ms`) but
 /// has not gone on: none of its sandbox calls of this step was sent.
+/// A sandbox gone meanwhile (destroyed after its last holder's call was
+/// lost, say) counts too: told, the Run starts a new generation, as it
+/// would had the hand-over arrived; left alone, it and every Run queued
+/// behind it would wait out their deadlines.
 fn handed_but_not_told(run: &Run, rec: &SandboxRecord) -> bool {
     rec.holder_run_id.as_deref() == Some(run.run_id.as_str())
-        && !rec.state().is_gone()
         && run
             .ledger
             .values()
@@ -151,6 +154,11 @@ impl Dispatcher {
                     }
                 }
             }
+            if let Some(holder) = rec.as_ref().and_then(|r| r.holder_run_id.as_deref()) {
+                if holder != run_id {
+                    self.free_from_ended_holder(holder).await?;
+                }
+            }
             if let Some(r) = rec.as_ref().filter(|r| handed_but_not_told(&run, r)) {
                 // Its hand-over message was lost (its sender died after
                 // letting go): the same message again.
@@ -250,6 +258,30 @@ impl Dispatcher {
             .send_dispatch_delayed(&next, self.svc.cfg.sandbox.check_seconds)
             .await?;
         Ok(Outcome::Done)
+    }
+
+    /// A Run waiting behind `holder` for their agent's sandbox: should the
+    /// holder have ended without letting go (its step asked for the
+    /// sandbox after its end let go, a step whose commit the end then
+    /// fenced), it lets go now, and the next in line is told. Letting go
+    /// twice is nothing: the end's own release finds it gone.
+    async fn free_from_ended_holder(&self, holder: &str) -> Result<(), StoreError> {
+        let Some(ended) = self.svc.runs.get(holder).await? else {
+            return Ok(());
+        };
+        if !ended.state().is_terminal() {
+            return Ok(());
+        }
+        if ended.state().is_closed() {
+            tracing::warn!(
+                run_id = holder,
+                "a run that ended still held its sandbox; let go"
+            );
+        } else {
+            // Its own settling lets go too, and finds it done.
+            tracing::info!(run_id = holder, "a run ending holds its sandbox; let go");
+        }
+        sandboxing::release_and_wake(&self.svc, &ended).await
     }
 
     /// A Run claimed at the step its wait was checked at: once its lease
