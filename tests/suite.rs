@@ -38,6 +38,8 @@ mod identity;
 mod layout;
 #[path = "mail.rs"]
 mod mail;
+#[path = "mcp.rs"]
+mod mcp;
 #[path = "outcomes.rs"]
 mod outcomes;
 #[path = "relay.rs"]

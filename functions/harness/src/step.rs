@@ -224,7 +224,7 @@ impl Harness {
             events.push(run.push_event(compacted, now));
         }
         let mut specs: Vec<_> = agent
-            .skills
+            .tool_names()
             .iter()
             .filter_map(|s| agent.manifest(s).map(|m| m.tool_spec()))
             .collect();

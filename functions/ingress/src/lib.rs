@@ -49,6 +49,7 @@ fn api() -> OpenApiRouter<Arc<Services>> {
             agents::put_agent,
             agents::delete_agent
         ))
+        .routes(routes!(agents::refresh_tools))
         .routes(routes!(teams::list_teams))
         .routes(routes!(
             teams::get_team,

@@ -43,6 +43,10 @@ pub struct AgentBody {
     /// (`{"secret": "crm-token"}`, opened only as the request goes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_headers: Option<Vec<HttpHeaders>>,
+    /// Remote MCP servers whose tools the agent uses: listed when it is
+    /// written, frozen into its version as `<server>__<tool>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<McpServerBody>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxBody>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,6 +63,33 @@ pub struct AgentBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(read_only)]
     pub shadowed_profiles: Option<Vec<String>>,
+}
+
+/// A remote MCP server (Streamable HTTP) an agent uses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerBody {
+    /// 1-24 characters of a-z, 0-9, '-' or '_', without '__': the prefix
+    /// of its tools' names.
+    pub name: String,
+    /// Its endpoint, reached through the egress guard.
+    pub url: String,
+    /// Sent with every request: a value, or a tenant's secret named
+    /// (`{"secret": "crm-token"}`), the Run's tenant's when a call is made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub headers: Option<BTreeMap<String, Value>>,
+    /// The tools the agent takes (absent: every one the server lists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// A tool's risk, over what its annotations imply (destructive: high,
+    /// read-only: low, otherwise medium).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<BTreeMap<String, Risk>>,
+    /// A call's timeout (default 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1800)]
+    pub timeout_s: Option<u32>,
 }
 
 /// The model an agent answers with.
@@ -321,6 +352,7 @@ mod tests {
             limits: None,
             http_allow_hosts: None,
             http_headers: None,
+            mcp_servers: None,
             sandbox: None,
             approvals: None,
             version: None,
@@ -336,6 +368,10 @@ mod tests {
     #[test]
     fn every_body_has_exactly_the_fields_the_domain_parses() {
         assert_eq!(properties::<AgentBody>(), names(&AGENT_FIELDS));
+        assert_eq!(
+            properties::<McpServerBody>(),
+            names(&armada_domain::mcp::MCP_SERVER_FIELDS)
+        );
         assert_eq!(properties::<ModelBody>(), names(&MODEL_FIELDS));
         assert_eq!(properties::<AgentLimitsBody>(), names(&AGENT_LIMITS_FIELDS));
         assert_eq!(properties::<SandboxBody>(), names(&SANDBOX_FIELDS));
@@ -392,6 +428,17 @@ mod tests {
                         armada_domain::secret::Configured::Literal("blue".into()),
                     ),
                 ]),
+            }]),
+            mcp_servers: Some(vec![McpServerBody {
+                name: "crm".into(),
+                url: "https://crm.example.com/mcp".into(),
+                headers: Some(BTreeMap::from([(
+                    "Authorization".into(),
+                    json!({"secret": "crm-token"}),
+                )])),
+                tools: Some(vec!["find".into()]),
+                risk: Some(BTreeMap::from([("find".into(), Risk::Low)])),
+                timeout_s: Some(30),
             }]),
             sandbox: Some(SandboxBody {
                 profile: Some("mine".into()),

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::definitions::{AgentBody, ProfileBody, SkillBody, TeamBody};
 
@@ -96,4 +96,16 @@ pub struct ProfilePut {
     pub profile: Value,
     #[schema(value_type = Object)]
     pub resolved: Value,
+}
+
+/// `PUT /v1/agents/{name}` and `POST /v1/agents/{name}/refresh-tools`:
+/// whose secrets open the MCP servers' headers while their tools are
+/// listed (agents are every tenant's; secrets are one tenant's).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListToolsAs {
+    /// The tenant whose secrets the servers' headers name (required when
+    /// a header names one).
+    pub tenant: Option<String>,
 }

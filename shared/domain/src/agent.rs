@@ -14,7 +14,7 @@ use crate::skills::{self, MountDecl, SkillManifest};
 
 /// The fields of an agent's definition (`version`, `manifests` and
 /// `shadowed_profiles` are what a `GET` adds: accepted and ignored).
-pub const AGENT_FIELDS: [&str; 13] = [
+pub const AGENT_FIELDS: [&str; 14] = [
     "name",
     "description",
     "model",
@@ -23,6 +23,7 @@ pub const AGENT_FIELDS: [&str; 13] = [
     "limits",
     "http_allow_hosts",
     "http_headers",
+    "mcp_servers",
     "sandbox",
     "approvals",
     "version",
@@ -138,6 +139,10 @@ pub struct AgentDefinition {
     /// unasked (tokens as the tenant's secrets).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http_headers: Vec<crate::egress::HttpHeaders>,
+    /// Remote MCP servers whose tools it uses (frozen into `manifests`
+    /// as `<server>__<tool>` when it is registered).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<crate::mcp::McpServer>,
     /// Where the agent's sandbox skills run.
     #[serde(default)]
     pub sandbox: SandboxSpec,
@@ -383,6 +388,10 @@ impl AgentDefinition {
             Some(v) => crate::egress::parse_http_headers(v, &allowed)?,
             None => Vec::new(),
         };
+        let mcp_servers = match f.get("mcp_servers") {
+            Some(v) => crate::mcp::McpServer::parse_list(v)?,
+            None => Vec::new(),
+        };
         let sandbox = match f.opt_obj("sandbox")? {
             Some(o) => SandboxSpec::from_fields(&Fields::nested(o, "sandbox")?)?,
             None => SandboxSpec::default(),
@@ -409,6 +418,7 @@ impl AgentDefinition {
             limits,
             http_allow_hosts,
             http_headers,
+            mcp_servers,
             sandbox,
             manifests: BTreeMap::new(),
             approvals,
@@ -443,11 +453,45 @@ impl AgentDefinition {
         Ok(())
     }
 
+    /// Freezes the tools each of its MCP servers listed (`listed`, in the
+    /// order of `mcp_servers`) beside its skills' manifests.
+    pub fn freeze_mcp_tools(
+        &mut self,
+        listed: &[Vec<crate::mcp::ListedTool>],
+    ) -> Result<(), FieldError> {
+        // A listing again replaces what the last one froze.
+        self.manifests.retain(|_, m| m.mcp.is_none());
+        let mut taken = self.skills.clone();
+        for (i, (server, tools)) in self.mcp_servers.iter().zip(listed).enumerate() {
+            let frozen = server.freeze(&format!("mcp_servers[{i}]"), tools, &taken)?;
+            taken.extend(frozen.keys().cloned());
+            self.manifests.extend(frozen);
+        }
+        Ok(())
+    }
+
+    /// Every tool the model is offered: its skills, then its MCP servers'
+    /// frozen tools.
+    pub fn tool_names(&self) -> Vec<String> {
+        let mut names = self.skills.clone();
+        names.extend(
+            self.manifests
+                .iter()
+                .filter(|(_, m)| m.mcp.is_some())
+                .map(|(n, _)| n.clone()),
+        );
+        names
+    }
+
     /// A skill's manifest as frozen (definitions stored before manifests
-    /// were frozen fall back to the built-ins).
+    /// were frozen fall back to the built-ins), or an MCP server's tool.
     pub fn manifest(&self, skill: &str) -> Option<SkillManifest> {
         if !self.skills.iter().any(|s| s == skill) {
-            return None;
+            return self
+                .manifests
+                .get(skill)
+                .filter(|m| m.mcp.is_some())
+                .cloned();
         }
         self.manifests
             .get(skill)

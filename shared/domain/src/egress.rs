@@ -148,43 +148,50 @@ pub fn parse_http_headers(
         {
             return Err(FieldError::new(&format!("{at}.host"), "is named twice"));
         }
-        let given = f.req_obj("headers")?;
-        if given.is_empty() || given.len() > MAX_HTTP_HEADERS {
-            return Err(FieldError::new(
-                &format!("{at}.headers"),
-                &format!("must have 1 to {MAX_HTTP_HEADERS} headers"),
-            ));
-        }
-        let mut headers = std::collections::BTreeMap::new();
-        for (name, value) in given {
-            let field = format!("{at}.headers.{name}");
-            let token = !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-            if !token || OWN_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
-                return Err(FieldError::new(
-                    &field,
-                    "is not a header name a rule may set",
-                ));
-            }
-            let value = crate::secret::Configured::parse(&field, value)?;
-            if let crate::secret::Configured::Literal(text) = &value {
-                if text.bytes().any(|b| b != b'\t' && (b < 0x20 || b == 0x7f)) {
-                    return Err(FieldError::new(
-                        &field,
-                        "has characters a header cannot carry",
-                    ));
-                }
-            }
-            headers.insert(name.clone(), value);
-        }
+        let headers = parse_header_map(&format!("{at}.headers"), f.req_obj("headers")?, &[])?;
         rules.push(HttpHeaders {
             host: host.to_string(),
             headers,
         });
     }
     Ok(rules)
+}
+
+/// Headers as a definition fixes them (`{"Name": "value" | {"secret":
+/// name}}`, errors naming `field`): 1 to [`MAX_HTTP_HEADERS`] of them,
+/// each name a token that neither the request's own headers nor
+/// `reserved` (lowercase) hold, each written value one a header may carry.
+pub fn parse_header_map(
+    field: &str,
+    given: &serde_json::Map<String, serde_json::Value>,
+    reserved: &[&str],
+) -> Result<std::collections::BTreeMap<String, crate::secret::Configured>, FieldError> {
+    if given.is_empty() || given.len() > MAX_HTTP_HEADERS {
+        return Err(FieldError::new(
+            field,
+            &format!("must have 1 to {MAX_HTTP_HEADERS} headers"),
+        ));
+    }
+    let mut headers = std::collections::BTreeMap::new();
+    for (name, value) in given {
+        let at = format!("{field}.{name}");
+        let token = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        let lower = name.to_ascii_lowercase();
+        if !token || OWN_HEADERS.contains(&lower.as_str()) || reserved.contains(&lower.as_str()) {
+            return Err(FieldError::new(&at, "is not a header name a rule may set"));
+        }
+        let value = crate::secret::Configured::parse(&at, value)?;
+        if let crate::secret::Configured::Literal(text) = &value {
+            if text.bytes().any(|b| b != b'\t' && (b < 0x20 || b == 0x7f)) {
+                return Err(FieldError::new(&at, "has characters a header cannot carry"));
+            }
+        }
+        headers.insert(name.clone(), value);
+    }
+    Ok(headers)
 }
 
 /// Why an address is never a tenant's target, or `None` if it is public.

@@ -33,6 +33,7 @@ pub mod hook;
 pub mod ledger;
 pub mod machine;
 pub mod mailbox;
+pub mod mcp;
 pub mod messages;
 pub mod names;
 pub mod run;

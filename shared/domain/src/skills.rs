@@ -104,6 +104,9 @@ pub struct SkillManifest {
     /// The built-in that executes it (default: the skill's own name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executor: Option<String>,
+    /// For a tool of a remote MCP server: which (executor [`MCP`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<McpBinding>,
 }
 
 impl SkillManifest {
@@ -210,6 +213,7 @@ impl SkillManifest {
                 }
             },
             executor: (executor != name).then_some(executor),
+            mcp: None,
         })
     }
     pub fn placement(&self) -> Placement {
@@ -240,6 +244,52 @@ pub const SERVE: &str = "serve";
 pub const DELEGATE: &str = "delegate";
 /// A lead team's Run hands out tasks: answered by executor Runs.
 pub const PLAN: &str = "plan";
+
+/// What a tool's annotations say of it (absent: the server said nothing).
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolHints {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_world: Option<bool>,
+}
+
+impl ToolHints {
+    /// High when the tool says it is destructive, low when it only reads,
+    /// medium otherwise (a tool that says nothing included).
+    pub fn risk(hints: Option<&ToolHints>) -> Risk {
+        match hints {
+            Some(h) if h.destructive == Some(true) => Risk::High,
+            Some(h) if h.read_only == Some(true) => Risk::Low,
+            _ => Risk::Medium,
+        }
+    }
+
+    /// Whether a call whose result was lost may be made again.
+    pub fn repeatable(hints: Option<&ToolHints>) -> bool {
+        hints.is_some_and(|h| h.read_only == Some(true) || h.idempotent == Some(true))
+    }
+}
+
+/// Which server and tool a frozen manifest calls.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpBinding {
+    pub server: String,
+    /// The tool's name on its server.
+    pub tool: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hints: Option<ToolHints>,
+}
+
+/// A tool of a remote MCP server, frozen from its listing (never a
+/// registry manifest's executor).
+pub const MCP: &str = "mcp";
 
 /// Every built-in skill, by name.
 pub const BUILTIN: [&str; 9] = [
@@ -285,6 +335,7 @@ pub fn builtin(name: &str) -> Option<SkillManifest> {
             idempotent,
             parameters,
             executor: None,
+            mcp: None,
         };
     let manifest = match name {
         CURRENT_TIME => m(

@@ -9,14 +9,17 @@ use axum::Json;
 use serde_json::{Map, Value};
 
 use armada_api::definitions::AgentBody;
-use armada_api::registry::{AgentDeleted, AgentList, AgentView};
-use armada_api::server::{JsonBody, Path};
+use armada_api::registry::{AgentDeleted, AgentList, AgentView, ListToolsAs};
+use armada_api::server::{JsonBody, Path, Query};
 use armada_api::{ApiError, ErrorBody};
 use armada_core::error::StoreError;
 use armada_core::services::auth::{AdminKey, Principal};
+use armada_core::services::mcp;
 use armada_core::services::sandboxing;
+use armada_core::services::secrets::TenantSecrets;
 use armada_core::Services;
 use armada_domain::agent::AgentDefinition;
+use armada_domain::secret::Configured;
 
 use super::accept::egress_checked;
 use armada_api::error::KeyRefusals;
@@ -54,6 +57,17 @@ fn agent_view(def: &AgentDefinition, version: u64, audience: Audience) -> AgentV
         if let Some(model) = definition.get_mut("model").and_then(Value::as_object_mut) {
             model.remove("base_url");
             model.remove("api_key_env");
+        }
+        // A server's headers may be literal tokens: the operator's.
+        for server in definition
+            .get_mut("mcp_servers")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(s) = server.as_object_mut() {
+                s.remove("headers");
+            }
         }
         if let Some(approvals) = definition
             .get_mut("approvals")
@@ -115,10 +129,11 @@ pub(crate) async fn get_agent(
     params(
         ("name" = String, Path, description = "The agent's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$"),
         ("If-Match" = Option<String>, Header, description = "The version the change was made to (`7` or `\"7\"`)."),
+        ListToolsAs,
     ),
     responses(
-        (status = 200, description = "Written: the definition at its new version.", body = AgentView),
-        (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`, `INVALID_HEADER`.", body = ErrorBody),
+        (status = 200, description = "Written: the definition at its new version, its MCP servers' tools frozen into it.", body = AgentView),
+        (status = 400, description = "`INVALID_JSON`, `INVALID_FIELD`, `INVALID_HEADER`, `INVALID_QUERY`; an MCP server's listing failed: `MCP_UNREACHABLE`, `MCP_ERROR`, `TIMED_OUT`, `EGRESS_REFUSED`, `SECRET_NOT_FOUND`, naming the server.", body = ErrorBody),
         (status = 412, description = "`PRECONDITION_FAILED`: changed since the version in `If-Match`.", body = ErrorBody),
         (status = 413, description = "`PAYLOAD_TOO_LARGE`.", body = ErrorBody),
         KeyRefusals,
@@ -128,6 +143,7 @@ pub(crate) async fn put_agent(
     State(svc): State<Arc<Services>>,
     _: AdminKey,
     Path(name): Path<String>,
+    Query(q): Query<ListToolsAs>,
     headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> Result<Json<AgentView>, ApiError> {
@@ -140,6 +156,7 @@ pub(crate) async fn put_agent(
         egress_checked(&svc, "approvals.chat_webhook_url", url)?;
     }
     svc.registry.resolve_manifests(&mut def).await??;
+    list_mcp_tools(&svc, &mut def, q.tenant.as_deref()).await?;
     // The profile must resolve now, global profiles first: a placement that
     // could never be met is refused here rather than at the first call.
     let global = svc.registry.profiles().await?;
@@ -168,6 +185,81 @@ pub(crate) async fn put_agent(
     // Reported, not silently dropped: the global definitions hold.
     view.shadowed_profiles = (!shadowed.is_empty()).then_some(shadowed);
     Ok(Json(view))
+}
+
+/// Lists the tools of the definition's MCP servers and freezes them into
+/// it, the headers' secrets opened as `tenant`'s. A server that cannot be
+/// listed is refused naming it.
+async fn list_mcp_tools(
+    svc: &Services,
+    def: &mut AgentDefinition,
+    tenant: Option<&str>,
+) -> Result<(), ApiError> {
+    let mut listed = Vec::with_capacity(def.mcp_servers.len());
+    for (i, server) in def.mcp_servers.iter().enumerate() {
+        let at = format!("mcp_servers[{i}]");
+        let names_secret = server
+            .headers
+            .values()
+            .any(|v| matches!(v, Configured::Secret { .. }));
+        if names_secret && tenant.is_none() {
+            return Err(ApiError::new(
+                400,
+                "INVALID_FIELD",
+                format!(
+                    "{at}.headers: a header names a tenant's secret: say whose secrets list \
+                     the tools (?tenant=<tenant>)"
+                ),
+            ));
+        }
+        // With no secret named, no tenant's secret is ever opened.
+        let secrets = TenantSecrets {
+            svc,
+            tenant: tenant.unwrap_or_default(),
+        };
+        let tools = mcp::list_tools(svc.tools.egress(), server, &secrets)
+            .await
+            .map_err(|e| ApiError::new(400, e.code(), format!("{at}: {e}")))?;
+        listed.push(tools);
+    }
+    def.freeze_mcp_tools(&listed)?;
+    Ok(())
+}
+
+/// Lists the agent's MCP servers' tools again into its next version (a
+/// server changed what it offers; nothing else of the agent changes).
+#[utoipa::path(post, path = "/v1/agents/{name}/refresh-tools", tag = "registry",
+    params(
+        ("name" = String, Path, description = "The agent's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$"),
+        ListToolsAs,
+    ),
+    responses(
+        (status = 200, description = "Written: the definition at its new version.", body = AgentView),
+        (status = 400, description = "`INVALID_QUERY`, `INVALID_FIELD`; a server's listing failed: `MCP_UNREACHABLE`, `MCP_ERROR`, `TIMED_OUT`, `EGRESS_REFUSED`, `SECRET_NOT_FOUND`, naming the server.", body = ErrorBody),
+        (status = 404, description = "`NOT_FOUND`.", body = ErrorBody),
+        (status = 412, description = "`PRECONDITION_FAILED`: the agent changed while its tools were listed.", body = ErrorBody),
+        KeyRefusals,
+    ),
+    security(("admin_key" = [])))]
+pub(crate) async fn refresh_tools(
+    State(svc): State<Arc<Services>>,
+    _: AdminKey,
+    Path(name): Path<String>,
+    Query(q): Query<ListToolsAs>,
+) -> Result<Json<AgentView>, ApiError> {
+    let Some((mut def, version)) = svc.registry.agent_version(&name).await? else {
+        return Err(ApiError::not_found(&format!("agent '{name}'")));
+    };
+    list_mcp_tools(&svc, &mut def, q.tenant.as_deref()).await?;
+    match svc.registry.put_agent_if(&def, version).await {
+        Ok(v) => Ok(Json(agent_view(&def, v, Audience::Operator))),
+        Err(StoreError::Conflict { .. }) => Err(ApiError::new(
+            412,
+            "PRECONDITION_FAILED",
+            format!("agent '{name}' changed while its tools were listed: refresh again"),
+        )),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The version an `If-Match` header names (`7` or the entity tag

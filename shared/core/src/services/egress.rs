@@ -163,6 +163,14 @@ impl Egress {
         Ok(client.request(method, url))
     }
 
+    /// The client for requests to `url` alone (its addresses checked as it
+    /// connects), for a protocol client that makes its own requests: an
+    /// MCP session's.
+    pub fn client_for(&self, url: &str) -> Result<reqwest::Client, EgressError> {
+        let (_, listed) = self.route(url)?;
+        Ok(if listed { &self.listed } else { &self.public }.clone())
+    }
+
     /// What can be judged before sending: the URL's form, an IP literal,
     /// the lists. For refusing bad input early (a name is judged when sent).
     pub fn check(&self, url: &str) -> Result<(), EgressError> {

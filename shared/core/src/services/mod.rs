@@ -7,6 +7,7 @@ pub mod deliveries;
 pub mod egress;
 pub mod ending;
 pub mod inbox;
+pub mod mcp;
 pub mod sandboxing;
 pub mod secrets;
 pub mod starting;

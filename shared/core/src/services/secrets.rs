@@ -4,7 +4,11 @@
 
 use async_trait::async_trait;
 
-use armada_domain::secret::{Configured, Secret, SecretEvent, SecretValue, MAX_PER_TENANT};
+use std::collections::BTreeMap;
+
+use armada_domain::secret::{
+    Configured, Scrubber, Secret, SecretEvent, SecretValue, MAX_PER_TENANT,
+};
 
 use crate::cas::{change, Changed};
 use crate::error::StoreError;
@@ -94,26 +98,61 @@ pub async fn open(svc: &Services, tenant: &str, name: &str) -> Result<SecretValu
     Ok(svc.vault.open(tenant, name, secret.sealed()).await?)
 }
 
-/// What a configured value comes to for `tenant`: the literal, or its
-/// secret opened (and added to `opened`, for a [`Scrubber`] of what the
-/// call answers).
-///
-/// [`Scrubber`]: armada_domain::secret::Scrubber
-pub async fn resolve(
-    svc: &Services,
-    tenant: &str,
-    configured: &Configured,
-    opened: &mut Vec<(String, SecretValue)>,
-) -> Result<String, SecretError> {
-    match configured {
-        Configured::Literal(v) => Ok(v.clone()),
-        Configured::Secret { secret } => {
-            let value = open(svc, tenant, secret).await?;
-            let text = value.expose().to_string();
-            opened.push((secret.clone(), value));
-            Ok(text)
+/// Why configured headers could not be opened for a call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// `SECRET_NOT_FOUND`: the tenant has no secret of this name.
+    #[error("no secret '{secret}' (header {header})")]
+    NotFound { secret: String, header: String },
+    /// `SECRET_UNAVAILABLE`: the store or the vault did not answer.
+    #[error("secret '{0}' could not be read; retry")]
+    Unavailable(String),
+}
+
+impl HeaderError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            HeaderError::NotFound { .. } => "SECRET_NOT_FOUND",
+            HeaderError::Unavailable(_) => "SECRET_UNAVAILABLE",
         }
     }
+}
+
+/// What configured headers come to for a call: each literal as written,
+/// each secret opened from `secrets` (the Run's tenant's), and a
+/// [`Scrubber`] of the opened values for what the call answers.
+///
+/// [`Scrubber`]: armada_domain::secret::Scrubber
+pub async fn open_headers(
+    headers: &BTreeMap<String, Configured>,
+    secrets: &dyn OpenSecret,
+) -> Result<(Vec<(String, String)>, Scrubber), HeaderError> {
+    let mut opened = Vec::new();
+    let mut out = Vec::new();
+    for (name, value) in headers {
+        let text = match value {
+            Configured::Literal(v) => v.clone(),
+            Configured::Secret { secret } => match secrets.open(secret).await {
+                Ok(Some(v)) => {
+                    let text = v.expose().to_string();
+                    opened.push((secret.clone(), v));
+                    text
+                }
+                Ok(None) => {
+                    return Err(HeaderError::NotFound {
+                        secret: secret.clone(),
+                        header: name.clone(),
+                    })
+                }
+                Err(e) => {
+                    tracing::warn!(secret, error = %e, "a header's secret could not be opened");
+                    return Err(HeaderError::Unavailable(secret.clone()));
+                }
+            },
+        };
+        out.push((name.clone(), text));
+    }
+    Ok((out, Scrubber::new(opened)))
 }
 
 /// The secrets of one tenant, as a call made for one of its Runs opens
@@ -140,7 +179,6 @@ impl OpenSecret for TenantSecrets<'_> {
 mod tests {
     use super::*;
     use crate::memory::test_config;
-    use armada_domain::secret::Scrubber;
 
     #[tokio::test]
     async fn a_secret_is_stored_sealed_replaced_and_deleted() {
@@ -182,33 +220,42 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn configured_values_resolve_and_are_remembered_for_scrubbing() {
+    async fn configured_headers_open_and_are_remembered_for_scrubbing() {
         let (svc, _) = Services::in_memory(test_config());
         put(&svc, "acme", "crm", &SecretValue::new("tok-333333".into()))
             .await
             .unwrap();
-        let mut opened = Vec::new();
-        let lit = Configured::Literal("plain".into());
-        assert_eq!(
-            resolve(&svc, "acme", &lit, &mut opened).await.unwrap(),
-            "plain"
-        );
-        let named = Configured::Secret {
-            secret: "crm".into(),
+        let secret = |n: &str| Configured::Secret { secret: n.into() };
+        let mut headers = BTreeMap::new();
+        headers.insert("X-Plain".to_string(), Configured::Literal("plain".into()));
+        headers.insert("Authorization".to_string(), secret("crm"));
+        let acme = TenantSecrets {
+            svc: &svc,
+            tenant: "acme",
         };
+        let (sent, scrubber) = open_headers(&headers, &acme).await.unwrap();
         assert_eq!(
-            resolve(&svc, "acme", &named, &mut opened).await.unwrap(),
-            "tok-333333"
+            sent,
+            [
+                ("Authorization".to_string(), "tok-333333".to_string()),
+                ("X-Plain".to_string(), "plain".to_string())
+            ]
         );
-        let missing = Configured::Secret {
-            secret: "nope".into(),
+        assert_eq!(
+            scrubber.scrub_str("Bearer tok-333333"),
+            "Bearer [secret:crm]"
+        );
+        headers.insert("X-Other".to_string(), secret("nope"));
+        let e = open_headers(&headers, &acme).await.unwrap_err();
+        assert_eq!(e.code(), "SECRET_NOT_FOUND");
+        assert_eq!(e.to_string(), "no secret 'nope' (header X-Other)");
+        // Another tenant's secrets are not the Run's.
+        let other = TenantSecrets {
+            svc: &svc,
+            tenant: "other",
         };
-        assert!(matches!(
-            resolve(&svc, "acme", &missing, &mut opened).await,
-            Err(SecretError::NotFound(n)) if n == "nope"
-        ));
-        let s = Scrubber::new(opened);
-        assert_eq!(s.scrub_str("Bearer tok-333333"), "Bearer [secret:crm]");
+        headers.remove("X-Other");
+        assert!(open_headers(&headers, &other).await.is_err());
     }
 
     #[tokio::test]

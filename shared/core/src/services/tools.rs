@@ -5,21 +5,22 @@
 //! agent fixes for its host: tenants' secrets opened here, as the request
 //! goes, and scrubbed from what it answers.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use armada_domain::agent::AgentDefinition;
 use armada_domain::chat::ToolCall;
-use armada_domain::skills::{CURRENT_TIME, HTTP_REQUEST};
+use armada_domain::skills::{SkillManifest, CURRENT_TIME, HTTP_REQUEST, MCP};
 
 use armada_domain::egress::HostPort;
-
-use armada_domain::secret::{Configured, Scrubber};
 
 use crate::clock::rfc3339;
 use crate::ports::secrets::OpenSecret;
 use crate::services::egress::{url_target, Egress, EgressError};
+use crate::services::mcp;
+use crate::services::secrets::open_headers;
 
 /// A skill's failure, returned to the model as its result.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,11 +84,34 @@ impl InlineTools {
                 self.http_request(agent, &call.args, effect_key, secrets)
                     .await
             }
+            MCP => self.mcp_call(agent, &manifest, &call.args, secrets).await,
             other => Err(ToolFailure::new(
                 "UNKNOWN_SKILL",
                 format!("skill '{other}' is not an inline skill"),
             )),
         }
+    }
+
+    /// A tool of one of the agent's MCP servers, as frozen in `manifest`.
+    async fn mcp_call(
+        &self,
+        agent: &AgentDefinition,
+        manifest: &SkillManifest,
+        args: &Value,
+        secrets: &dyn OpenSecret,
+    ) -> Result<Value, ToolFailure> {
+        let binding = manifest.mcp.as_ref();
+        let server = binding.and_then(|b| agent.mcp_servers.iter().find(|s| s.name == b.server));
+        let (Some(binding), Some(server)) = (binding, server) else {
+            return Err(ToolFailure::new(
+                "UNKNOWN_SKILL",
+                format!("'{}' names no MCP server of the agent", manifest.name),
+            ));
+        };
+        let wire = mcp::call_tool(&self.egress, server, &binding.tool, args, secrets)
+            .await
+            .map_err(|e| ToolFailure::new(e.code(), e.to_string()))?;
+        armada_domain::mcp::tool_result(&wire).map_err(|text| ToolFailure::new("TOOL_ERROR", text))
     }
 
     async fn http_request(
@@ -144,37 +168,16 @@ impl InlineTools {
         if let Some(body) = args.get("body").and_then(Value::as_str) {
             req = req.body(body.to_string());
         }
-        let mut opened = Vec::new();
         let rule = agent.http_headers.iter().find(|r| {
             HostPort::parse(&r.host, false).is_some_and(|e| e.allows(&host, port, default))
         });
-        for (name, value) in rule.map(|r| &r.headers).into_iter().flatten() {
-            let text = match value {
-                Configured::Literal(v) => v.clone(),
-                Configured::Secret { secret } => match secrets.open(secret).await {
-                    Ok(Some(v)) => {
-                        let text = v.expose().to_string();
-                        opened.push((secret.clone(), v));
-                        text
-                    }
-                    Ok(None) => {
-                        return Err(ToolFailure::new(
-                            "SECRET_NOT_FOUND",
-                            format!("no secret '{secret}' (header {name})"),
-                        ))
-                    }
-                    Err(e) => {
-                        tracing::warn!(secret, error = %e, "a header's secret could not be opened");
-                        return Err(ToolFailure::new(
-                            "SECRET_UNAVAILABLE",
-                            format!("secret '{secret}' could not be read; retry"),
-                        ));
-                    }
-                },
-            };
-            req = req.header(name.as_str(), text);
+        let none = BTreeMap::new();
+        let (headers, scrubber) = open_headers(rule.map_or(&none, |r| &r.headers), secrets)
+            .await
+            .map_err(|e| ToolFailure::new(e.code(), e.to_string()))?;
+        for (name, text) in headers {
+            req = req.header(name, text);
         }
-        let scrubber = Scrubber::new(opened);
         let resp = Egress::send(req).await.map_err(refused)?;
         let status = resp.status().as_u16();
         let (bytes, truncated) = read_capped(resp, MAX_BODY)

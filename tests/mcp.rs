@@ -1,0 +1,274 @@
+//! Remote MCP servers end to end, against the reference server the MCP
+//! project publishes on npm (`@modelcontextprotocol/server-everything`,
+//! Streamable HTTP): an agent registered with it has its tools listed and
+//! frozen with their annotations' risk; a Run calls them inline, through
+//! the egress guard, and gets their text, structured content and error
+//! results; a server that cannot be listed is refused naming it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use armada_api::registry::AgentView;
+use armada_cli::local::emulator;
+use armada_tests::{outcome, root, wait, TestStack};
+
+const EVERYTHING: &[&str] = &["@modelcontextprotocol/server-everything@2026.8.31"];
+
+/// The reference server, listening on a port of its own; killed when
+/// dropped.
+struct Everything {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Everything {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn everything() -> Everything {
+    let dir = emulator::install_npm_tool(&root(), "mcp-everything", EVERYTHING).unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let child = Command::new(dir.join("node_modules/.bin/mcp-server-everything"))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Everything {
+        child,
+        url: format!("http://127.0.0.1:{port}/mcp"),
+    };
+    wait::until(
+        "the MCP server listens",
+        Duration::from_secs(60),
+        || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
+    server
+}
+
+fn agent(servers: Value) -> Value {
+    json!({
+        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 8192},
+        "system_prompt": "You use tools.",
+        "mcp_servers": servers,
+        "limits": {"timeout_s": 60}
+    })
+}
+
+/// What the scripted model's answer says its one tool call returned.
+fn returned(output: &str) -> Value {
+    output
+        .split_once("returned: ")
+        .and_then(|(_, j)| serde_json::from_str(j).ok())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_uses_the_tools_a_remote_mcp_server_lists() {
+    let server = everything().await;
+    let t = TestStack::start().await;
+    let key = t.stack.tenant_key.clone();
+    let admin = t.stack.admin_key.clone();
+    let tools = [
+        "echo",
+        "get-sum",
+        "get-structured-content",
+        "get-tiny-image",
+    ];
+    let def = agent(json!([{
+        "name": "every",
+        "url": server.url,
+        "tools": tools,
+        "risk": {"get-tiny-image": "medium"},
+    }]));
+    let (status, v) = t
+        .raw(
+            Method::PUT,
+            "/v1/agents/mcp-user",
+            Some(&admin),
+            Some(&def.to_string()),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let view: AgentView = serde_json::from_value(v).unwrap();
+    let manifests = &view.definition["manifests"];
+    for tool in tools {
+        let m = &manifests[format!("every__{tool}")];
+        assert_eq!(m["mcp"]["tool"], tool, "{manifests}");
+        assert_eq!(m["executor"], "mcp");
+    }
+    // The server says they only read: low risk, and repeatable; the
+    // agent's own map wins over that.
+    assert_eq!(manifests["every__get-sum"]["risk"], "low");
+    assert_eq!(manifests["every__get-sum"]["idempotent"], true);
+    assert_eq!(manifests["every__get-tiny-image"]["risk"], "medium");
+    assert!(manifests["every__get-sum"]["parameters"]["properties"]["a"].is_object());
+
+    let call = |tool: &str, args: Value| format!("/tool every__{tool} {args}");
+    let (_, run) = t
+        .ask("mcp-user", &call("get-sum", json!({"a": 2, "b": 3})))
+        .await;
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    let sum = returned(&run.output.clone().unwrap_or_default());
+    assert!(sum["text"].as_str().unwrap().contains('5'), "{sum}");
+
+    let (_, run) = t
+        .ask(
+            "mcp-user",
+            &call("get-structured-content", json!({"location": "Chicago"})),
+        )
+        .await;
+    let weather = returned(&run.output.clone().unwrap_or_default());
+    assert!(
+        weather["structured"]["temperature"].is_number(),
+        "{weather}"
+    );
+
+    let (_, run) = t.ask("mcp-user", &call("get-tiny-image", json!({}))).await;
+    let image = returned(&run.output.clone().unwrap_or_default());
+    let content = image["content"].as_array().unwrap();
+    assert!(
+        content
+            .iter()
+            .any(|c| c["type"] == "image" && c["mime_type"] == "image/png"),
+        "{image}"
+    );
+
+    // The tool's own error result is the call's error.
+    let (_, run) = t.ask("mcp-user", &call("echo", json!({}))).await;
+    let failed = returned(&run.output.clone().unwrap_or_default());
+    assert_eq!(failed["error"]["code"], "TOOL_ERROR", "{failed}");
+
+    // A tenant sees the frozen tools too (they are the agent's contract).
+    let (status, _) = t
+        .raw(Method::GET, "/v1/agents/mcp-user", Some(&key), None, &[])
+        .await;
+    assert_eq!(status, 200);
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_that_cannot_be_listed_is_refused_naming_it() {
+    let server = everything().await;
+    let t = TestStack::start().await;
+    let admin = t.stack.admin_key.clone();
+    let put = |def: Value, query: &'static str| {
+        let admin = admin.clone();
+        let t = &t;
+        async move {
+            t.raw(
+                Method::PUT,
+                &format!("/v1/agents/mcp-bad{query}"),
+                Some(&admin),
+                Some(&def.to_string()),
+                &[],
+            )
+            .await
+        }
+    };
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let cases = [
+        (
+            json!([{"name": "gone", "url": format!("http://127.0.0.1:{closed}/mcp")}]),
+            "",
+            "MCP_UNREACHABLE",
+            "mcp_servers[0]",
+        ),
+        (
+            json!([{"name": "inside", "url": "http://10.255.255.1/mcp"}]),
+            "",
+            "EGRESS_REFUSED",
+            "mcp_servers[0]",
+        ),
+        (
+            json!([{"name": "every", "url": server.url, "tools": ["echo", "no-such-tool"]}]),
+            "",
+            "INVALID_FIELD",
+            "mcp_servers[0].tools[1]",
+        ),
+        (
+            json!([{"name": "every", "url": server.url,
+                    "headers": {"Authorization": {"secret": "mcp-token"}}}]),
+            "",
+            "INVALID_FIELD",
+            "mcp_servers[0].headers",
+        ),
+        (
+            json!([{"name": "every", "url": server.url,
+                    "headers": {"Authorization": {"secret": "mcp-token"}}}]),
+            "?tenant=acme",
+            "SECRET_NOT_FOUND",
+            "mcp-token",
+        ),
+    ];
+    for (servers, query, code, names) in cases {
+        let (status, v) = put(agent(servers.clone()), query).await;
+        assert_eq!(status, 400, "{servers}: {v}");
+        assert_eq!(v["error"]["code"], code, "{servers}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(names), "{servers}: {v}");
+    }
+    let (status, _) = t
+        .raw(Method::GET, "/v1/agents/mcp-bad", Some(&admin), None, &[])
+        .await;
+    assert_eq!(status, 404, "nothing refused was written");
+
+    // Refreshing lists again into a new version.
+    let (status, v) = put(
+        agent(json!([{"name": "every", "url": server.url, "tools": ["echo"]}])),
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = t
+        .raw(
+            Method::POST,
+            "/v1/agents/mcp-bad/refresh-tools",
+            Some(&admin),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let view: AgentView = serde_json::from_value(v).unwrap();
+    assert_eq!(view.version, 2);
+    assert!(view.definition["manifests"]["every__echo"].is_object());
+    drop(server);
+    let (status, v) = t
+        .raw(
+            Method::POST,
+            "/v1/agents/mcp-bad/refresh-tools",
+            Some(&admin),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(
+        (status, v["error"]["code"].clone()),
+        (400, json!("MCP_UNREACHABLE")),
+        "{v}"
+    );
+    t.stack.stop().await;
+}
