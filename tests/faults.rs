@@ -16,17 +16,7 @@ use armada_domain::messages::{check_slot, DispatchMessage, HarnessMessage};
 use armada_domain::run::{EventKind, LogEvent, Run};
 use armada_harness::{Aborted, StepHooks};
 use armada_tests::wait::{self, drained, eventually};
-use armada_tests::{outcome, params, RunState, TestStack};
-
-/// Short leases and visibility timeouts so redelivery happens in seconds.
-fn fast_redelivery(max_receives: &str) -> HashMap<String, String> {
-    params(&[
-        ("HarnessTimeoutSeconds", "1"),
-        ("HarnessQueueVisibilitySeconds", "3"),
-        ("MaxReceiveCount", max_receives),
-        ("RetryBaseSeconds", "0"),
-    ])
-}
+use armada_tests::{fast_redelivery, outcome, CrashAfterTools, RunState, TestStack};
 
 fn input_of(run: &Run) -> String {
     run.input_text().unwrap_or_default().to_string()
@@ -425,21 +415,6 @@ async fn a_stale_workers_commit_is_rejected() {
         "{types:?}"
     );
     t.stack.stop().await;
-}
-
-/// Dies after the step's tools ran (their effects happened) and before the
-/// results were committed, on the first attempt.
-struct CrashAfterTools;
-
-impl StepHooks for CrashAfterTools {
-    fn after_tools_ran<'a>(&'a self, run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
-        Box::pin(async move {
-            if run.epoch == 1 {
-                return Err(Aborted("injected crash after the tools ran".into()));
-            }
-            Ok(())
-        })
-    }
 }
 
 /// Counts the requests a loopback HTTP server gets, answering 200.

@@ -242,29 +242,22 @@ async fn a_server_that_cannot_be_listed_is_refused_naming_it() {
     )
     .await;
     assert_eq!(status, 200, "{v}");
-    let (status, v) = t
-        .raw(
+    let refresh = || {
+        t.raw(
             Method::POST,
             "/v1/agents/mcp-bad/refresh-tools",
             Some(&admin),
             None,
             &[],
         )
-        .await;
+    };
+    let (status, v) = refresh().await;
     assert_eq!(status, 200, "{v}");
     let view: AgentView = serde_json::from_value(v).unwrap();
     assert_eq!(view.version, 2);
     assert!(view.definition["manifests"]["every__echo"].is_object());
     drop(server);
-    let (status, v) = t
-        .raw(
-            Method::POST,
-            "/v1/agents/mcp-bad/refresh-tools",
-            Some(&admin),
-            None,
-            &[],
-        )
-        .await;
+    let (status, v) = refresh().await;
     assert_eq!(
         (status, v["error"]["code"].clone()),
         (400, json!("MCP_UNREACHABLE")),

@@ -40,6 +40,8 @@ mod layout;
 mod mail;
 #[path = "mcp.rs"]
 mod mcp;
+#[path = "mcp_ledger.rs"]
+mod mcp_ledger;
 #[path = "outcomes.rs"]
 mod outcomes;
 #[path = "relay.rs"]

@@ -12,8 +12,10 @@ pub use armada_api::runs::{EventView, RunView};
 use armada_cli::client::Client;
 use armada_cli::local::dataplane::DataPlaneMode;
 use armada_cli::local::{emulator, LocalOptions, LocalStack};
+use armada_domain::run::Run;
 pub use armada_domain::run::{CallbackReport, EventKind, LogEvent, RunState};
-use armada_harness::StepHooks;
+use armada_harness::{Aborted, StepHooks};
+use futures::future::BoxFuture;
 
 pub mod approvals;
 pub mod sandbox;
@@ -524,5 +526,30 @@ pub fn error_message(body: &serde_json::Value) -> String {
     match serde_json::from_value::<ErrorBody>(body.clone()) {
         Ok(b) => b.error.message,
         Err(e) => panic!("not an error body ({e}): {body}"),
+    }
+}
+
+/// Short leases and visibility timeouts so redelivery happens in seconds.
+pub fn fast_redelivery(max_receives: &str) -> HashMap<String, String> {
+    params(&[
+        ("HarnessTimeoutSeconds", "1"),
+        ("HarnessQueueVisibilitySeconds", "3"),
+        ("MaxReceiveCount", max_receives),
+        ("RetryBaseSeconds", "0"),
+    ])
+}
+
+/// Dies after the step's tools ran (their effects happened) and before the
+/// results were committed, on the first attempt.
+pub struct CrashAfterTools;
+
+impl StepHooks for CrashAfterTools {
+    fn after_tools_ran<'a>(&'a self, run: &'a Run) -> BoxFuture<'a, Result<(), Aborted>> {
+        Box::pin(async move {
+            if run.epoch == 1 {
+                return Err(Aborted("injected crash after the tools ran".into()));
+            }
+            Ok(())
+        })
     }
 }
