@@ -3,7 +3,8 @@
 //! Streamable HTTP): an agent registered with it has its tools listed and
 //! frozen with their annotations' risk; a Run calls them inline, through
 //! the egress guard, and gets their text, structured content and error
-//! results; a server that cannot be listed is refused naming it.
+//! results, their progress as events; a server that cannot be listed is
+//! refused naming it.
 
 #![allow(clippy::unwrap_used)]
 
@@ -15,7 +16,7 @@ use serde_json::{json, Value};
 
 use armada_api::registry::AgentView;
 use armada_cli::local::emulator;
-use armada_tests::{outcome, root, wait, TestStack};
+use armada_tests::{outcome, root, wait, LogEvent, TestStack};
 
 const EVERYTHING: &[&str] = &["@modelcontextprotocol/server-everything@2026.8.31"];
 
@@ -92,6 +93,7 @@ async fn an_agent_uses_the_tools_a_remote_mcp_server_lists() {
         "get-sum",
         "get-structured-content",
         "get-tiny-image",
+        "trigger-long-running-operation",
     ];
     let def = agent(json!([{
         "name": "every",
@@ -152,6 +154,34 @@ async fn an_agent_uses_the_tools_a_remote_mcp_server_lists() {
             .any(|c| c["type"] == "image" && c["mime_type"] == "image/png"),
         "{image}"
     );
+
+    // A long-running tool's progress notifications are the Run's events,
+    // before its result.
+    let (run_id, run) = t
+        .ask(
+            "mcp-user",
+            &call(
+                "trigger-long-running-operation",
+                json!({"duration": 1, "steps": 3}),
+            ),
+        )
+        .await;
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    let noted: Vec<f64> = t
+        .events(&run_id)
+        .await
+        .into_iter()
+        .filter_map(|e| match e.event {
+            LogEvent::ToolProgress {
+                progress, total, ..
+            } => {
+                assert_eq!(total, Some(3.0));
+                Some(progress)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(noted, [1.0, 2.0, 3.0]);
 
     // The tool's own error result is the call's error.
     let (_, run) = t.ask("mcp-user", &call("echo", json!({}))).await;

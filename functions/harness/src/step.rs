@@ -118,7 +118,11 @@ impl Harness {
                         };
                         let key = effect_key(&run.run_id, &rec.call_id);
                         let now = svc.clock.now_ms();
-                        let outcome = svc.tools.execute(agent, &call, &key, now, &secrets).await;
+                        let mut progress = Vec::new();
+                        let outcome = svc
+                            .tools
+                            .execute(agent, &call, &key, now, &secrets, &mut progress)
+                            .await;
                         let (ok, result) = match outcome {
                             Ok(v) => (true, v),
                             Err(f) => (false, f.to_json()),
@@ -127,6 +131,7 @@ impl Harness {
                             call_id: rec.call_id.clone(),
                             ok,
                             result,
+                            progress,
                         });
                     }
                     self.hooks

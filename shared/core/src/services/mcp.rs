@@ -11,18 +11,24 @@
 //! session id), as the specification says.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
-use rmcp::service::{RoleClient, RunningService};
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation,
+    ProgressNotificationParam,
+};
+use rmcp::service::{NotificationContext, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::ClientHandler;
 use rmcp::ServiceExt;
 use serde_json::Value;
 
 use armada_domain::mcp::{ListedTool, McpServer};
 use armada_domain::secret::Scrubber;
+use armada_domain::step::{ProgressNote, MAX_PROGRESS_NOTES};
 
 use crate::ports::secrets::OpenSecret;
 use crate::services::egress::{Egress, EgressError};
@@ -70,7 +76,7 @@ pub async fn list_tools(
     server: &McpServer,
     secrets: &dyn OpenSecret,
 ) -> Result<Vec<ListedTool>, McpError> {
-    let (session, _) = connect(egress, server, secrets).await?;
+    let (session, _) = connect(egress, server, secrets, Listener::default()).await?;
     let listed = tokio::time::timeout(CONNECT_TIMEOUT, session.list_all_tools()).await;
     let _ = session.cancel().await;
     let tools = listed
@@ -84,15 +90,19 @@ pub async fn list_tools(
 }
 
 /// Calls `tool` with `args` (an object) and returns what it answered,
-/// in the MCP wire form, its opened secrets scrubbed.
+/// in the MCP wire form, its opened secrets scrubbed; the progress the
+/// server reported meanwhile goes to `progress`.
 pub async fn call_tool(
     egress: &Egress,
     server: &McpServer,
     tool: &str,
     args: &Value,
     secrets: &dyn OpenSecret,
+    progress: &mut Vec<ProgressNote>,
 ) -> Result<Value, McpError> {
-    let (session, scrubber) = connect(egress, server, secrets).await?;
+    let listener = Listener::default();
+    let notes = listener.notes.clone();
+    let (session, scrubber) = connect(egress, server, secrets, listener).await?;
     let mut params = CallToolRequestParams::new(tool.to_string());
     if let Some(a) = args.as_object() {
         params = params.with_arguments(a.clone());
@@ -100,6 +110,18 @@ pub async fn call_tool(
     let timeout = Duration::from_secs(u64::from(server.timeout_s));
     let answered = tokio::time::timeout(timeout, session.call_tool(params)).await;
     let _ = session.cancel().await;
+    progress.extend(
+        notes
+            .lock()
+            .map(|mut n| std::mem::take(&mut *n))
+            .unwrap_or_default(),
+    );
+    for note in progress.iter_mut() {
+        note.message = note
+            .message
+            .take()
+            .map(|m| scrubber.scrub_str(&m).into_owned());
+    }
     let result = answered
         .map_err(|_| McpError::TimedOut(server.name.clone()))?
         .map_err(|e| match failed(server, &e) {
@@ -114,12 +136,47 @@ pub async fn call_tool(
     Ok(wire)
 }
 
+/// The client's side of a session: who it is, and the progress the
+/// server reports (one session is one call, so every note is that call's).
+#[derive(Debug, Clone, Default)]
+struct Listener {
+    notes: Arc<Mutex<Vec<ProgressNote>>>,
+}
+
+impl ClientHandler for Listener {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Ok(mut notes) = self.notes.lock() {
+            // The last are kept (they say the most).
+            if notes.len() == MAX_PROGRESS_NOTES {
+                notes.remove(0);
+            }
+            notes.push(ProgressNote {
+                progress: params.progress,
+                total: params.total,
+                message: params.message,
+            });
+        }
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("armada", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
 /// A session with `server`, initialized.
 async fn connect(
     egress: &Egress,
     server: &McpServer,
     secrets: &dyn OpenSecret,
-) -> Result<(RunningService<RoleClient, ClientConfig>, Scrubber), McpError> {
+    listener: Listener,
+) -> Result<(RunningService<RoleClient, Listener>, Scrubber), McpError> {
     let client = egress
         .client_for(&server.url)
         .map_err(|e| McpError::Refused(server.name.clone(), e))?;
@@ -143,11 +200,7 @@ async fn connect(
     let config =
         StreamableHttpClientTransportConfig::with_uri(server.url.as_str()).custom_headers(custom);
     let transport = StreamableHttpClientTransport::with_client(client, config);
-    let info = ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("armada", env!("CARGO_PKG_VERSION")),
-    );
-    let session = tokio::time::timeout(CONNECT_TIMEOUT, info.serve(transport))
+    let session = tokio::time::timeout(CONNECT_TIMEOUT, listener.serve(transport))
         .await
         .map_err(|_| McpError::TimedOut(server.name.clone()))?
         .map_err(|e| {

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use armada_domain::agent::AgentDefinition;
 use armada_domain::chat::ToolCall;
 use armada_domain::skills::{SkillManifest, CURRENT_TIME, HTTP_REQUEST, MCP};
+use armada_domain::step::ProgressNote;
 
 use armada_domain::egress::HostPort;
 
@@ -63,7 +64,8 @@ impl InlineTools {
     /// call id, [`armada_domain::ledger::effect_key`]): a request it makes
     /// carries it as `Idempotency-Key`, so a receiver that deduplicates
     /// sees one effect whatever happens to the step. `secrets` are the
-    /// Run's tenant's.
+    /// Run's tenant's; what the tool says of its progress goes to
+    /// `progress`.
     pub async fn execute(
         &self,
         agent: &AgentDefinition,
@@ -71,6 +73,7 @@ impl InlineTools {
         effect_key: &str,
         now_ms: i64,
         secrets: &dyn OpenSecret,
+        progress: &mut Vec<ProgressNote>,
     ) -> Result<Value, ToolFailure> {
         let Some(manifest) = agent.manifest(&call.name) else {
             return Err(ToolFailure::new(
@@ -84,7 +87,10 @@ impl InlineTools {
                 self.http_request(agent, &call.args, effect_key, secrets)
                     .await
             }
-            MCP => self.mcp_call(agent, &manifest, &call.args, secrets).await,
+            MCP => {
+                self.mcp_call(agent, &manifest, &call.args, secrets, progress)
+                    .await
+            }
             other => Err(ToolFailure::new(
                 "UNKNOWN_SKILL",
                 format!("skill '{other}' is not an inline skill"),
@@ -99,6 +105,7 @@ impl InlineTools {
         manifest: &SkillManifest,
         args: &Value,
         secrets: &dyn OpenSecret,
+        progress: &mut Vec<ProgressNote>,
     ) -> Result<Value, ToolFailure> {
         let binding = manifest.mcp.as_ref();
         let server = binding.and_then(|b| agent.mcp_servers.iter().find(|s| s.name == b.server));
@@ -108,7 +115,7 @@ impl InlineTools {
                 format!("'{}' names no MCP server of the agent", manifest.name),
             ));
         };
-        let wire = mcp::call_tool(&self.egress, server, &binding.tool, args, secrets)
+        let wire = mcp::call_tool(&self.egress, server, &binding.tool, args, secrets, progress)
             .await
             .map_err(|e| ToolFailure::new(e.code(), e.to_string()))?;
         armada_domain::mcp::tool_result(&wire).map_err(|text| ToolFailure::new("TOOL_ERROR", text))
@@ -289,7 +296,7 @@ mod tests {
         let secrets =
             Secrets([("crm-token".to_string(), "Bearer tok-4242-xyz".to_string())].into());
         let got = tools
-            .execute(&agent, &call, "run_1:c1", 0, &secrets)
+            .execute(&agent, &call, "run_1:c1", 0, &secrets, &mut vec![])
             .await
             .unwrap();
         let body = got["body"].as_str().unwrap().to_ascii_lowercase();
@@ -299,7 +306,14 @@ mod tests {
         assert!(!got.to_string().contains("tok-4242"), "{got}");
         // A tenant without the secret: the call fails naming only it.
         let failed = tools
-            .execute(&agent, &call, "run_1:c1", 0, &Secrets::default())
+            .execute(
+                &agent,
+                &call,
+                "run_1:c1",
+                0,
+                &Secrets::default(),
+                &mut vec![],
+            )
             .await
             .unwrap_err();
         assert_eq!(failed.code, "SECRET_NOT_FOUND");
@@ -351,7 +365,14 @@ mod tests {
         // Read whole, a body that never ends would never be answered.
         let got = tokio::time::timeout(
             Duration::from_secs(10),
-            tools.execute(&agent, &call, "run_1:c1", 0, &Secrets::default()),
+            tools.execute(
+                &agent,
+                &call,
+                "run_1:c1",
+                0,
+                &Secrets::default(),
+                &mut vec![],
+            ),
         )
         .await
         .expect("answered without reading the whole body")

@@ -119,6 +119,7 @@ fn a_gated_call_waits_undispatched_and_runs_once_approved() {
         call_id: "c1".into(),
         ok: true,
         result: json!("noon"),
+        progress: vec![],
     }];
     let d = decide(&mut run, &a, StepInput::InlineRan(ran), 6).unwrap();
     let Next::AwaitApproval(requests) = &d.next else {

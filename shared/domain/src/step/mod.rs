@@ -74,7 +74,21 @@ pub struct InlineAnswer {
     pub call_id: String,
     pub ok: bool,
     pub result: Value,
+    /// What the tool said of its progress as it ran, oldest first.
+    pub progress: Vec<ProgressNote>,
 }
+
+/// A tool's word on how far it got (an MCP progress notification).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressNote {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
+}
+
+/// How many progress notes one call records (the last are kept: a
+/// chatty tool costs its Run a bounded log).
+pub const MAX_PROGRESS_NOTES: usize = 20;
 
 /// What the harness does next.
 #[derive(Debug, Clone, PartialEq)]
@@ -155,6 +169,16 @@ pub fn decide(
         StepInput::InlineRan(answers) => {
             let mut events = Vec::new();
             for a in answers {
+                let skip = a.progress.len().saturating_sub(MAX_PROGRESS_NOTES);
+                for note in a.progress.into_iter().skip(skip) {
+                    let noted = LogEvent::ToolProgress {
+                        call_id: a.call_id.clone(),
+                        progress: note.progress,
+                        total: note.total,
+                        message: note.message,
+                    };
+                    events.push(run.push_event(noted, now_ms));
+                }
                 answered(run, &a.call_id, a.ok, a.result, &mut events, now_ms)?;
             }
             Ok(after_tools(run, events, now_ms))

@@ -111,13 +111,28 @@ fn calls_are_recorded_before_any_runs_and_go_where_their_skill_says() {
     assert_eq!(run.sandbox_key.as_deref(), Some("t#a"));
     assert_eq!(run.usage.tool_calls, 2);
 
+    // A chatty tool's notes: the last MAX_PROGRESS_NOTES, before its result.
+    let progress = (0..MAX_PROGRESS_NOTES + 3)
+        .map(|i| ProgressNote {
+            progress: i as f64,
+            total: None,
+            message: None,
+        })
+        .collect();
     let ran = vec![InlineAnswer {
         call_id: "c1".into(),
         ok: true,
         result: json!("noon"),
+        progress,
     }];
     let d = decide(&mut run, &a, StepInput::InlineRan(ran), 6).unwrap();
-    assert_eq!(kinds(&d), ["tool_result"]);
+    let mut expected = vec!["tool_progress"; MAX_PROGRESS_NOTES];
+    expected.push("tool_result");
+    assert_eq!(kinds(&d), expected);
+    assert!(matches!(
+        &d.events[0].event,
+        LogEvent::ToolProgress { progress, .. } if *progress == 3.0
+    ));
     let Next::Dispatch(planned) = &d.next else {
         panic!("{:?}", d.next)
     };
@@ -421,6 +436,7 @@ fn json_nested_too_deeply_never_enters_the_record() {
             call_id: "c2".into(),
             ok: true,
             result: deep,
+            progress: vec![],
         }]),
         2,
     )
