@@ -145,15 +145,36 @@ async fn an_agent_uses_the_tools_a_remote_mcp_server_lists() {
         "{weather}"
     );
 
-    let (_, run) = t.ask("mcp-user", &call("get-tiny-image", json!({}))).await;
+    // An image is kept as the Run's artifact; the result names it.
+    let (run_id, run) = t.ask("mcp-user", &call("get-tiny-image", json!({}))).await;
     let image = returned(&run.output.clone().unwrap_or_default());
     let content = image["content"].as_array().unwrap();
-    assert!(
-        content
-            .iter()
-            .any(|c| c["type"] == "image" && c["mime_type"] == "image/png"),
-        "{image}"
-    );
+    let png = content
+        .iter()
+        .find(|c| c["type"] == "image" && c["mime_type"] == "image/png")
+        .unwrap_or_else(|| panic!("{image}"));
+    let artifact = png["artifact"].as_str().unwrap();
+    let api = t.stack.api_url.as_str();
+    let fetch = |key: String, path: String| async move {
+        let resp = reqwest::Client::new()
+            .get(format!("{api}{path}"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.bytes().await.unwrap().to_vec())
+    };
+    let path = format!("/v1/runs/{run_id}/artifacts/{artifact}");
+    let (status, bytes) = fetch(key.clone(), path.clone()).await;
+    assert_eq!(status, 200);
+    assert!(bytes.starts_with(b"\x89PNG"), "{bytes:?}");
+    assert_eq!(png["bytes"].as_u64(), Some(bytes.len() as u64));
+    // Another tenant's key, and a name no call of the Run gives: nothing.
+    let (_, other) = armada_tests::approvals::key(&t, "other", "member").await;
+    let (status, _) = fetch(other, path).await;
+    assert_eq!(status, 404);
+    let bogus = format!("/v1/runs/{run_id}/artifacts/call_9_9-1");
+    assert_eq!(fetch(key.clone(), bogus).await.0, 404);
 
     // A long-running tool's progress notifications are the Run's events,
     // before its result.

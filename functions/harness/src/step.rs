@@ -15,7 +15,6 @@ use armada_domain::chat::ToolCall;
 use armada_domain::collab::resume::RunIdentity;
 use armada_domain::collab::ChildLimits;
 use armada_domain::context;
-use armada_domain::ledger::effect_key;
 use armada_domain::ledger::ToolCallRecord;
 use armada_domain::run::LogEvent;
 use armada_domain::run::Payload;
@@ -116,12 +115,11 @@ impl Harness {
                             name: rec.skill.clone(),
                             args: rec.args.clone(),
                         };
-                        let key = effect_key(&run.run_id, &rec.call_id);
                         let now = svc.clock.now_ms();
                         let mut progress = Vec::new();
                         let outcome = svc
                             .tools
-                            .execute(agent, &call, &key, now, &secrets, &mut progress)
+                            .execute(agent, &call, &run.run_id, now, &secrets, &mut progress)
                             .await;
                         let (ok, result) = match outcome {
                             Ok(v) => (true, v),

@@ -25,8 +25,8 @@ pub use armada_api::server::MAX_BODY_BYTES;
 /// Every route of the API, each with its entry in the document.
 fn api() -> OpenApiRouter<Arc<Services>> {
     use routes::{
-        agents, callbacks, collab, health, hooks, inbound, keys, mailboxes, profiles, runs,
-        sandboxes, schedules, secrets, sessions, skills, teams,
+        agents, artifacts, callbacks, collab, health, hooks, inbound, keys, mailboxes, profiles,
+        runs, sandboxes, schedules, secrets, sessions, skills, teams,
     };
     OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
         .routes(routes!(health::health))
@@ -34,6 +34,7 @@ fn api() -> OpenApiRouter<Arc<Services>> {
         .routes(routes!(runs::create_run))
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::run_events))
+        .routes(routes!(artifacts::get_artifact))
         .routes(routes!(runs::cancel_run))
         .routes(routes!(callbacks::redeliver_callback))
         .routes(routes!(collab::run_trace))

@@ -165,9 +165,9 @@ impl Services {
                 &cfg.idempotency_table,
             )),
             quotas: Arc::new(QuotasStore::new(aws.dynamo.clone(), &cfg.quotas_table)),
-            payloads: Arc::new(payloads),
+            payloads: Arc::new(payloads.clone()),
             models: Arc::new(Models::new(&aws.sdk_config, cfg.scripted_model_url.clone())),
-            tools: InlineTools::new(egress.clone()),
+            tools: InlineTools::new(egress.clone(), Arc::new(payloads.clone())),
             callbacks: Callbacks::new(&cfg.callback_signing_secret, 3, egress),
             mail: Arc::new(crate::adapters::ses::SesMail::new(
                 aws.ses.clone(),

@@ -96,12 +96,72 @@ impl ListedTool {
     }
 }
 
-/// What a tool call answered, as the tool's result: its text, its
-/// structured content, and what else it sent described (`Err`: the tool
-/// said it failed, with its text).
-pub fn tool_result(wire: &Value) -> Result<Value, String> {
+/// Content a call answered that is not text (an image, audio, a binary
+/// resource): stored as the Run's artifact `id` and referenced from the
+/// result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Artifact {
+    pub id: String,
+    pub mime_type: String,
+    /// As the server sent it: base64.
+    pub data: String,
+}
+
+/// How many artifacts one call keeps, and how large each may be.
+pub const MAX_ARTIFACTS_PER_CALL: usize = 8;
+pub const MAX_ARTIFACT_BYTES: usize = 8 << 20;
+
+/// Where a Run's artifact is stored (the payload bucket).
+pub fn artifact_key(run_id: &str, artifact_id: &str) -> String {
+    format!("artifacts/{run_id}/{artifact_id}")
+}
+
+/// Whether `id` is one [`tool_result`] gives: `<call id>-<n>`.
+pub fn artifact_call(id: &str) -> Option<(&str, usize)> {
+    let (call, n) = id.rsplit_once('-')?;
+    let n: usize = n
+        .parse()
+        .ok()
+        .filter(|n| (1..=MAX_ARTIFACTS_PER_CALL).contains(n))?;
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    (!call.is_empty() && call.len() <= 80 && call.chars().all(plain)).then_some((call, n))
+}
+
+/// What call `call_id` answered, as the tool's result: its text, its
+/// structured content, and what else it sent described, with what is
+/// not text to be stored as artifacts (`Err`: the tool said it failed,
+/// with its text).
+pub fn tool_result(wire: &Value, call_id: &str) -> Result<(Value, Vec<Artifact>), String> {
     let mut text: Vec<&str> = Vec::new();
     let mut other: Vec<Value> = Vec::new();
+    let mut artifacts: Vec<Artifact> = Vec::new();
+    let mut keep = |mime: Option<&str>, data: Option<&str>, mut entry: Value| {
+        // Decoded size: a base64 quad is three bytes, less its padding.
+        let bytes = data.map_or(0, |d| {
+            let padding = d.bytes().rev().take_while(|&b| b == b'=').count();
+            (d.len() / 4 * 3).saturating_sub(padding)
+        });
+        entry["bytes"] = bytes.into();
+        match data {
+            Some(_) if artifacts.len() == MAX_ARTIFACTS_PER_CALL => {
+                entry["omitted"] = "too many artifacts in one call".into();
+            }
+            Some(_) if bytes > MAX_ARTIFACT_BYTES => {
+                entry["omitted"] = "too large to keep".into();
+            }
+            Some(d) => {
+                let id = format!("{call_id}-{}", artifacts.len() + 1);
+                entry["artifact"] = id.clone().into();
+                artifacts.push(Artifact {
+                    id,
+                    mime_type: mime.unwrap_or("application/octet-stream").to_string(),
+                    data: d.to_string(),
+                });
+            }
+            None => {}
+        }
+        entry
+    };
     for block in wire
         .get("content")
         .and_then(Value::as_array)
@@ -115,21 +175,25 @@ pub fn tool_result(wire: &Value) -> Result<Value, String> {
         let field = |k: &str| block.get(k).and_then(Value::as_str);
         match kind {
             "text" => text.extend(field("text")),
-            "image" | "audio" => other.push(serde_json::json!({
-                "type": kind,
-                "mime_type": field("mimeType"),
-                "bytes": field("data").map_or(0, |d| d.len() / 4 * 3),
-            })),
+            "image" | "audio" => other.push(keep(
+                field("mimeType"),
+                field("data"),
+                serde_json::json!({"type": kind, "mime_type": field("mimeType")}),
+            )),
             "resource" => {
                 let r = block.get("resource").cloned().unwrap_or_default();
-                match r.get("text").and_then(Value::as_str) {
+                let rf = |k: &str| r.get(k).and_then(Value::as_str);
+                match rf("text") {
                     Some(t) => other.push(serde_json::json!({
-                        "type": "resource", "uri": r.get("uri"), "text": t,
+                        "type": "resource", "uri": rf("uri"), "text": t,
                     })),
-                    None => other.push(serde_json::json!({
-                        "type": "resource", "uri": r.get("uri"),
-                        "mime_type": r.get("mimeType"),
-                    })),
+                    None => other.push(keep(
+                        rf("mimeType"),
+                        rf("blob"),
+                        serde_json::json!({
+                            "type": "resource", "uri": rf("uri"), "mime_type": rf("mimeType"),
+                        }),
+                    )),
                 }
             }
             "resource_link" => other.push(serde_json::json!({
@@ -150,7 +214,7 @@ pub fn tool_result(wire: &Value) -> Result<Value, String> {
     if !other.is_empty() {
         out.insert("content".into(), Value::Array(other));
     }
-    Ok(Value::Object(out))
+    Ok((Value::Object(out), artifacts))
 }
 
 impl McpServer {

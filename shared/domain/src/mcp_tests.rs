@@ -177,22 +177,58 @@ fn a_listed_tool_and_a_result_are_read_from_the_wire() {
     );
     assert_eq!(ToolHints::risk(t.hints.as_ref()), Risk::Low);
     assert!(ListedTool::from_wire(&json!({"description": "nameless"})).is_none());
-    let ok = tool_result(&json!({
-        "content": [
-            {"type": "text", "text": "It is 22C"},
-            {"type": "image", "data": "aGVsbG8h", "mimeType": "image/png"},
-            {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "A"}},
-        ],
-        "structuredContent": {"temperature": 22},
-    }))
+    let (ok, artifacts) = tool_result(
+        &json!({
+            "content": [
+                {"type": "text", "text": "It is 22C"},
+                {"type": "image", "data": "aGVsbG8h", "mimeType": "image/png"},
+                {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "A"}},
+                {"type": "resource", "resource": {"uri": "file:///b.bin", "blob": "AAE="}},
+            ],
+            "structuredContent": {"temperature": 22},
+        }),
+        "call_0_1",
+    )
     .unwrap();
     assert_eq!(ok["text"], "It is 22C");
     assert_eq!(ok["structured"]["temperature"], 22);
     assert_eq!(ok["content"][0]["bytes"], 6);
+    assert_eq!(ok["content"][0]["artifact"], "call_0_1-1");
     assert_eq!(ok["content"][1]["text"], "A");
-    let failed = tool_result(&json!({
-        "content": [{"type": "text", "text": "no such id"}],
-        "isError": true,
-    }));
+    assert_eq!(ok["content"][2]["artifact"], "call_0_1-2");
+    assert_eq!(ok["content"][2]["bytes"], 2);
+    assert_eq!(
+        artifacts,
+        [
+            Artifact {
+                id: "call_0_1-1".into(),
+                mime_type: "image/png".into(),
+                data: "aGVsbG8h".into()
+            },
+            Artifact {
+                id: "call_0_1-2".into(),
+                mime_type: "application/octet-stream".into(),
+                data: "AAE=".into()
+            },
+        ]
+    );
+    assert_eq!(artifact_call("call_0_1-2"), Some(("call_0_1", 2)));
+    for bad in ["call_0_1", "call_0_1-0", "call_0_1-99", "../x-1", "-1"] {
+        assert_eq!(artifact_call(bad), None, "{bad}");
+    }
+    // Past the bound, described and not kept.
+    let many: Vec<Value> = (0..MAX_ARTIFACTS_PER_CALL + 1)
+        .map(|_| json!({"type": "image", "data": "AAAA", "mimeType": "image/png"}))
+        .collect();
+    let (v, kept) = tool_result(&json!({"content": many}), "c").unwrap();
+    assert_eq!(kept.len(), MAX_ARTIFACTS_PER_CALL);
+    assert!(v["content"][MAX_ARTIFACTS_PER_CALL]["omitted"].is_string());
+    let failed = tool_result(
+        &json!({
+            "content": [{"type": "text", "text": "no such id"}],
+            "isError": true,
+        }),
+        "c",
+    );
     assert_eq!(failed, Err("no such id".to_string()));
 }

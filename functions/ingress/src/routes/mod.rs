@@ -2,6 +2,7 @@
 
 pub(crate) mod accept;
 pub(crate) mod agents;
+pub(crate) mod artifacts;
 pub(crate) mod callbacks;
 pub(crate) mod collab;
 pub(crate) mod health;

@@ -241,7 +241,7 @@ impl Services {
             queues: mem.clone(),
             payloads: mem.clone(),
             models: mem.clone(),
-            tools: InlineTools::new(egress.clone()),
+            tools: InlineTools::new(egress.clone(), mem.clone()),
             callbacks: Callbacks::new(&cfg.callback_signing_secret, 1, egress),
             mail: mem.clone(),
             clock: Clock::default(),

@@ -6,6 +6,7 @@
 //! goes, and scrubbed from what it answers.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -19,9 +20,12 @@ use armada_domain::egress::HostPort;
 
 use crate::clock::rfc3339;
 use crate::ports::secrets::OpenSecret;
+use crate::ports::Blobs;
 use crate::services::egress::{url_target, Egress, EgressError};
 use crate::services::mcp;
 use crate::services::secrets::open_headers;
+use armada_domain::ledger::effect_key;
+use armada_domain::mcp::{artifact_key, Artifact};
 
 /// A skill's failure, returned to the model as its result.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,15 +48,24 @@ impl ToolFailure {
 
 const MAX_BODY: usize = 16 * 1024;
 
+/// A call's tenant's secrets, and where what it says of its progress goes.
+struct Noting<'a> {
+    secrets: &'a dyn OpenSecret,
+    progress: &'a mut Vec<ProgressNote>,
+}
+
 #[derive(Debug, Clone)]
 pub struct InlineTools {
     egress: Egress,
+    /// Where what a call answers that is not text is kept (the Run's
+    /// artifacts).
+    artifacts: Arc<dyn Blobs>,
 }
 
 impl InlineTools {
     /// Inline skills whose outbound requests go through `egress`.
-    pub fn new(egress: Egress) -> Self {
-        InlineTools { egress }
+    pub fn new(egress: Egress, artifacts: Arc<dyn Blobs>) -> Self {
+        InlineTools { egress, artifacts }
     }
 
     /// The guard its requests go through (shared with callbacks).
@@ -60,17 +73,16 @@ impl InlineTools {
         &self.egress
     }
 
-    /// Runs `call`. `effect_key` names the call for good (its Run and
-    /// call id, [`armada_domain::ledger::effect_key`]): a request it makes
-    /// carries it as `Idempotency-Key`, so a receiver that deduplicates
-    /// sees one effect whatever happens to the step. `secrets` are the
-    /// Run's tenant's; what the tool says of its progress goes to
-    /// `progress`.
+    /// Runs `call` of Run `run_id`. Its effect key names the call for
+    /// good ([`effect_key`]): a request it makes carries it as
+    /// `Idempotency-Key`, so a receiver that deduplicates sees one effect
+    /// whatever happens to the step. `secrets` are the Run's tenant's;
+    /// what the tool says of its progress goes to `progress`.
     pub async fn execute(
         &self,
         agent: &AgentDefinition,
         call: &ToolCall,
-        effect_key: &str,
+        run_id: &str,
         now_ms: i64,
         secrets: &dyn OpenSecret,
         progress: &mut Vec<ProgressNote>,
@@ -84,12 +96,12 @@ impl InlineTools {
         match manifest.executor() {
             CURRENT_TIME => Ok(json!({"now": rfc3339(now_ms)})),
             HTTP_REQUEST => {
-                self.http_request(agent, &call.args, effect_key, secrets)
-                    .await
+                let key = effect_key(run_id, &call.id);
+                self.http_request(agent, &call.args, &key, secrets).await
             }
             MCP => {
-                self.mcp_call(agent, &manifest, &call.args, secrets, progress)
-                    .await
+                let noting = Noting { secrets, progress };
+                self.mcp_call(agent, &manifest, call, run_id, noting).await
             }
             other => Err(ToolFailure::new(
                 "UNKNOWN_SKILL",
@@ -98,14 +110,15 @@ impl InlineTools {
         }
     }
 
-    /// A tool of one of the agent's MCP servers, as frozen in `manifest`.
+    /// A tool of one of the agent's MCP servers, as frozen in `manifest`;
+    /// what it answers that is not text is kept as the Run's artifacts.
     async fn mcp_call(
         &self,
         agent: &AgentDefinition,
         manifest: &SkillManifest,
-        args: &Value,
-        secrets: &dyn OpenSecret,
-        progress: &mut Vec<ProgressNote>,
+        call: &ToolCall,
+        run_id: &str,
+        noting: Noting<'_>,
     ) -> Result<Value, ToolFailure> {
         let binding = manifest.mcp.as_ref();
         let server = binding.and_then(|b| agent.mcp_servers.iter().find(|s| s.name == b.server));
@@ -115,10 +128,44 @@ impl InlineTools {
                 format!("'{}' names no MCP server of the agent", manifest.name),
             ));
         };
-        let wire = mcp::call_tool(&self.egress, server, &binding.tool, args, secrets, progress)
+        let Noting { secrets, progress } = noting;
+        let wire = mcp::call_tool(
+            &self.egress,
+            server,
+            &binding.tool,
+            &call.args,
+            secrets,
+            progress,
+        )
+        .await
+        .map_err(|e| ToolFailure::new(e.code(), e.to_string()))?;
+        let (mut result, artifacts) = armada_domain::mcp::tool_result(&wire, &call.id)
+            .map_err(|text| ToolFailure::new("TOOL_ERROR", text))?;
+        for a in artifacts {
+            if let Err(why) = self.keep(run_id, &a).await {
+                tracing::warn!(run_id, artifact = %a.id, %why, "an artifact was not kept");
+                // The result says so, where it names the artifact.
+                for entry in result["content"].as_array_mut().into_iter().flatten() {
+                    if entry["artifact"] == a.id.as_str() {
+                        entry["artifact"] = Value::Null;
+                        entry["omitted"] = "not kept".into();
+                    }
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    /// Stores an artifact's bytes under its Run.
+    async fn keep(&self, run_id: &str, a: &Artifact) -> Result<(), String> {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(a.data.as_bytes())
+            .map_err(|_| "its data is not base64".to_string())?;
+        self.artifacts
+            .put_bytes(&artifact_key(run_id, &a.id), &bytes, &a.mime_type)
             .await
-            .map_err(|e| ToolFailure::new(e.code(), e.to_string()))?;
-        armada_domain::mcp::tool_result(&wire).map_err(|text| ToolFailure::new("TOOL_ERROR", text))
+            .map_err(|e| e.to_string())
     }
 
     async fn http_request(
@@ -224,6 +271,7 @@ async fn read_capped(
 mod tests {
     use super::*;
 
+    use crate::memory::{test_config, Memory};
     use crate::services::egress::EgressPolicy;
     use armada_domain::secret::SecretValue;
 
@@ -271,9 +319,10 @@ mod tests {
     async fn a_hosts_headers_carry_the_tenants_secret_which_its_answer_does_not() {
         let port = echoing().await;
         let host = format!("127.0.0.1:{port}");
-        let tools = InlineTools::new(Egress::new(
-            EgressPolicy::new(std::slice::from_ref(&host), &[]).unwrap(),
-        ));
+        let tools = InlineTools::new(
+            Egress::new(EgressPolicy::new(std::slice::from_ref(&host), &[]).unwrap()),
+            Memory::new(test_config()),
+        );
         let agent = AgentDefinition::from_json(
             "crm",
             &json!({
@@ -296,7 +345,7 @@ mod tests {
         let secrets =
             Secrets([("crm-token".to_string(), "Bearer tok-4242-xyz".to_string())].into());
         let got = tools
-            .execute(&agent, &call, "run_1:c1", 0, &secrets, &mut vec![])
+            .execute(&agent, &call, "run_1", 0, &secrets, &mut vec![])
             .await
             .unwrap();
         let body = got["body"].as_str().unwrap().to_ascii_lowercase();
@@ -346,7 +395,10 @@ mod tests {
     async fn a_body_is_read_only_as_far_as_the_cap() {
         let port = endless().await;
         let allow = vec![format!("127.0.0.1:{port}")];
-        let tools = InlineTools::new(Egress::new(EgressPolicy::new(&allow, &[]).unwrap()));
+        let tools = InlineTools::new(
+            Egress::new(EgressPolicy::new(&allow, &[]).unwrap()),
+            Memory::new(test_config()),
+        );
         let agent = AgentDefinition::from_json(
             "fetcher",
             &json!({
