@@ -5,7 +5,8 @@
 //! lost result is asked again, an unannotated one's becomes
 //! `TOOL_INDETERMINATE` with its effect done once, a destructive one
 //! waits for an approval and runs once approved; the token reaches the
-//! server and nothing recorded holds it.
+//! server and nothing recorded holds it. Calls share a session until the
+//! server ends it, and then begin another.
 
 #![allow(clippy::unwrap_used)]
 
@@ -30,6 +31,8 @@ struct LedgerServer {
     url: String,
     /// One line per call with an effect.
     calls: PathBuf,
+    /// One line per session the server began (its id).
+    sessions: PathBuf,
 }
 
 impl Drop for LedgerServer {
@@ -37,10 +40,20 @@ impl Drop for LedgerServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.calls);
+        let _ = std::fs::remove_file(&self.sessions);
     }
 }
 
 impl LedgerServer {
+    /// The ids of the sessions the server began, oldest first.
+    fn sessions(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.sessions)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
     /// How many calls of `tool` the server carried out.
     fn calls(&self, tool: &str) -> usize {
         std::fs::read_to_string(&self.calls)
@@ -65,12 +78,16 @@ async fn ledger_server() -> LedgerServer {
         l.local_addr().unwrap().port()
     };
     let calls = std::env::temp_dir().join(format!("armada-mcp-calls-{port}"));
-    let _ = std::fs::remove_file(&calls);
+    let sessions = std::env::temp_dir().join(format!("armada-mcp-sessions-{port}"));
+    for f in [&calls, &sessions] {
+        let _ = std::fs::remove_file(f);
+    }
     let child = Command::new(python)
         .arg(root().join("tests/fixtures/mcp/ledger-server.py"))
         .arg(port.to_string())
         .env("MCP_TOKEN", TOKEN)
         .env("MCP_CALLS", &calls)
+        .env("MCP_SESSIONS", &sessions)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -79,6 +96,7 @@ async fn ledger_server() -> LedgerServer {
         child,
         url: format!("http://127.0.0.1:{port}/mcp"),
         calls,
+        sessions,
     };
     wait::until(
         "the MCP server listens",
@@ -235,5 +253,39 @@ async fn a_destructive_tool_waits_for_an_approval_and_runs_once() {
     );
     assert_eq!(server.calls("delete_thing"), 1);
     holds_no_token(&t, &run_id).await;
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_share_a_session_until_the_server_ends_it() {
+    let server = ledger_server().await;
+    let t = TestStack::start().await;
+    register(&t, &server).await;
+    let listed = server.sessions().len();
+    let add = |a: u32| format!(r#"/tool books__add {{"a": {a}, "b": 1}}"#);
+    for a in [1, 2] {
+        let (_, run) = t.ask("ledger", &add(a)).await;
+        assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    }
+    let begun = server.sessions();
+    assert_eq!(begun.len(), listed + 1, "two calls, one session: {begun:?}");
+
+    // The server ends it (as one restarted or idle would): the next call
+    // meets a 404 on its id, and a new session is begun for it.
+    let ended = reqwest::Client::new()
+        .delete(&server.url)
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("mcp-session-id", begun.last().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert!(ended.status().is_success(), "{}", ended.status());
+    let (_, run) = t.ask("ledger", &add(3)).await;
+    assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+    assert!(
+        run.output.as_deref().unwrap_or_default().contains('4'),
+        "{run:?}"
+    );
+    assert_eq!(server.sessions().len(), listed + 2);
     t.stack.stop().await;
 }

@@ -49,6 +49,8 @@ impl<T: Secrets + ?Sized> Versioned<Secret> for T {
 /// it has none of.
 #[async_trait]
 pub trait OpenSecret: Send + Sync + Debug {
+    /// Whose secrets these are.
+    fn tenant(&self) -> &str;
     async fn open(&self, name: &str) -> Result<Option<SecretValue>, StoreError>;
 }
 

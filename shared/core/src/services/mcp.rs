@@ -5,10 +5,10 @@
 //! definition fixes (the tenant's secrets opened as the connection is
 //! made, and scrubbed from what the server answers).
 //!
-//! A connection lasts one listing or one call. A harness is a Lambda
-//! function and keeps no session between invocations; a session the
-//! server ends mid-call is begun again by the SDK (a `404` on a known
-//! session id), as the specification says.
+//! A listing has a session of its own; calls share sessions a process
+//! keeps ([`crate::services::mcp_sessions`]). A session the server ended
+//! is begun again by the SDK (a `404` on a known session id), as the
+//! specification says.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation,
-    ProgressNotificationParam,
+    CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest,
+    Implementation, ProgressNotificationParam, ProgressToken, ServerResult,
 };
-use rmcp::service::{NotificationContext, RoleClient, RunningService};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::ClientHandler;
@@ -76,7 +76,8 @@ pub async fn list_tools(
     server: &McpServer,
     secrets: &dyn OpenSecret,
 ) -> Result<Vec<ListedTool>, McpError> {
-    let (session, _) = connect(egress, server, secrets, Listener::default()).await?;
+    let (headers, _) = open_headers(&server.headers, secrets).await?;
+    let (session, _) = connect(egress, server, headers).await?;
     let listed = tokio::time::timeout(CONNECT_TIMEOUT, session.list_all_tools()).await;
     let _ = session.cancel().await;
     let tools = listed
@@ -89,40 +90,39 @@ pub async fn list_tools(
         .collect())
 }
 
-/// Calls `tool` with `args` (an object) and returns what it answered,
-/// in the MCP wire form, its opened secrets scrubbed; the progress the
-/// server reported meanwhile goes to `progress`.
-pub async fn call_tool(
-    egress: &Egress,
+/// Calls `tool` with `args` (an object) on `session` and returns what it
+/// answered, in the MCP wire form, `scrubber`'s secrets scrubbed; the
+/// progress the server reported for this request goes to `progress`.
+pub(crate) async fn call_on(
+    session: &Session,
+    notes: &Notes,
     server: &McpServer,
-    tool: &str,
-    args: &Value,
-    secrets: &dyn OpenSecret,
+    (tool, args): (&str, &Value),
+    scrubber: &Scrubber,
     progress: &mut Vec<ProgressNote>,
 ) -> Result<Value, McpError> {
-    let listener = Listener::default();
-    let notes = listener.notes.clone();
-    let (session, scrubber) = connect(egress, server, secrets, listener).await?;
     let mut params = CallToolRequestParams::new(tool.to_string());
     if let Some(a) = args.as_object() {
         params = params.with_arguments(a.clone());
     }
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = session
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+        .map_err(|e| failed(server, &e))?;
+    let token = handle.progress_token.clone();
     let timeout = Duration::from_secs(u64::from(server.timeout_s));
-    let answered = tokio::time::timeout(timeout, session.call_tool(params)).await;
-    let _ = session.cancel().await;
-    progress.extend(
-        notes
-            .lock()
-            .map(|mut n| std::mem::take(&mut *n))
-            .unwrap_or_default(),
-    );
-    for note in progress.iter_mut() {
-        note.message = note
-            .message
-            .take()
-            .map(|m| scrubber.scrub_str(&m).into_owned());
-    }
-    let result = answered
+    let answered = tokio::time::timeout(timeout, handle.await_response()).await;
+    let noted = notes
+        .lock()
+        .ok()
+        .and_then(|mut n| n.remove(&token))
+        .unwrap_or_default();
+    progress.extend(noted.into_iter().map(|mut note| {
+        note.message = note.message.map(|m| scrubber.scrub_str(&m).into_owned());
+        note
+    }));
+    let answer = answered
         .map_err(|_| McpError::TimedOut(server.name.clone()))?
         .map_err(|e| match failed(server, &e) {
             McpError::Protocol { server, message } => McpError::Protocol {
@@ -131,16 +131,32 @@ pub async fn call_tool(
             },
             other => other,
         })?;
+    let ServerResult::CallToolResult(result) = answer else {
+        return Err(McpError::Protocol {
+            server: server.name.clone(),
+            message: "the answer to tools/call was not a tool's result".into(),
+        });
+    };
     let mut wire = serde_json::to_value(&result).unwrap_or_default();
     scrubber.scrub(&mut wire);
     Ok(wire)
 }
 
+/// A session as the client holds it.
+pub(crate) type Session = RunningService<RoleClient, Listener>;
+
+/// The progress a session's server reported, by the request it was for.
+pub(crate) type Notes = Arc<Mutex<HashMap<ProgressToken, Vec<ProgressNote>>>>;
+
+/// How many requests' progress a session holds at once (a server that
+/// reports for requests no call waits for costs a bounded map).
+const MAX_NOTED_REQUESTS: usize = 64;
+
 /// The client's side of a session: who it is, and the progress the
-/// server reports (one session is one call, so every note is that call's).
+/// server reports, kept by request.
 #[derive(Debug, Clone, Default)]
-struct Listener {
-    notes: Arc<Mutex<Vec<ProgressNote>>>,
+pub(crate) struct Listener {
+    notes: Notes,
 }
 
 impl ClientHandler for Listener {
@@ -149,17 +165,23 @@ impl ClientHandler for Listener {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        if let Ok(mut notes) = self.notes.lock() {
-            // The last are kept (they say the most).
-            if notes.len() == MAX_PROGRESS_NOTES {
-                notes.remove(0);
-            }
-            notes.push(ProgressNote {
-                progress: params.progress,
-                total: params.total,
-                message: params.message,
-            });
+        let Ok(mut by_request) = self.notes.lock() else {
+            return;
+        };
+        let known = by_request.contains_key(&params.progress_token);
+        if !known && by_request.len() == MAX_NOTED_REQUESTS {
+            return;
         }
+        let notes = by_request.entry(params.progress_token).or_default();
+        // The last are kept (they say the most).
+        if notes.len() == MAX_PROGRESS_NOTES {
+            notes.remove(0);
+        }
+        notes.push(ProgressNote {
+            progress: params.progress,
+            total: params.total,
+            message: params.message,
+        });
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -170,17 +192,18 @@ impl ClientHandler for Listener {
     }
 }
 
-/// A session with `server`, initialized.
-async fn connect(
+/// A session with `server`, initialized, sending `headers` (opened) with
+/// every request; and where its progress notes go.
+pub(crate) async fn connect(
     egress: &Egress,
     server: &McpServer,
-    secrets: &dyn OpenSecret,
-    listener: Listener,
-) -> Result<(RunningService<RoleClient, Listener>, Scrubber), McpError> {
+    headers: Vec<(String, String)>,
+) -> Result<(Session, Notes), McpError> {
     let client = egress
         .client_for(&server.url)
         .map_err(|e| McpError::Refused(server.name.clone(), e))?;
-    let (headers, scrubber) = open_headers(&server.headers, secrets).await?;
+    let listener = Listener::default();
+    let notes = listener.notes.clone();
     let mut custom = HashMap::new();
     for (name, value) in headers {
         // Both were checked when the definition was written; a secret's
@@ -207,7 +230,7 @@ async fn connect(
             tracing::warn!(server = %server.name, error = %e, "MCP server: no session");
             McpError::Unreachable(server.name.clone())
         })?;
-    Ok((session, scrubber))
+    Ok((session, notes))
 }
 
 /// A request's failure: a protocol error the server sent is named (its

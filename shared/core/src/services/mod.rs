@@ -8,6 +8,7 @@ pub mod egress;
 pub mod ending;
 pub mod inbox;
 pub mod mcp;
+pub mod mcp_sessions;
 pub mod sandboxing;
 pub mod secrets;
 pub mod starting;

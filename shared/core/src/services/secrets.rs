@@ -165,6 +165,10 @@ pub struct TenantSecrets<'a> {
 
 #[async_trait]
 impl OpenSecret for TenantSecrets<'_> {
+    fn tenant(&self) -> &str {
+        self.tenant
+    }
+
     async fn open(&self, name: &str) -> Result<Option<SecretValue>, StoreError> {
         match open(self.svc, self.tenant, name).await {
             Ok(v) => Ok(Some(v)),

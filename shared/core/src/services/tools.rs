@@ -22,7 +22,7 @@ use crate::clock::rfc3339;
 use crate::ports::secrets::OpenSecret;
 use crate::ports::Blobs;
 use crate::services::egress::{url_target, Egress, EgressError};
-use crate::services::mcp;
+use crate::services::mcp_sessions::McpSessions;
 use crate::services::secrets::open_headers;
 use armada_domain::ledger::effect_key;
 use armada_domain::mcp::{artifact_key, Artifact};
@@ -57,6 +57,8 @@ struct Noting<'a> {
 #[derive(Debug, Clone)]
 pub struct InlineTools {
     egress: Egress,
+    /// MCP sessions kept between calls.
+    mcp: Arc<McpSessions>,
     /// Where what a call answers that is not text is kept (the Run's
     /// artifacts).
     artifacts: Arc<dyn Blobs>,
@@ -65,7 +67,11 @@ pub struct InlineTools {
 impl InlineTools {
     /// Inline skills whose outbound requests go through `egress`.
     pub fn new(egress: Egress, artifacts: Arc<dyn Blobs>) -> Self {
-        InlineTools { egress, artifacts }
+        InlineTools {
+            mcp: Arc::new(McpSessions::new(egress.clone())),
+            egress,
+            artifacts,
+        }
     }
 
     /// The guard its requests go through (shared with callbacks).
@@ -129,16 +135,11 @@ impl InlineTools {
             ));
         };
         let Noting { secrets, progress } = noting;
-        let wire = mcp::call_tool(
-            &self.egress,
-            server,
-            &binding.tool,
-            &call.args,
-            secrets,
-            progress,
-        )
-        .await
-        .map_err(|e| ToolFailure::new(e.code(), e.to_string()))?;
+        let wire = self
+            .mcp
+            .call_tool(server, &binding.tool, &call.args, secrets, progress)
+            .await
+            .map_err(|e| ToolFailure::new(e.code(), e.to_string()))?;
         let (mut result, artifacts) = armada_domain::mcp::tool_result(&wire, &call.id)
             .map_err(|text| ToolFailure::new("TOOL_ERROR", text))?;
         for a in artifacts {
@@ -281,6 +282,10 @@ mod tests {
 
     #[async_trait::async_trait]
     impl OpenSecret for Secrets {
+        fn tenant(&self) -> &str {
+            "acme"
+        }
+
         async fn open(&self, name: &str) -> Result<Option<SecretValue>, crate::error::StoreError> {
             Ok(self.0.get(name).cloned().map(SecretValue::new))
         }
