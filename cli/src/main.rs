@@ -267,15 +267,26 @@ enum ChainsCmd {
 
 #[derive(Subcommand)]
 enum AgentsCmd {
-    /// Create or update an agent from a JSON file (admin key).
+    /// Create or update an agent from a JSON file (admin key); its MCP
+    /// servers' tools are listed and frozen into it.
     Put {
         name: String,
         file: PathBuf,
+        /// Whose secrets open the MCP servers' headers for the listing.
+        #[arg(long)]
+        tenant: Option<String>,
     },
     Get {
         name: String,
     },
     List,
+    /// List the agent's MCP servers' tools again into its next version.
+    RefreshTools {
+        name: String,
+        /// Whose secrets open the servers' headers for the listing.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -308,6 +319,22 @@ async fn put_json_file(c: &Client, path: &str, file: &Path) -> Result<Value> {
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let body: Value = serde_json::from_str(&text).context("the file is not JSON")?;
     c.call(reqwest::Method::PUT, path, Some(&body), true).await
+}
+
+/// The query naming whose secrets open MCP servers' headers, if any.
+fn as_tenant(tenant: Option<&str>) -> String {
+    tenant.map_or_else(String::new, |t| {
+        let t: String = t
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        format!("?tenant={t}")
+    })
 }
 
 fn print(v: &Value) {
@@ -438,11 +465,19 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Agents { cmd } => {
             let c = Client::from_env(root().as_deref())?;
             match cmd {
-                AgentsCmd::Put { name, file } => {
-                    print(&put_json_file(&c, &format!("/v1/agents/{name}"), &file).await?)
+                AgentsCmd::Put { name, file, tenant } => {
+                    let path = format!("/v1/agents/{name}{}", as_tenant(tenant.as_deref()));
+                    print(&put_json_file(&c, &path, &file).await?)
                 }
                 AgentsCmd::Get { name } => print(&c.get(&format!("/v1/agents/{name}")).await?),
                 AgentsCmd::List => print(&c.get("/v1/agents").await?),
+                AgentsCmd::RefreshTools { name, tenant } => {
+                    let path = format!(
+                        "/v1/agents/{name}/refresh-tools{}",
+                        as_tenant(tenant.as_deref())
+                    );
+                    print(&c.call(reqwest::Method::POST, &path, None, true).await?)
+                }
             }
             Ok(())
         }
