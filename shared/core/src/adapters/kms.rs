@@ -98,10 +98,18 @@ impl Vault for KmsVault {
             .encryption_context(CONTEXT_KEY, &context)
             .send()
             .await
-            .map_err(|e| match classify(e) {
+            .map_err(|e| {
                 // Another context or key: this value is not this secret.
-                StoreError::Terminal(_) => corrupt(),
-                other => other,
+                // A refusal (access denied, a disabled key) is not the
+                // value's fault: the secret is unavailable, not corrupt.
+                let foreign = e.as_service_error().is_some_and(|se| {
+                    se.is_invalid_ciphertext_exception() || se.is_incorrect_key_exception()
+                });
+                if foreign {
+                    corrupt()
+                } else {
+                    classify(e)
+                }
             })?;
         let key = data_key(out.plaintext().ok_or_else(corrupt)?.as_ref())?;
         open_under(&key, &context, &sealed.value, name)
