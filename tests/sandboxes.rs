@@ -541,6 +541,7 @@ async fn a_sandbox_sent_another_tenants_call_is_destroyed_and_it_is_recorded() {
         timeout_s: 10,
         approved: false,
         judge_effects: false,
+        program: None,
     });
     t.stack
         .svc

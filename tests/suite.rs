@@ -44,6 +44,8 @@ mod mcp;
 mod mcp_ledger;
 #[path = "outcomes.rs"]
 mod outcomes;
+#[path = "programs.rs"]
+mod programs;
 #[path = "relay.rs"]
 mod relay;
 #[path = "sandbox_failures.rs"]

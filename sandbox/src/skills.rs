@@ -16,9 +16,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use armada_domain::program::{json_answer, EnvVar};
 use armada_domain::sandbox::hand::{codes, error_json};
 use armada_domain::sandbox::MAX_CALL_TIMEOUT_S;
-use armada_domain::skills::{FILE_READ, FILE_WRITE, PYTHON_EXEC, SERVE, SHELL_EXEC};
+use armada_domain::secret::{Scrubber, SecretValue};
+use armada_domain::skills::{FILE_READ, FILE_WRITE, PROGRAM, PYTHON_EXEC, SERVE, SHELL_EXEC};
 
 use armada_domain::sandbox::controls::Enforcement;
 
@@ -53,6 +55,19 @@ impl SkillAnswer {
             aftermath: Aftermath::Keep,
         }
     }
+
+    /// A call answered with its error, not run.
+    pub fn refused(error: Value) -> Self {
+        SkillAnswer::keep(error)
+    }
+}
+
+/// The program a call of a skill that brings one runs, its environment
+/// opened.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    pub command: Vec<String>,
+    pub env: Vec<EnvVar>,
 }
 
 /// A port granted to a `serve` call.
@@ -157,6 +172,31 @@ fn command_answer(run: &CallRun, timeout: Duration, memory_mb: u64) -> SkillAnsw
     SkillAnswer::keep(v)
 }
 
+/// A `json` program's answer: its output's JSON, or its failure; the
+/// values of the secrets it was given scrubbed from either.
+fn program_answer(ran: SkillAnswer, p: &Opened) -> SkillAnswer {
+    let secrets = p.env.iter().filter_map(|v| {
+        let name = v.secret.clone()?;
+        Some((name, SecretValue::new(v.value.clone())))
+    });
+    let scrubber = Scrubber::new(secrets);
+    let text = |k: &str| ran.result[k].as_str().unwrap_or_default().to_string();
+    let mut result = if ran.result.get("error").is_some() {
+        ran.result.clone()
+    } else {
+        let exit_code = ran.result["exit_code"].as_i64().unwrap_or(-1);
+        match json_answer(exit_code, &text("stdout"), &text("stderr")) {
+            Ok(v) => v,
+            Err((code, message)) => error_json(&code, message),
+        }
+    };
+    scrubber.scrub(&mut result);
+    SkillAnswer {
+        result,
+        aftermath: ran.aftermath,
+    }
+}
+
 fn runner_failed(e: impl std::fmt::Display) -> SkillAnswer {
     SkillAnswer::keep(error_json(
         codes::SANDBOX_UNAVAILABLE,
@@ -178,7 +218,7 @@ pub async fn invoke(
         key: None,
         approved,
     };
-    invoke_judged(runner, skill, args, run_id, allowed_timeout_s, judged).await
+    invoke_judged(runner, skill, args, run_id, allowed_timeout_s, judged, None).await
 }
 
 /// Whether a human approved a call, and whether its changes to the
@@ -199,8 +239,18 @@ pub async fn invoke_judged(
     run_id: &str,
     allowed_timeout_s: u32,
     judged: Judged<'_>,
+    program: Option<&Opened>,
 ) -> SkillAnswer {
-    match invoke_inner(runner, skill, args, run_id, allowed_timeout_s, judged).await {
+    let answer = invoke_inner(
+        runner,
+        skill,
+        args,
+        run_id,
+        allowed_timeout_s,
+        judged,
+        program,
+    );
+    match answer.await {
         Ok(a) => a,
         Err(e) => SkillAnswer::keep(e),
     }
@@ -346,6 +396,7 @@ async fn invoke_inner(
     run_id: &str,
     allowed_timeout_s: u32,
     judged: Judged<'_>,
+    program: Option<&Opened>,
 ) -> Result<SkillAnswer, Value> {
     let approved = judged.approved;
     if !args.is_object() {
@@ -413,6 +464,28 @@ async fn invoke_inner(
                 .await
                 .map_err(|e| runner_failed(e).result)?;
             file_answer(&run, &path, || json!({"path": path, "bytes": n}))
+        }
+        PROGRAM => {
+            let Some(p) = program else {
+                return Err(error_json(codes::INVALID_ARGS, "the call names no program"));
+            };
+            let c = Call {
+                action: Action::Exec {
+                    argv: p.command.clone(),
+                },
+                run_id: run_id.to_string(),
+                stdin: Some(serde_json::to_vec(args).unwrap_or_default()),
+                timeout,
+                bind_ports: vec![],
+                env: p
+                    .env
+                    .iter()
+                    .map(|v| (v.name.clone(), v.value.clone()))
+                    .collect(),
+                effects: None,
+            };
+            let ran = command(runner, c, judged, timeout, memory_mb).await?;
+            Ok(program_answer(ran, p))
         }
         other => Err(error_json(
             codes::INVALID_ARGS,

@@ -543,7 +543,7 @@ async fn as_agent(
         key: Some(&key),
         approved,
     };
-    skills::invoke_judged(&f.runner, skill, &args, "run_1", 30, j)
+    skills::invoke_judged(&f.runner, skill, &args, "run_1", 30, j, None)
         .await
         .result
 }

@@ -35,6 +35,7 @@ mod child_end;
 mod children;
 mod claim;
 mod commit;
+mod program;
 mod step;
 mod tool_result;
 

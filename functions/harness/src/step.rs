@@ -317,6 +317,7 @@ impl Harness {
                 let rec = &holding.record;
                 for c in planned {
                     let inv = invocation(&run, agent, c, rec.generation);
+                    let inv = self.with_program_env(agent, inv, &c.skill, rec).await?;
                     sandboxing::dispatch(svc, rec, &inv)
                         .await
                         .map_err(|e| StepError::Retry(e.to_string()))?;

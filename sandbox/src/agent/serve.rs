@@ -18,8 +18,10 @@ use armada_core::Sandboxes;
 use armada_domain::machine::Machine;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::messages::ResultBody;
+use armada_domain::program::{env_binding, open_env};
 use armada_domain::sandbox::controls::Required;
 use armada_domain::sandbox::hand::codes;
+use armada_domain::sandbox::hand::error_json;
 use armada_domain::sandbox::hand::CallMark;
 use armada_domain::sandbox::hand::CallOutcome;
 use armada_domain::sandbox::hand::HandMessage;
@@ -401,15 +403,23 @@ impl Agent {
                 key: (inv.judge_effects || inv.approved).then_some(key.as_str()),
                 approved: inv.approved,
             };
-            skills::invoke_judged(
-                &self.runner,
-                &inv.skill,
-                &inv.args,
-                &inv.run_id,
-                inv.timeout_s,
-                judged,
-            )
-            .await
+            match self.program_of(&inv) {
+                // Refused by the control plane (a secret it does not
+                // have), or an environment that does not open: not run.
+                Err(refused) => skills::SkillAnswer::refused(refused),
+                Ok(program) => {
+                    skills::invoke_judged(
+                        &self.runner,
+                        &inv.skill,
+                        &inv.args,
+                        &inv.run_id,
+                        inv.timeout_s,
+                        judged,
+                        program.as_ref(),
+                    )
+                    .await
+                }
+            }
         };
         let needs_approval = answer
             .result
@@ -461,6 +471,36 @@ impl Agent {
             return Ok(Some(Exit::Destroyed(why)));
         }
         Ok(None)
+    }
+}
+
+impl Agent {
+    /// The program a call runs, its environment opened with this
+    /// generation's key (sealed for it, and for this call, by the
+    /// harness); `Err`: the call's error, answered without running it.
+    fn program_of(&self, inv: &Invocation) -> Result<Option<skills::Opened>, serde_json::Value> {
+        let Some(p) = &inv.program else {
+            return Ok(None);
+        };
+        if let Some(r) = &p.refused {
+            return Err(error_json(&r.code, r.message.clone()));
+        }
+        let env = match &p.env {
+            None => vec![],
+            Some(sealed) => {
+                let binding = env_binding(&inv.run_id, &inv.call_id, inv.attempt);
+                open_env(&self.cfg.answer_key, &binding, sealed).ok_or_else(|| {
+                    error_json(
+                        codes::SANDBOX_UNAVAILABLE,
+                        "the program's environment does not open in this sandbox",
+                    )
+                })?
+            }
+        };
+        Ok(Some(skills::Opened {
+            command: p.command.clone(),
+            env,
+        }))
     }
 }
 

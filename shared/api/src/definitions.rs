@@ -242,6 +242,26 @@ pub struct SkillBody {
     /// The built-in that runs it (its name by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executor: Option<String>,
+    /// A program the skill brings instead of naming an executor, run in
+    /// the agent's sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<ProgramBody>,
+}
+
+/// A program a skill brings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramBody {
+    /// The executable and its arguments (no shell): 1 to 32 strings.
+    pub command: Vec<String>,
+    /// `json`: one process per call, the arguments as JSON on stdin, the
+    /// result as JSON on stdout, exit code 0 its success.
+    pub protocol: armada_domain::program::ProgramProtocol,
+    /// Its environment: a value, or a tenant's secret named
+    /// (`{"secret": "crm-token"}`, the Run's tenant's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub env: Option<BTreeMap<String, Value>>,
 }
 
 /// `PUT /v1/teams/{name}`: a team's definition.
@@ -382,6 +402,10 @@ mod tests {
         assert_eq!(properties::<MountBody>(), names(&MOUNT_FIELDS));
         assert_eq!(properties::<ApprovalsBody>(), names(&APPROVAL_FIELDS));
         assert_eq!(properties::<SkillBody>(), names(&SKILL_FIELDS));
+        assert_eq!(
+            properties::<ProgramBody>(),
+            names(&armada_domain::program::PROGRAM_FIELDS)
+        );
         assert_eq!(properties::<TeamBody>(), names(&TEAM_FIELDS));
         assert_eq!(properties::<ProfileBody>(), names(&PROFILE_FIELDS));
     }
@@ -530,6 +554,7 @@ mod tests {
                 idempotent: Some(false),
                 parameters: Some(json!({"type": "object", "properties": {}})),
                 executor: Some("shell_exec".into()),
+                program: None,
             };
             SkillManifest::from_json("s", &serde_json::to_value(&skill).unwrap()).unwrap();
         }
@@ -543,6 +568,7 @@ mod tests {
             let skill = SkillBody {
                 kind: Some(kind),
                 executor: Some("http_request".into()),
+                program: None,
                 ..SkillBody::default()
             };
             SkillManifest::from_json("s", &serde_json::to_value(&skill).unwrap()).unwrap();
@@ -638,6 +664,7 @@ mod tests {
         let skill = SkillBody {
             kind: Some(SkillKind::CodeExecution),
             executor: Some("shell_exec".into()),
+            program: None,
             ..SkillBody::default()
         };
         let m = SkillManifest::from_json("s", &serde_json::to_value(&skill).unwrap()).unwrap();

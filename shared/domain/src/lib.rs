@@ -36,6 +36,7 @@ pub mod mailbox;
 pub mod mcp;
 pub mod messages;
 pub mod names;
+pub mod program;
 pub mod run;
 pub mod sandbox;
 pub mod schedule;

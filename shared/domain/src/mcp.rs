@@ -413,6 +413,7 @@ impl McpServer {
                     tool: tool.name.clone(),
                     hints: tool.hints,
                 }),
+                program: None,
             };
             frozen.insert(name, manifest);
         }

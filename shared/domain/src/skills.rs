@@ -18,7 +18,7 @@ pub const MOUNT_FIELDS: [&str; 2] = ["path", "mode"];
 
 /// The fields of a skill manifest (`name` is what a `GET` adds: the
 /// path's, accepted and ignored).
-pub const SKILL_FIELDS: [&str; 11] = [
+pub const SKILL_FIELDS: [&str; 12] = [
     "name",
     "description",
     "kind",
@@ -30,6 +30,7 @@ pub const SKILL_FIELDS: [&str; 11] = [
     "idempotent",
     "parameters",
     "executor",
+    "program",
 ];
 
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
@@ -107,6 +108,10 @@ pub struct SkillManifest {
     /// For a tool of a remote MCP server: which (executor [`MCP`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<McpBinding>,
+    /// The program the skill brings (executor [`PROGRAM`]), run in the
+    /// agent's sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<crate::program::Program>,
 }
 
 impl SkillManifest {
@@ -127,16 +132,32 @@ impl SkillManifest {
         }
         let f = Fields::new(body)?;
         f.only(&SKILL_FIELDS)?;
-        let executor = f.opt_str("executor")?.unwrap_or(name).to_string();
-        let base = builtin(&executor).ok_or_else(|| {
-            FieldError::new(
-                "executor",
-                &format!(
-                    "'{executor}' is not a built-in skill (one of {})",
-                    BUILTIN.join(", ")
-                ),
-            )
-        })?;
+        let program = match f.get("program") {
+            Some(v) => Some(crate::program::Program::parse(v)?),
+            None => None,
+        };
+        let executor = match (&program, f.opt_str("executor")?) {
+            (Some(_), Some(_)) => {
+                return Err(FieldError::new(
+                    "executor",
+                    "a skill brings a program or names a built-in executor, not both",
+                ))
+            }
+            (Some(_), None) => PROGRAM.to_string(),
+            (None, e) => e.unwrap_or(name).to_string(),
+        };
+        let base = match program {
+            Some(_) => program_base(),
+            None => builtin(&executor).ok_or_else(|| {
+                FieldError::new(
+                    "executor",
+                    &format!(
+                        "'{executor}' is not a built-in skill (one of {})",
+                        BUILTIN.join(", ")
+                    ),
+                )
+            })?,
+        };
         let kind: SkillKind = match f.opt_str("kind")? {
             None => base.kind,
             Some(k) => serde_json::from_value(json!(k)).map_err(|_| {
@@ -214,6 +235,7 @@ impl SkillManifest {
             },
             executor: (executor != name).then_some(executor),
             mcp: None,
+            program,
         })
     }
     pub fn placement(&self) -> Placement {
@@ -287,6 +309,30 @@ pub struct McpBinding {
     pub hints: Option<ToolHints>,
 }
 
+/// A program a skill brings, run in the agent's sandbox (never a
+/// registry manifest's executor by name).
+pub const PROGRAM: &str = "program";
+
+/// What a manifest that brings a program starts from: code executed in
+/// the sandbox, medium risk, not to be repeated.
+fn program_base() -> SkillManifest {
+    SkillManifest {
+        name: PROGRAM.into(),
+        description: "A program of the skill's own.".into(),
+        kind: SkillKind::CodeExecution,
+        requires_sandbox: true,
+        timeout_s: DEFAULT_CALL_TIMEOUT_S,
+        mounts: vec![],
+        ports: 0,
+        risk: Risk::Medium,
+        idempotent: false,
+        parameters: json!({"type": "object"}),
+        executor: Some(PROGRAM.into()),
+        mcp: None,
+        program: None,
+    }
+}
+
 /// A tool of a remote MCP server, frozen from its listing (never a
 /// registry manifest's executor).
 pub const MCP: &str = "mcp";
@@ -336,6 +382,7 @@ pub fn builtin(name: &str) -> Option<SkillManifest> {
             parameters,
             executor: None,
             mcp: None,
+            program: None,
         };
     let manifest = match name {
         CURRENT_TIME => m(

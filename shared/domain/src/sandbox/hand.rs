@@ -47,6 +47,9 @@ pub struct Invocation {
     /// before they are kept (`approvals.destructive: effect`, unapproved).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub judge_effects: bool,
+    /// The program the call's skill brings (executor `program`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<crate::program::ProgramCall>,
 }
 
 impl Invocation {
@@ -179,6 +182,7 @@ mod tests {
             timeout_s: 5,
             approved: false,
             judge_effects: false,
+            program: None,
         };
         let m = HandMessage::Invoke(inv.clone());
         let text = serde_json::to_string(&m).unwrap();

@@ -213,8 +213,17 @@ pub fn invocation(
             .as_ref()
             .map_or_else(|| rec.skill.clone(), |m| m.executor().to_string()),
         args: rec.args.clone(),
-        timeout_s: manifest.map_or(limit, |m| m.timeout_s).min(limit),
+        timeout_s: manifest.as_ref().map_or(limit, |m| m.timeout_s).min(limit),
         approved,
         judge_effects: by_effect && !approved,
+        // Its environment is the harness's to open and seal.
+        program: manifest
+            .and_then(|m| m.program)
+            .map(|p| crate::program::ProgramCall {
+                command: p.command,
+                protocol: p.protocol,
+                env: None,
+                refused: None,
+            }),
     }
 }

@@ -1,0 +1,85 @@
+//! A program call's environment, as the harness sends it: each secret
+//! opened as the Run's tenant's, the whole sealed for the sandbox
+//! generation the call goes to and bound to the call. A secret the tenant
+//! does not have refuses the call (it is answered `SECRET_NOT_FOUND`,
+//! naming only the name, without running).
+
+use armada_core::ports::secrets::OpenSecret;
+use armada_core::services::secrets::TenantSecrets;
+use armada_domain::agent::AgentDefinition;
+use armada_domain::program::{env_binding, seal_env, EnvVar, Refusal};
+use armada_domain::sandbox::hand::Invocation;
+use armada_domain::sandbox::lifecycle::SandboxRecord;
+use armada_domain::sandbox::seal::answer_key;
+use armada_domain::secret::Configured;
+
+use crate::Harness;
+use crate::StepError;
+
+impl Harness {
+    /// `inv` with its program's environment opened and sealed (or its
+    /// refusal), for the generation of `rec`.
+    pub(crate) async fn with_program_env(
+        &self,
+        agent: &AgentDefinition,
+        mut inv: Invocation,
+        skill: &str,
+        rec: &SandboxRecord,
+    ) -> Result<Invocation, StepError> {
+        let Some(call) = inv.program.as_mut() else {
+            return Ok(inv);
+        };
+        let env = agent
+            .manifest(skill)
+            .and_then(|m| m.program)
+            .map(|p| p.env)
+            .unwrap_or_default();
+        if env.is_empty() {
+            return Ok(inv);
+        }
+        let secrets = TenantSecrets {
+            svc: &self.svc,
+            tenant: &inv.tenant,
+        };
+        let mut vars = Vec::with_capacity(env.len());
+        for (name, value) in env {
+            let var = match value {
+                Configured::Literal(v) => EnvVar {
+                    name,
+                    value: v,
+                    secret: None,
+                },
+                Configured::Secret { secret } => match secrets.open(&secret).await? {
+                    Some(v) => EnvVar {
+                        name,
+                        value: v.expose().to_string(),
+                        secret: Some(secret),
+                    },
+                    None => {
+                        call.refused = Some(Refusal {
+                            code: "SECRET_NOT_FOUND".into(),
+                            message: format!("no secret '{secret}' (variable {name})"),
+                        });
+                        return Ok(inv);
+                    }
+                },
+            };
+            vars.push(var);
+        }
+        let key = answer_key(
+            &self.svc.cfg.callback_signing_secret,
+            &inv.tenant,
+            &inv.agent,
+            rec.generation,
+            &rec.salt,
+        );
+        let binding = env_binding(&inv.run_id, &inv.call_id, inv.attempt);
+        call.env = seal_env(&key, &binding, &vars);
+        if call.env.is_none() {
+            return Err(StepError::Retry(
+                "the program's environment could not be sealed".into(),
+            ));
+        }
+        Ok(inv)
+    }
+}
