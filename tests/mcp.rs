@@ -9,14 +9,13 @@
 #![allow(clippy::unwrap_used)]
 
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{json, Value};
 
 use armada_api::registry::AgentView;
 use armada_cli::local::emulator;
-use armada_tests::{outcome, root, wait, LogEvent, TestStack};
+use armada_tests::{free_port, outcome, root, wait, LogEvent, TestStack};
 
 const EVERYTHING: &[&str] = &["@modelcontextprotocol/server-everything@2026.8.31"];
 
@@ -36,10 +35,7 @@ impl Drop for Everything {
 
 async fn everything() -> Everything {
     let dir = emulator::install_npm_tool(&root(), "mcp-everything", EVERYTHING).unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let child = Command::new(dir.join("node_modules/.bin/mcp-server-everything"))
         .arg("streamableHttp")
         .env("PORT", port.to_string())
@@ -51,17 +47,7 @@ async fn everything() -> Everything {
         child,
         url: format!("http://127.0.0.1:{port}/mcp"),
     };
-    wait::until(
-        "the MCP server listens",
-        Duration::from_secs(60),
-        || async move {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .ok()
-                .map(|_| ())
-        },
-    )
-    .await;
+    wait::listening("the MCP server", port).await;
     server
 }
 
@@ -236,10 +222,7 @@ async fn a_server_that_cannot_be_listed_is_refused_naming_it() {
             .await
         }
     };
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let closed = free_port();
     let cases = [
         (
             json!([{"name": "gone", "url": format!("http://127.0.0.1:{closed}/mcp")}]),

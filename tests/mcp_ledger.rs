@@ -21,7 +21,7 @@ use serde_json::json;
 use armada_api::registry::AgentView;
 use armada_cli::local::emulator;
 use armada_tests::approvals::{approvals_of, decide, key, wait_state};
-use armada_tests::{fast_redelivery, outcome, root, wait, CrashAfterTools, TestStack};
+use armada_tests::{fast_redelivery, free_port, outcome, root, wait, CrashAfterTools, TestStack};
 
 const TOKEN: &str = "tok-mcp-5d1e9a77c3";
 
@@ -73,10 +73,7 @@ async fn ledger_server() -> LedgerServer {
         "python",
     )
     .unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let calls = std::env::temp_dir().join(format!("armada-mcp-calls-{port}"));
     let sessions = std::env::temp_dir().join(format!("armada-mcp-sessions-{port}"));
     for f in [&calls, &sessions] {
@@ -98,35 +95,14 @@ async fn ledger_server() -> LedgerServer {
         calls,
         sessions,
     };
-    wait::until(
-        "the MCP server listens",
-        Duration::from_secs(60),
-        || async move {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .ok()
-                .map(|_| ())
-        },
-    )
-    .await;
+    wait::listening("the MCP server", port).await;
     server
 }
 
 /// The tenant keeps the server's token as a secret; the agent `ledger`
 /// names it, and its tools are listed (every page) with it.
 async fn register(t: &TestStack, server: &LedgerServer) -> AgentView {
-    let key = t.stack.tenant_key.clone();
-    let secret = json!({"value": format!("Bearer {TOKEN}")}).to_string();
-    let (status, v) = t
-        .raw(
-            Method::PUT,
-            "/v1/secrets/mcp-token",
-            Some(&key),
-            Some(&secret),
-            &[],
-        )
-        .await;
-    assert_eq!(status, 204, "{v}");
+    t.put_secret("mcp-token", &format!("Bearer {TOKEN}")).await;
     let def = json!({
         "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 8192},
         "system_prompt": "You keep the books.",

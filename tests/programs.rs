@@ -38,18 +38,7 @@ async fn put(t: &TestStack, path: &str, body: &Value) -> (u16, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_skill_runs_its_own_program_with_the_tenants_secret() {
     let t = start().await;
-    let key = t.stack.tenant_key.clone();
-    let secret = json!({"value": TOKEN}).to_string();
-    let (status, _) = t
-        .raw(
-            Method::PUT,
-            "/v1/secrets/crm-token",
-            Some(&key),
-            Some(&secret),
-            &[],
-        )
-        .await;
-    assert_eq!(status, 204);
+    t.put_secret("crm-token", TOKEN).await;
     let skill = json!({
         "description": "Adds two numbers.",
         "program": {
@@ -81,16 +70,7 @@ async fn a_skill_runs_its_own_program_with_the_tenants_secret() {
     assert!(events.contains("tool_dispatched"), "it ran in the sandbox");
 
     // Deleted: the call is refused, naming only the name, and not run.
-    let (status, _) = t
-        .raw(
-            Method::DELETE,
-            "/v1/secrets/crm-token",
-            Some(&key),
-            None,
-            &[],
-        )
-        .await;
-    assert_eq!(status, 204);
+    t.delete_secret("crm-token").await;
     let (_, run) = t.ask("adder", r#"/tool adder {"a": 1, "b": 1}"#).await;
     let r = tool_result(&run, "adder");
     assert_eq!(r["error"]["code"], "SECRET_NOT_FOUND", "{r}");

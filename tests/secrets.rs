@@ -59,17 +59,7 @@ async fn a_secret_reaches_its_host_and_nothing_recorded_holds_it() {
     let t = TestStack::start().await;
     let key = t.stack.tenant_key.clone();
     let (host, mut heard) = echoing().await;
-    let body = json!({"value": TOKEN}).to_string();
-    let (status, v) = t
-        .raw(
-            Method::PUT,
-            "/v1/secrets/crm-token",
-            Some(&key),
-            Some(&body),
-            &[],
-        )
-        .await;
-    assert_eq!(status, 204, "{v}");
+    t.put_secret("crm-token", TOKEN).await;
     let def = json!({
         "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 8192},
         "system_prompt": "You file tickets.",
@@ -130,16 +120,7 @@ async fn a_secret_reaches_its_host_and_nothing_recorded_holds_it() {
     assert_eq!(page.secrets[0].name, "crm-token");
 
     // Deleted: the next call fails naming the secret, and sends nothing.
-    let (status, _) = t
-        .raw(
-            Method::DELETE,
-            "/v1/secrets/crm-token",
-            Some(&key),
-            None,
-            &[],
-        )
-        .await;
-    assert_eq!(status, 204);
+    t.delete_secret("crm-token").await;
     let (_, run) = t.ask("crm", &ask).await;
     let output = run.output.clone().unwrap_or_default();
     let result: Value = output

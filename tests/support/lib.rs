@@ -269,6 +269,27 @@ impl TestStack {
         )
     }
 
+    /// Puts the tenant's secret `name` (its member key): `204`.
+    pub async fn put_secret(&self, name: &str, value: &str) {
+        let body = serde_json::json!({ "value": value }).to_string();
+        let key = self.stack.tenant_key.clone();
+        let path = format!("/v1/secrets/{name}");
+        let (status, v) = self
+            .raw(reqwest::Method::PUT, &path, Some(&key), Some(&body), &[])
+            .await;
+        assert_eq!(status, 204, "{v}");
+    }
+
+    /// Deletes the tenant's secret `name`: `204`.
+    pub async fn delete_secret(&self, name: &str) {
+        let key = self.stack.tenant_key.clone();
+        let path = format!("/v1/secrets/{name}");
+        let (status, v) = self
+            .raw(reqwest::Method::DELETE, &path, Some(&key), None, &[])
+            .await;
+        assert_eq!(status, 204, "{v}");
+    }
+
     /// A Run's events, oldest first (its first page).
     pub async fn events(&self, run_id: &str) -> Vec<EventView> {
         let page = self.client.events(run_id, 0, 0).await.expect("events");

@@ -80,3 +80,15 @@ async fn queued(t: &TestStack) -> Option<()> {
     }
     (busy == 0).then_some(())
 }
+
+/// Until something accepts connections on the loopback `port` (a server
+/// the test started, up to a minute).
+pub async fn listening(what: &str, port: u16) {
+    until(what, Duration::from_secs(60), || async move {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await
+}
