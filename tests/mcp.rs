@@ -3,7 +3,8 @@
 //! Streamable HTTP): an agent registered with it has its tools listed and
 //! frozen with their annotations' risk; a Run calls them inline, through
 //! the egress guard, and gets their text, structured content and error
-//! results, their progress as events; a server that cannot be listed is
+//! results, their progress as events; a server that cannot be listed (no
+//! server, a private address, a web page that is no MCP server) is
 //! refused naming it.
 
 #![allow(clippy::unwrap_used)]
@@ -49,6 +50,29 @@ async fn everything() -> Everything {
     };
     wait::listening("the MCP server", port).await;
     server
+}
+
+/// An HTTP server that is no MCP server: every request gets a web page's
+/// 404.
+async fn not_mcp() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", l.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let page = "<html><body>Not Found</body></html>";
+                let answer = format!(
+                    "HTTP/1.1 404 Not Found\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
+                    page.len()
+                );
+                let _ = s.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    url
 }
 
 fn agent(servers: Value) -> Value {
@@ -223,12 +247,19 @@ async fn a_server_that_cannot_be_listed_is_refused_naming_it() {
         }
     };
     let closed = free_port();
+    let web_page = not_mcp().await;
     let cases = [
         (
             json!([{"name": "gone", "url": format!("http://127.0.0.1:{closed}/mcp")}]),
             "",
             "MCP_UNREACHABLE",
             "mcp_servers[0]",
+        ),
+        (
+            json!([{"name": "page", "url": web_page}]),
+            "",
+            "MCP_UNREACHABLE",
+            "server 'page' could not be reached as an MCP server",
         ),
         (
             json!([{"name": "inside", "url": "http://10.255.255.1/mcp"}]),

@@ -46,8 +46,9 @@ pub enum McpError {
     /// `EGRESS_REFUSED` / `INVALID_URL`.
     #[error("server '{0}' is not a target agents may reach")]
     Refused(String, EgressError),
-    /// `MCP_UNREACHABLE`: no connection, or no MCP session.
-    #[error("server '{0}' could not be reached")]
+    /// `MCP_UNREACHABLE`: no connection, or no MCP session (an HTTP
+    /// server that does not speak MCP).
+    #[error("server '{0}' could not be reached as an MCP server")]
     Unreachable(String),
     /// `MCP_ERROR`: the server answered with a protocol error.
     #[error("server '{server}' refused the request: {message}")]
