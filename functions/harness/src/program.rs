@@ -4,14 +4,12 @@
 //! does not have refuses the call (it is answered `SECRET_NOT_FOUND`,
 //! naming only the name, without running).
 
-use armada_core::ports::secrets::OpenSecret;
-use armada_core::services::secrets::TenantSecrets;
+use armada_core::services::secrets::{open_configured, HeaderError, TenantSecrets};
 use armada_domain::agent::AgentDefinition;
 use armada_domain::program::{env_binding, seal_env, EnvVar, Refusal};
 use armada_domain::sandbox::hand::Invocation;
 use armada_domain::sandbox::lifecycle::SandboxRecord;
 use armada_domain::sandbox::seal::answer_key;
-use armada_domain::secret::Configured;
 
 use crate::Harness;
 use crate::StepError;
@@ -41,31 +39,24 @@ impl Harness {
             svc: &self.svc,
             tenant: &inv.tenant,
         };
-        let mut vars = Vec::with_capacity(env.len());
-        for (name, value) in env {
-            let var = match value {
-                Configured::Literal(v) => EnvVar {
-                    name,
-                    value: v,
-                    secret: None,
-                },
-                Configured::Secret { secret } => match secrets.open(&secret).await? {
-                    Some(v) => EnvVar {
-                        name,
-                        value: v.expose().to_string(),
-                        secret: Some(secret),
-                    },
-                    None => {
-                        call.refused = Some(Refusal {
-                            code: "SECRET_NOT_FOUND".into(),
-                            message: format!("no secret '{secret}' (variable {name})"),
-                        });
-                        return Ok(inv);
-                    }
-                },
-            };
-            vars.push(var);
-        }
+        let vars: Vec<EnvVar> = match open_configured(&env, &secrets).await {
+            Ok(opened) => opened
+                .into_iter()
+                .map(|o| EnvVar {
+                    name: o.name,
+                    value: o.value,
+                    secret: o.secret,
+                })
+                .collect(),
+            Err(HeaderError::NotFound { secret, header }) => {
+                call.refused = Some(Refusal {
+                    code: "SECRET_NOT_FOUND".into(),
+                    message: format!("no secret '{secret}' (variable {header})"),
+                });
+                return Ok(inv);
+            }
+            Err(e @ HeaderError::Unavailable(_)) => return Err(StepError::Retry(e.to_string())),
+        };
         let key = answer_key(
             &self.svc.cfg.callback_signing_secret,
             &inv.tenant,

@@ -37,8 +37,10 @@ use crate::services::secrets::{open_headers, HeaderError};
 /// How long a server has to answer `initialize`, and a listing.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Why a server gave no listing or no answer to a call. What a server
-/// said is logged, not handed back: only a tool's own error result is.
+/// Why a server gave no listing or no answer to a call. A transport's
+/// failure is logged, not handed back; a protocol error the server sent
+/// is named (its message scrubbed of opened secrets), as is a tool's own
+/// error result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum McpError {
     #[error(transparent)]

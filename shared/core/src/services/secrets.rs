@@ -118,26 +118,27 @@ impl HeaderError {
     }
 }
 
-/// What configured headers come to for a call: each literal as written,
-/// each secret opened from `secrets` (the Run's tenant's), and a
-/// [`Scrubber`] of the opened values for what the call answers.
-///
-/// [`Scrubber`]: armada_domain::secret::Scrubber
-pub async fn open_headers(
-    headers: &BTreeMap<String, Configured>,
+/// One configured value opened for a call: whose it is (a header's, a
+/// variable's), its value, and the secret it came from, if one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenedValue {
+    pub name: String,
+    pub value: String,
+    pub secret: Option<String>,
+}
+
+/// What configured values come to for a call: each literal as written,
+/// each secret opened from `secrets` (the Run's tenant's).
+pub async fn open_configured(
+    configured: &BTreeMap<String, Configured>,
     secrets: &dyn OpenSecret,
-) -> Result<(Vec<(String, String)>, Scrubber), HeaderError> {
-    let mut opened = Vec::new();
-    let mut out = Vec::new();
-    for (name, value) in headers {
-        let text = match value {
-            Configured::Literal(v) => v.clone(),
+) -> Result<Vec<OpenedValue>, HeaderError> {
+    let mut out = Vec::with_capacity(configured.len());
+    for (name, value) in configured {
+        let (value, secret) = match value {
+            Configured::Literal(v) => (v.clone(), None),
             Configured::Secret { secret } => match secrets.open(secret).await {
-                Ok(Some(v)) => {
-                    let text = v.expose().to_string();
-                    opened.push((secret.clone(), v));
-                    text
-                }
+                Ok(Some(v)) => (v.expose().to_string(), Some(secret.clone())),
                 Ok(None) => {
                     return Err(HeaderError::NotFound {
                         secret: secret.clone(),
@@ -145,14 +146,35 @@ pub async fn open_headers(
                     })
                 }
                 Err(e) => {
-                    tracing::warn!(secret, error = %e, "a header's secret could not be opened");
+                    tracing::warn!(secret, error = %e, "a configured secret could not be opened");
                     return Err(HeaderError::Unavailable(secret.clone()));
                 }
             },
         };
-        out.push((name.clone(), text));
+        out.push(OpenedValue {
+            name: name.clone(),
+            value,
+            secret,
+        });
     }
-    Ok((out, Scrubber::new(opened)))
+    Ok(out)
+}
+
+/// What configured headers come to for a call ([`open_configured`]),
+/// and a [`Scrubber`] of the opened secrets for what the call answers.
+///
+/// [`Scrubber`]: armada_domain::secret::Scrubber
+pub async fn open_headers(
+    headers: &BTreeMap<String, Configured>,
+    secrets: &dyn OpenSecret,
+) -> Result<(Vec<(String, String)>, Scrubber), HeaderError> {
+    let opened = open_configured(headers, secrets).await?;
+    let scrubber = Scrubber::new(opened.iter().filter_map(|o| {
+        let secret = o.secret.clone()?;
+        Some((secret, SecretValue::new(o.value.clone())))
+    }));
+    let pairs = opened.into_iter().map(|o| (o.name, o.value)).collect();
+    Ok((pairs, scrubber))
 }
 
 /// The secrets of one tenant, as a call made for one of its Runs opens

@@ -48,12 +48,6 @@ impl ToolFailure {
 
 const MAX_BODY: usize = 16 * 1024;
 
-/// A call's tenant's secrets, and where what it says of its progress goes.
-struct Noting<'a> {
-    secrets: &'a dyn OpenSecret,
-    progress: &'a mut Vec<ProgressNote>,
-}
-
 #[derive(Debug, Clone)]
 pub struct InlineTools {
     egress: Egress,
@@ -106,8 +100,8 @@ impl InlineTools {
                 self.http_request(agent, &call.args, &key, secrets).await
             }
             MCP => {
-                let noting = Noting { secrets, progress };
-                self.mcp_call(agent, &manifest, call, run_id, noting).await
+                self.mcp_call(agent, &manifest, call, run_id, secrets, progress)
+                    .await
             }
             other => Err(ToolFailure::new(
                 "UNKNOWN_SKILL",
@@ -124,7 +118,8 @@ impl InlineTools {
         manifest: &SkillManifest,
         call: &ToolCall,
         run_id: &str,
-        noting: Noting<'_>,
+        secrets: &dyn OpenSecret,
+        progress: &mut Vec<ProgressNote>,
     ) -> Result<Value, ToolFailure> {
         let binding = manifest.mcp.as_ref();
         let server = binding.and_then(|b| agent.mcp_servers.iter().find(|s| s.name == b.server));
@@ -134,7 +129,6 @@ impl InlineTools {
                 format!("'{}' names no MCP server of the agent", manifest.name),
             ));
         };
-        let Noting { secrets, progress } = noting;
         let wire = self
             .mcp
             .call_tool(server, &binding.tool, &call.args, secrets, progress)
