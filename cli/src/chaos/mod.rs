@@ -31,6 +31,7 @@ use tokio::sync::{watch, Mutex};
 use crate::local::{emulator, process, LocalOptions, LocalStack};
 
 pub mod checker;
+mod evidence;
 mod faults;
 pub mod receiver;
 mod report;
@@ -413,6 +414,10 @@ pub async fn run(root: &Path, opts: &ChaosOpts) -> Result<Report> {
     };
     let stuck = checker::stuck_messages(&last).await;
     let leaked = checker::leaked_sandboxes(&last.svc, &tenant, Duration::from_secs(30)).await;
+    let mut checked = checked;
+    if let Ok(c) = &mut checked {
+        evidence::explain(&last.svc, &mut c.violations).await;
+    }
     last.stop().await;
     let checked = checked?;
     let mut violations = checked.violations;
