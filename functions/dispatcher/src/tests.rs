@@ -523,3 +523,73 @@ async fn a_holder_that_ended_without_letting_go_is_let_go() {
     let holder = rec.and_then(|r| r.holder_run_id);
     assert_eq!(holder.as_deref(), Some(second.run_id.as_str()));
 }
+
+/// The holder's call `c1`, dispatched to its sandbox's generation, which
+/// marked it finished `ago_ms` before now.
+async fn finished_call(svc: &Services, mem: &Memory, run: &Run, ago_ms: i64) {
+    use armada_core::ports::CallRef;
+    use armada_domain::ledger::{ToolCallEvent, ToolCallRecord};
+    use armada_domain::machine::Machine;
+    use armada_domain::sandbox::hand::CallMark;
+    let rec = svc.sandboxes.get(TENANT, "assistant").await.expect("read");
+    let generation = rec.expect("the sandbox").generation;
+    let mut c1 = ToolCallRecord::planned("c1", "shell_exec", serde_json::json!({}), 0, false, true);
+    let sent = ToolCallEvent::Dispatched {
+        generation: Some(generation),
+    };
+    c1.apply(sent, 1).expect("dispatched");
+    mem.state()
+        .runs
+        .get_mut(&run.run_id)
+        .expect("the run")
+        .ledger
+        .insert("c1".into(), c1);
+    let call = CallRef {
+        tenant: TENANT.into(),
+        agent: "assistant".into(),
+        run_id: run.run_id.clone(),
+        call_id: "c1".into(),
+        attempt: 1,
+    };
+    let at = svc.clock.now_ms() - ago_ms;
+    let store = &svc.sandboxes;
+    store
+        .mark_first(&call, CallMark::Started, generation, at)
+        .await
+        .expect("started");
+    store.mark_finished(&call, at).await.expect("finished");
+}
+
+/// A call its sandbox finished whose answer never came (lost on the way,
+/// or dropped): once longer ago than an answer can take, the watchdog
+/// speaks for it as lost, and leaves the sandbox be; until then it waits.
+#[tokio::test]
+async fn a_finished_call_whose_answer_never_came_is_answered_as_lost() {
+    use armada_domain::messages::ResultBody;
+    use armada_domain::sandbox::hand::CallOutcome;
+    let (svc, mem, d, first, _second) = two_on_one_sandbox().await;
+    let patience = armada_core::services::sandboxing::answer_patience_ms(&svc);
+    finished_call(&svc, &mem, &first, patience / 2).await;
+    deliver(&d, &svc.cfg.dispatch_queue, &check_at_step_0(&first)).await;
+    assert!(
+        mem.take_harness().is_empty(),
+        "its answer may be on its way"
+    );
+
+    let (svc, mem, d, first, _second) = two_on_one_sandbox().await;
+    finished_call(&svc, &mem, &first, patience + 1000).await;
+    deliver(&d, &svc.cfg.dispatch_queue, &check_at_step_0(&first)).await;
+    let told = mem.take_harness();
+    assert!(
+        matches!(
+            &told[..],
+            [HarnessMessage::ToolResult { call_id, body: ResultBody::Inline { outcome: CallOutcome::Lost { .. } }, .. }] if call_id == "c1"
+        ),
+        "{told:?}"
+    );
+    let rec = svc.sandboxes.get(TENANT, "assistant").await.expect("read");
+    assert!(
+        !rec.expect("the sandbox").state().is_gone(),
+        "not destroyed"
+    );
+}

@@ -211,8 +211,12 @@ impl Dispatcher {
                         CallOutcome::Lost { reason: why },
                         "the sandbox stopped answering during a call",
                     ),
+                    // Its effect is as unknown as a lost call's; the
+                    // sandbox did its part and stays.
+                    CallWatch::Unanswered(why) => (CallOutcome::Lost { reason: why }, ""),
                 };
-                if rec.as_ref().is_some_and(|r| !r.state().is_gone()) {
+                let destroys = !why_destroy.is_empty();
+                if destroys && rec.as_ref().is_some_and(|r| !r.state().is_gone()) {
                     // The Run's own identity: nothing the sandbox wrote decides whose
                     // sandbox goes.
                     sandboxing::destroy(&self.svc, &run.tenant, &run.agent, why_destroy).await?;

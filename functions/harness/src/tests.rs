@@ -407,3 +407,131 @@ async fn a_worker_killed_after_its_claim_is_followed_by_one_that_claims_again() 
     let done = run_of(&svc, &run.run_id).await;
     assert_eq!((done.state(), done.epoch), (RunState::Completed, 2));
 }
+
+/// A Run waiting on call `c1` of its agent's sandbox (held, generation
+/// 1), the call as `shape` leaves it.
+async fn waiting_on_c1(
+    svc: &Services,
+    mem: &Memory,
+    shape: impl FnOnce(&mut ToolCallRecord),
+) -> Run {
+    let mut run = new_run(svc, "hello").await;
+    let def = svc.registry.agent("assistant").await.ok().flatten();
+    armada_core::services::sandboxing::acquire(svc, TENANT, &run.run_id, &def.expect("agent"))
+        .await
+        .expect("held");
+    let prev = run.stamp();
+    let mut rec = ToolCallRecord::planned("c1", "shell_exec", json!({}), 0, false, true);
+    shape(&mut rec);
+    run.ledger.insert("c1".into(), rec);
+    let now = svc.clock.now_ms();
+    let claimed = RunEvent::Claimed {
+        lease_until_ms: now,
+    };
+    run.apply(claimed, now).expect("claimed");
+    run.apply(RunEvent::AwaitTool, now).expect("waits");
+    svc.runs.save(prev, &run, &[], vec![]).await.expect("saved");
+    let _ = mem.take_harness();
+    run
+}
+
+/// The sealed answer of the sandbox of `generation` to `attempt` of `c1`.
+async fn answer_of(svc: &Services, run: &Run, attempt: u32, generation: u64) -> String {
+    use armada_domain::sandbox::hand::CallOutcome;
+    use armada_domain::sandbox::seal::{answer_key, Answer};
+    let rec = svc.sandboxes.get(TENANT, "assistant").await;
+    let salt = rec.ok().flatten().map(|r| r.salt).unwrap_or_default();
+    let body = ResultBody::Inline {
+        outcome: CallOutcome::Finished {
+            result: json!({"exit_code": 0, "stdout": "ran\n", "stderr": ""}),
+        },
+    };
+    let key = answer_key(
+        &svc.cfg.callback_signing_secret,
+        TENANT,
+        "assistant",
+        generation,
+        &salt,
+    );
+    let seal = Answer {
+        run_id: &run.run_id,
+        tenant: TENANT,
+        step: 0,
+        call_id: "c1",
+        attempt,
+        body: &body,
+    }
+    .seal(&key, generation);
+    let msg = HarnessMessage::ToolResult {
+        run_id: run.run_id.clone(),
+        tenant: TENANT.into(),
+        step: 0,
+        call_id: "c1".into(),
+        attempt,
+        body,
+        seal: Some(seal),
+    };
+    serde_json::to_string(&msg).unwrap_or_default()
+}
+
+/// The chaos gate's lost answer: a step retried a call and sent its
+/// attempt 2, then died before committing either; the sandbox answered
+/// attempt 2 while the ledger still said attempt 1. The answer waits for
+/// the ledger, and is taken once the retry and its dispatch are in.
+#[tokio::test]
+async fn an_answer_ahead_of_its_retrys_commit_waits_for_it_then_is_taken() {
+    let (svc, mem, h) = setup().await;
+    let dispatched = ToolCallEvent::Dispatched {
+        generation: Some(1),
+    };
+    let run = waiting_on_c1(&svc, &mem, |c| {
+        c.apply(dispatched.clone(), 0).expect("dispatched");
+    })
+    .await;
+    let answer = answer_of(&svc, &run, 2, 1).await;
+    let failed = deliver(&h, &svc, std::slice::from_ref(&answer)).await;
+    assert_eq!(failed.len(), 1, "kept for later, not dropped");
+    let after = run_of(&svc, &run.run_id).await;
+    assert_eq!(after.ledger["c1"].state(), ToolCallState::Dispatched);
+    assert_eq!(svc.counters.stale_drops.load(Ordering::Relaxed), 0);
+    // The retry and the dispatch of attempt 2 are committed.
+    let mut retried = after.clone();
+    let prev = retried.stamp();
+    let c1 = retried.ledger.get_mut("c1").expect("c1");
+    c1.apply(ToolCallEvent::Retried, 0).expect("retried");
+    c1.apply(dispatched, 0).expect("dispatched again");
+    svc.runs
+        .save(prev, &retried, &[], vec![])
+        .await
+        .expect("saved");
+    assert!(deliver(&h, &svc, &[answer]).await.is_empty());
+    let taken = run_of(&svc, &run.run_id).await;
+    assert_eq!(taken.ledger["c1"].state(), ToolCallState::Done);
+    assert_eq!(taken.ledger["c1"].attempt, 2);
+}
+
+/// A call whose dispatch the sending step never committed (still
+/// planned, no generation recorded) went to the sandbox's generation of
+/// now: its answer is judged by that generation's seal, not refused.
+#[tokio::test]
+async fn an_answer_to_a_call_whose_dispatch_was_not_committed_is_taken() {
+    let (svc, mem, h) = setup().await;
+    let run = waiting_on_c1(&svc, &mem, |_| {}).await;
+    let generation = svc
+        .sandboxes
+        .get(TENANT, "assistant")
+        .await
+        .ok()
+        .flatten()
+        .expect("the sandbox")
+        .generation;
+    // Another generation's seal is no answer.
+    let forged = answer_of(&svc, &run, 1, generation + 1).await;
+    assert!(deliver(&h, &svc, &[forged]).await.is_empty());
+    assert_eq!(svc.counters.forged_drops.load(Ordering::Relaxed), 1);
+    let answer = answer_of(&svc, &run, 1, generation).await;
+    assert!(deliver(&h, &svc, &[answer]).await.is_empty());
+    let taken = run_of(&svc, &run.run_id).await;
+    assert_eq!(taken.ledger["c1"].state(), ToolCallState::Done, "{taken:?}");
+    assert_eq!(svc.counters.forged_drops.load(Ordering::Relaxed), 1);
+}

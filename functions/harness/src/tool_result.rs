@@ -10,6 +10,7 @@ use crate::StepError;
 use armada_core::ports::Bounded;
 use armada_domain::crypto::{digest_eq, sha256_hex};
 use armada_domain::messages::ResultBody;
+use armada_domain::run::RunState;
 use armada_domain::sandbox::access::object_prefix;
 use armada_domain::sandbox::hand::codes;
 use armada_domain::sandbox::hand::{CallOutcome, MAX_STORED_OUTCOME_BYTES};
@@ -35,9 +36,32 @@ impl Harness {
         let Some(current) = self.read(run_id).await? else {
             return Ok(());
         };
-        let record = current.ledger.get(call_id).filter(|r| {
-            r.sandbox && !r.state().is_settled() && r.attempt == attempt && r.step == step
-        });
+        let open = current
+            .ledger
+            .get(call_id)
+            .filter(|r| r.sandbox && !r.state().is_settled() && r.step == step);
+        if let Some(r) = open.filter(|r| attempt > r.attempt && !current.state().is_terminal()) {
+            // Ahead of the ledger: a step sends a call's next attempt
+            // before it commits the retry and the dispatch, and the
+            // sandbox answered first. The answer waits for the commit (or
+            // for the step carried out again, after its worker died)
+            // rather than being taken for an old attempt and lost.
+            let now = svc.clock.now_ms();
+            let left_s = (current.lease_until_ms - now + 999) / 1000;
+            let until_s = if current.state() == RunState::Executing && left_s > 0 {
+                left_s as u32
+            } else {
+                svc.cfg.crash_return_s
+            };
+            return Err(StepError::Busy {
+                reason: format!(
+                    "the answer to attempt {attempt} of {call_id} came before the ledger's attempt {} moved on",
+                    r.attempt
+                ),
+                until_s,
+            });
+        }
+        let record = open.filter(|r| r.attempt == attempt);
         let Some(record) = record.filter(|_| !current.state().is_terminal()) else {
             self.svc
                 .counters
@@ -57,15 +81,16 @@ impl Harness {
         // Only the generation the call went to (or the platform speaking
         // for it) can seal its answer; the key comes from the Run's own
         // tenant and agent, never from the message.
-        let generation = record.generation.unwrap_or_default();
         // The sandbox record's salt is in the key (a deleted identity's
         // new generation 1 has another); no record, no key that holds.
-        let salt = svc
-            .sandboxes
-            .get(&current.tenant, &current.agent)
-            .await?
-            .map(|r| r.salt)
+        let sandbox = svc.sandboxes.get(&current.tenant, &current.agent).await?;
+        // A call whose dispatch is not committed yet (still planned) went
+        // to the generation the sandbox has now.
+        let generation = record
+            .generation
+            .or(sandbox.as_ref().map(|r| r.generation))
             .unwrap_or_default();
+        let salt = sandbox.map(|r| r.salt).unwrap_or_default();
         let key = answer_key(
             &svc.cfg.callback_signing_secret,
             &current.tenant,

@@ -46,6 +46,19 @@ pub enum CallWatch {
     NotRun(String),
     /// Started by a sandbox that is gone or silent: its effect is unknown.
     Lost(String),
+    /// Finished by its sandbox long ago, and its answer never taken: the
+    /// answer was lost on the way (the sandbox may be well).
+    Unanswered(String),
+}
+
+/// How long after its sandbox marked a call finished the watchdog waits
+/// for the answer before it speaks for it: longer than an answer takes
+/// to come back from a worker that died holding it, or from waiting out
+/// the lease of a step that is committing its dispatch.
+pub fn answer_patience_ms(svc: &Services) -> i64 {
+    let cfg = &svc.cfg;
+    let lease_s = cfg.step_lease_ms / 1000;
+    (lease_s + 2 * i64::from(cfg.crash_return_s) + i64::from(cfg.sandbox.stale_seconds)) * 1000
 }
 
 /// A new sandbox record's salt.
@@ -424,6 +437,14 @@ pub async fn watch_call(
     };
     let dead = gone || rec.is_some_and(|r| silent(svc, r, now));
     match mark {
+        Some(StoredMark {
+            mark: CallMark::Finished,
+            at_ms,
+            ..
+        }) if now - at_ms > answer_patience_ms(svc) => Ok(CallWatch::Unanswered(format!(
+            "the sandbox finished the call {} s ago and its answer never came",
+            (now - at_ms) / 1000
+        ))),
         Some(StoredMark {
             mark: CallMark::Finished,
             ..
