@@ -115,3 +115,157 @@ async fn bad_programs_are_refused_naming_the_field() {
     }
     t.stack.stop().await;
 }
+
+/// Reads the arguments, the file its install step built, and how many
+/// times that step ran (it appends a line each time).
+const FILED: &str = "import json, os, sys\n\
+a = json.load(sys.stdin)\n\
+d = os.environ['ARMADA_SKILL_DIR']\n\
+built = open(os.path.join(d, 'built.txt')).read()\n\
+installs = len(open('.skills/filed-installs.log').read().splitlines())\n\
+print(json.dumps({'sum': a['a'] + a['b'], 'built': built, 'installs': installs, 'dir': d}))";
+
+/// A gzip of a tar that GNU tar made of `files` (relative name → text),
+/// as `tar -czf` makes it, with `extra` arguments.
+fn gnu_tar(files: &[(&str, &str)], extra: &[&str]) -> Vec<u8> {
+    let dir = std::env::temp_dir().join(format!(
+        "armada-tar-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    for (name, text) in files {
+        let at = dir.join(name);
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(at, text).unwrap();
+    }
+    let out = std::process::Command::new("tar")
+        .current_dir(&dir)
+        .args(["-czf", "-"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+async fn upload(t: &TestStack, skill: &str, body: Vec<u8>) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .put(format!("{}/v1/skills/{skill}/files", t.stack.api_url))
+        .bearer_auth(&t.stack.admin_key)
+        .header("content-type", "application/gzip")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_programs_uploaded_files_are_staged_and_installed_once_per_version() {
+    let t = start().await;
+    let skill = json!({
+        "description": "Adds two numbers with its own files.",
+        "program": {
+            "command": ["python3", ".skills/filed/tool/main.py"],
+            "protocol": "json",
+            "install": [
+                "python3 -c \"open('built.txt', 'w').write('built by install')\"",
+                "echo ran >> ../filed-installs.log",
+            ],
+        },
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+    });
+    let (status, v) = put(&t, "/v1/skills/filed", &skill).await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = upload(&t, "filed", gnu_tar(&[("tool/main.py", FILED)], &["."])).await;
+    assert_eq!(status, 200, "{v}");
+    let files = v["program"]["files"].clone();
+    assert_eq!(files["files"], 1, "{v}");
+    assert_eq!(files["sha256"].as_str().unwrap().len(), 64, "{v}");
+    // The manifest written again keeps its upload.
+    let (_, v) = put(&t, "/v1/skills/filed", &skill).await;
+    assert_eq!(v["program"]["files"], files, "{v}");
+    let agent = json!({
+        "model": {"provider": "scripted", "model_id": "scripted-1", "context_window": 8192},
+        "system_prompt": "You add.",
+        "skills": ["filed"],
+        "limits": {"timeout_s": 120}
+    });
+    let (status, v) = put(&t, "/v1/agents/filed", &agent).await;
+    assert_eq!(status, 200, "{v}");
+
+    for (a, b) in [(2, 3), (4, 5)] {
+        let ask = format!(r#"/tool filed {{"a": {a}, "b": {b}}}"#);
+        let (_, run) = t.ask("filed", &ask).await;
+        assert_eq!(outcome(&run), "COMPLETED", "{run:?}");
+        let r = tool_result(&run, "filed");
+        assert_eq!(r["sum"], a + b, "{r}");
+        assert_eq!(r["built"], "built by install", "{r}");
+        assert_eq!(r["dir"], ".skills/filed", "{r}");
+        // Installed by the first call only.
+        assert_eq!(r["installs"], 1, "{r}");
+    }
+    t.stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_uploads_are_refused_naming_what_is_wrong() {
+    let t = TestStack::start().await;
+    let program = json!({"program": {"command": ["x"], "protocol": "json"}});
+    let (status, _) = put(&t, "/v1/skills/up", &program).await;
+    assert_eq!(status, 200);
+    let ok = gnu_tar(&[("a.txt", "a")], &["."]);
+    // A member out of the skill's directory, kept so by -P.
+    let escape = gnu_tar(&[("in/a.txt", "a")], &["-P", "in/../in/a.txt"]);
+    let cases = [
+        ("up", escape, 400, "INVALID_ARCHIVE", Some("'..'")),
+        (
+            "up",
+            b"not a tar at all".to_vec(),
+            400,
+            "INVALID_ARCHIVE",
+            None,
+        ),
+        ("nope", ok.clone(), 404, "NOT_FOUND", None),
+        ("current_time", ok.clone(), 404, "NOT_FOUND", None),
+    ];
+    for (skill, body, want, code, names) in cases {
+        let (status, v) = upload(&t, skill, body).await;
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (want, Some(code)),
+            "{v}"
+        );
+        if let Some(n) = names {
+            assert!(v["error"]["message"].as_str().unwrap().contains(n), "{v}");
+        }
+    }
+    let (status, _) = put(&t, "/v1/skills/plain", &json!({"executor": "shell_exec"})).await;
+    assert_eq!(status, 200);
+    let (status, v) = upload(&t, "plain", ok).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("NO_PROGRAM")),
+        "{v}"
+    );
+    let big = vec![7u8; 4 * 1024 * 1024 + 1];
+    let (status, v) = upload(&t, "up", big).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (413, Some("PAYLOAD_TOO_LARGE")),
+        "{v}"
+    );
+    t.stack.stop().await;
+}

@@ -61,6 +61,7 @@ fn api() -> OpenApiRouter<Arc<Services>> {
         .routes(routes!(profiles::put_profile))
         .routes(routes!(skills::list_skills))
         .routes(routes!(skills::get_skill, skills::put_skill))
+        .routes(routes!(skills::put_skill_files))
         .routes(routes!(sandboxes::list_sandboxes))
         .routes(routes!(sandboxes::get_sandbox, sandboxes::destroy_sandbox))
         .routes(routes!(keys::mint_key))

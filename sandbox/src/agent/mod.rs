@@ -59,6 +59,7 @@ mod hibernate;
 mod ports;
 mod probe;
 mod serve;
+mod stage;
 
 /// Outcomes larger than this go to the payload bucket (SQS takes 256 KiB).
 const INLINE_OUTCOME_BYTES: usize = 200 * 1024;

@@ -18,7 +18,7 @@ use armada_core::Sandboxes;
 use armada_domain::machine::Machine;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::messages::ResultBody;
-use armada_domain::program::{env_binding, open_env};
+use armada_domain::program::{env_binding, open_env, EnvVar};
 use armada_domain::sandbox::controls::Required;
 use armada_domain::sandbox::hand::codes;
 use armada_domain::sandbox::hand::error_json;
@@ -34,6 +34,7 @@ use armada_domain::sandbox::lifecycle::SandboxEvent;
 use armada_domain::sandbox::lifecycle::SandboxRecord;
 use armada_domain::sandbox::lifecycle::SandboxState;
 use armada_domain::sandbox::seal::Answer;
+use armada_domain::skill_files::skill_dir;
 use armada_domain::skills::SERVE;
 use std::time::Duration;
 use std::time::Instant;
@@ -407,18 +408,21 @@ impl Agent {
                 // Refused by the control plane (a secret it does not
                 // have), or an environment that does not open: not run.
                 Err(refused) => skills::SkillAnswer::refused(refused),
-                Ok(program) => {
-                    skills::invoke_judged(
-                        &self.runner,
-                        &inv.skill,
-                        &inv.args,
-                        &inv.run_id,
-                        inv.timeout_s,
-                        judged,
-                        program.as_ref(),
-                    )
-                    .await
-                }
+                Ok(program) => match self.staged(&inv).await {
+                    Err(failed) => skills::SkillAnswer::refused(failed),
+                    Ok(()) => {
+                        skills::invoke_judged(
+                            &self.runner,
+                            &inv.skill,
+                            &inv.args,
+                            &inv.run_id,
+                            inv.timeout_s,
+                            judged,
+                            program.as_ref(),
+                        )
+                        .await
+                    }
+                },
             }
         };
         let needs_approval = answer
@@ -497,10 +501,29 @@ impl Agent {
                 })?
             }
         };
+        let mut env = env;
+        if !p.skill.is_empty() {
+            env.push(EnvVar {
+                name: "ARMADA_SKILL_DIR".into(),
+                value: skill_dir(&p.skill),
+                secret: None,
+            });
+        }
         Ok(Some(skills::Opened {
             command: p.command.clone(),
             env,
         }))
+    }
+
+    /// The call's program staged (files and installs), if it has one.
+    async fn staged(&self, inv: &Invocation) -> Result<(), serde_json::Value> {
+        match &inv.program {
+            Some(p) => {
+                let timeout = std::time::Duration::from_secs(u64::from(inv.timeout_s));
+                self.stage(p, timeout).await
+            }
+            None => Ok(()),
+        }
     }
 }
 

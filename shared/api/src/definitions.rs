@@ -262,6 +262,17 @@ pub struct ProgramBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub env: Option<BTreeMap<String, Value>>,
+    /// Shell commands (at most 8) run once per version of the program's
+    /// files and of these steps, in `.skills/<name>/` of the sandbox's
+    /// workspace, under the jail, before the first call there
+    /// (`npm ci`, `pip install -r requirements.txt --target deps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install: Option<Vec<String>>,
+    /// Read-only: the version of the files uploaded with
+    /// `PUT /v1/skills/{name}/files` (a body's own is ignored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(read_only)]
+    pub files: Option<armada_domain::skill_files::SkillFiles>,
 }
 
 /// `PUT /v1/teams/{name}`: a team's definition.

@@ -46,6 +46,22 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     }
 }
 
+/// A body's bytes, within `LIMIT` (an upload larger than a JSON body may
+/// be).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BodyUpTo<const LIMIT: usize>(pub Bytes);
+
+impl<S: Send + Sync, const LIMIT: usize> FromRequest<S> for BodyUpTo<LIMIT> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
+        let bytes = axum::body::to_bytes(req.into_body(), LIMIT)
+            .await
+            .map_err(|_| ApiError::too_large(LIMIT))?;
+        Ok(BodyUpTo(bytes))
+    }
+}
+
 /// A query string, percent-decoded, as `T`; a bad one is `INVALID_QUERY`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Query<T>(pub T);

@@ -43,6 +43,7 @@ pub mod schedule;
 pub mod scripted;
 pub mod secret;
 pub mod session;
+pub mod skill_files;
 pub mod skills;
 pub mod step;
 pub mod team;

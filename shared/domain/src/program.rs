@@ -13,14 +13,18 @@ use serde_json::Value;
 use crate::crypto::{aead_open, aead_seal, hmac_sha256};
 use crate::fields::{FieldError, Fields};
 use crate::secret::Configured;
+use crate::skill_files::SkillFiles;
 
-/// The fields of a manifest's `program`.
-pub const PROGRAM_FIELDS: [&str; 3] = ["command", "protocol", "env"];
+/// The fields of a manifest's `program` (`files` is read-only: the
+/// uploaded version is kept whatever a body says).
+pub const PROGRAM_FIELDS: [&str; 5] = ["command", "protocol", "env", "install", "files"];
 
 /// Bounds on a command and its environment.
 pub const MAX_ARGS: usize = 32;
 pub const MAX_ARG_BYTES: usize = 4096;
 pub const MAX_ENV: usize = 32;
+/// Bounds on the install steps.
+pub const MAX_INSTALL_STEPS: usize = 8;
 
 /// Variables the sandbox sets itself, which no program's may replace.
 const RESERVED_ENV: [&str; 6] = [
@@ -51,6 +55,14 @@ pub struct Program {
     /// Its environment: a value, or a tenant's secret named.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, Configured>,
+    /// Shell commands run once per version of the program's files (and of
+    /// these steps), in its directory, before its first call there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub install: Vec<String>,
+    /// The files uploaded for it (`PUT /v1/skills/{name}/files`), by
+    /// version; never written through the manifest's own body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<SkillFiles>,
 }
 
 impl Program {
@@ -108,10 +120,23 @@ impl Program {
                 env.insert(name.clone(), value);
             }
         }
+        let install = f.opt_str_list("install")?.unwrap_or_default();
+        let bad_step =
+            |s: &String| s.trim().is_empty() || s.len() > MAX_ARG_BYTES || s.contains('\0');
+        if install.len() > MAX_INSTALL_STEPS || install.iter().any(bad_step) {
+            return Err(FieldError::new(
+                "program.install",
+                &format!(
+                    "must be at most {MAX_INSTALL_STEPS} shell commands of 1 to {MAX_ARG_BYTES} bytes"
+                ),
+            ));
+        }
         Ok(Program {
             command,
             protocol,
             env,
+            install,
+            files: None,
         })
     }
 }
@@ -128,6 +153,23 @@ pub struct ProgramCall {
     /// `SECRET_NOT_FOUND`), answered as its error without running it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<Refusal>,
+    /// The skill whose program it is: its files and installs live in
+    /// `.skills/<skill>/` of the workspace.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub skill: String,
+    /// Where the sandbox reads the program's files (its identity's copy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<StagedFiles>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub install: Vec<String>,
+}
+
+/// A version of a program's files as a call names it: the object the
+/// sandbox reads, and the digest it must have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedFiles {
+    pub key: String,
+    pub sha256: String,
 }
 
 /// A call's error, by code.

@@ -51,6 +51,23 @@ fn bad_programs_are_refused_naming_the_field() {
         "program.env.T.secret"
     );
     assert_eq!(field(with("args", json!([]))), "program.args");
+    for steps in [json!("npm ci"), json!([" "]), json!(vec!["true"; 9])] {
+        assert_eq!(field(with("install", steps)), "program.install");
+    }
+}
+
+#[test]
+fn install_steps_are_kept_and_a_bodys_files_are_not() {
+    let p = Program::parse(&json!({
+        "command": ["node", "server.js"],
+        "protocol": "json",
+        "install": ["npm ci --omit=dev"],
+        "files": {"sha256": "forged", "bytes": 1, "files": 1},
+    }))
+    .unwrap();
+    assert_eq!(p.install, ["npm ci --omit=dev"]);
+    // Only an upload names a version.
+    assert_eq!(p.files, None);
 }
 
 #[test]

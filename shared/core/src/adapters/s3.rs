@@ -93,6 +93,30 @@ impl Blobs for Payloads {
         Ok(())
     }
 
+    async fn copy_absent(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        let head = self
+            .s3
+            .head_object()
+            .bucket(&self.bucket)
+            .key(to)
+            .send()
+            .await;
+        match head {
+            Ok(_) => return Ok(()),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => {}
+            Err(e) => return Err(classify(e)),
+        }
+        self.s3
+            .copy_object()
+            .bucket(&self.bucket)
+            .key(to)
+            .copy_source(format!("{}/{from}", self.bucket))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
     async fn get_bytes_bounded(
         &self,
         key: &str,

@@ -538,6 +538,20 @@ impl Blobs for Memory {
         Ok(if len > max { Err(len) } else { Ok(bytes) })
     }
 
+    async fn copy_absent(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        let mut state = self.state();
+        if state.files.contains_key(to) {
+            return Ok(());
+        }
+        let bytes = state
+            .files
+            .get(from)
+            .cloned()
+            .ok_or_else(|| StoreError::Terminal(format!("NoSuchKey: {from}")))?;
+        state.files.insert(to.to_string(), bytes);
+        Ok(())
+    }
+
     async fn get_text_bounded(&self, key: &str, max: u64) -> Result<Bounded, StoreError> {
         let text = self.get_text(key).await?;
         let bytes = text.len() as u64;

@@ -44,6 +44,10 @@ pub trait Blobs: Send + Sync + Debug {
         max: u64,
     ) -> Result<Result<Vec<u8>, u64>, StoreError>;
 
+    /// Copies the object `from` to `to` unless `to` is there already
+    /// (copies of one version, so a copy made twice is the same copy).
+    async fn copy_absent(&self, from: &str, to: &str) -> Result<(), StoreError>;
+
     /// Inline when at most `limit` bytes, else stored under `key`.
     async fn spill(&self, key: &str, text: &str, limit: usize) -> Result<Payload, StoreError> {
         if text.len() <= limit {

@@ -49,7 +49,7 @@ pub struct Invocation {
     pub judge_effects: bool,
     /// The program the call's skill brings (executor `program`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub program: Option<crate::program::ProgramCall>,
+    pub program: Option<Box<crate::program::ProgramCall>>,
 }
 
 impl Invocation {

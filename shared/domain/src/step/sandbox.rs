@@ -217,13 +217,19 @@ pub fn invocation(
         approved,
         judge_effects: by_effect && !approved,
         // Its environment is the harness's to open and seal.
-        program: manifest
-            .and_then(|m| m.program)
-            .map(|p| crate::program::ProgramCall {
+        program: manifest.and_then(|m| m.program).map(|p| {
+            Box::new(crate::program::ProgramCall {
                 command: p.command,
                 protocol: p.protocol,
                 env: None,
                 refused: None,
-            }),
+                skill: rec.skill.clone(),
+                files: p.files.map(|f| crate::program::StagedFiles {
+                    key: crate::skill_files::staged_key(&run.tenant, &run.agent, &f.sha256),
+                    sha256: f.sha256,
+                }),
+                install: p.install,
+            })
+        }),
     }
 }
