@@ -42,6 +42,8 @@ mod mail;
 mod mcp;
 #[path = "mcp_ledger.rs"]
 mod mcp_ledger;
+#[path = "mcp_sandbox.rs"]
+mod mcp_sandbox;
 #[path = "outcomes.rs"]
 mod outcomes;
 #[path = "programs.rs"]

@@ -105,6 +105,26 @@ impl Client {
         if let Some(b) = body {
             req = req.json(b);
         }
+        self.answer(req, path).await
+    }
+
+    /// Sends raw bytes (an upload) with the admin key.
+    pub async fn put_bytes(&self, path: &str, body: Vec<u8>, content_type: &str) -> Result<Value> {
+        let key = self
+            .admin_key
+            .clone()
+            .ok_or_else(|| anyhow!("this command needs ARMADA_ADMIN_KEY"))?;
+        let req = self
+            .http
+            .put(format!("{}{path}", self.base))
+            .bearer_auth(key)
+            .header("content-type", content_type)
+            .body(body);
+        self.answer(req, path).await
+    }
+
+    /// The answer to `req`: its JSON, or its `ErrorBody` as an error.
+    async fn answer(&self, req: reqwest::RequestBuilder, path: &str) -> Result<Value> {
         let resp = req
             .send()
             .await

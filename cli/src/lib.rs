@@ -19,5 +19,6 @@ pub mod mailboxes;
 pub mod openapi;
 pub mod rng;
 pub mod schedules;
+pub mod skills;
 pub mod tree;
 pub mod up;

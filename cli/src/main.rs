@@ -119,6 +119,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ProfilesCmd,
     },
+    /// Skills' programs: upload their files, list an MCP server's tools.
+    Skills {
+        #[command(subcommand)]
+        cmd: armada_cli::skills::SkillsCmd,
+    },
     /// Inbound webhooks of the tenant: GitHub, Standard Webhooks, Alertmanager.
     Hooks {
         #[command(subcommand)]
@@ -553,6 +558,11 @@ async fn run(cli: Cli) -> Result<()> {
                     .await?,
                 ),
             }
+            Ok(())
+        }
+        Cmd::Skills { cmd } => {
+            let api = || Client::from_env(root().as_deref());
+            print(&armada_cli::skills::run(cmd, api).await?);
             Ok(())
         }
         Cmd::Hooks { cmd } => {

@@ -323,31 +323,70 @@ impl Runner {
             .kill_on_drop(false);
         let mut child = cmd.spawn().map_err(RunnerError::Spawn)?;
         let pid = child.id().unwrap_or(0);
-        if cg.is_none() {
-            // The jail makes itself a session leader: its pid is the session.
-            if let Ok(mut s) = self.servers.lock() {
-                s.push(pid as i32);
-            }
-        }
+        self.remember_server(pid, cg.as_ref());
         // Reap it whenever it ends; its cgroup is what the sandbox keeps.
         tokio::spawn(async move {
             let _ = child.wait().await;
         });
-        // The report is written before exec: wait until it is whole.
-        for _ in 0..400 {
-            let whole = std::fs::read_to_string(&report)
-                .ok()
-                .is_some_and(|t| serde_json::from_str::<JailReport>(&t).is_ok());
-            if whole {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        whole_report(&report).await;
         Ok(Detached {
             pid,
             cgroup: cg,
             log,
         })
+    }
+
+    /// Starts `call` in the background with its stdin and stdout piped to
+    /// the agent (an MCP server over stdio); its stderr goes to its log.
+    /// Like a detached call, its cgroup outlives the call that started it.
+    pub async fn spawn_piped(
+        &self,
+        call: Call,
+        name: &str,
+    ) -> Result<
+        (
+            Detached,
+            tokio::process::ChildStdin,
+            tokio::process::ChildStdout,
+        ),
+        RunnerError,
+    > {
+        let cg = self.call_cgroup(name)?;
+        let (mut cmd, report) = self.command(&call, cg.as_ref(), name, libc::RLIM_INFINITY)?;
+        let log = self.env.root.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).map_err(|e| RunnerError::Prepare(e.to_string()))?;
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(file))
+            .kill_on_drop(false);
+        let mut child = cmd.spawn().map_err(RunnerError::Spawn)?;
+        let pid = child.id().unwrap_or(0);
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(RunnerError::Prepare(
+                "the server's pipes were not made".into(),
+            ));
+        };
+        self.remember_server(pid, cg.as_ref());
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        whole_report(&report).await;
+        let detached = Detached {
+            pid,
+            cgroup: cg,
+            log,
+        };
+        Ok((detached, stdin, stdout))
+    }
+
+    /// A server started without a cgroup: the jail makes itself a session
+    /// leader, so its pid is the session the sandbox keeps.
+    fn remember_server(&self, pid: u32, cg: Option<&Cgroup>) {
+        if cg.is_none() {
+            if let Ok(mut s) = self.servers.lock() {
+                s.push(pid as i32);
+            }
+        }
     }
 
     /// Sessions of servers still running.
@@ -362,6 +401,20 @@ impl Runner {
     /// The jail report of a detached call, once written.
     pub fn detached_report(&self, name: &str) -> JailReport {
         Self::read_report(&self.env.calls_dir().join(format!("{name}.json")))
+    }
+}
+
+/// Waits until the jail's report of a background call is whole (it is
+/// written before exec).
+async fn whole_report(report: &Path) {
+    for _ in 0..400 {
+        let whole = std::fs::read_to_string(report)
+            .ok()
+            .is_some_and(|t| serde_json::from_str::<JailReport>(&t).is_ok());
+        if whole {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

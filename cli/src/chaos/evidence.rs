@@ -56,14 +56,7 @@ async fn describe(svc: &Services, run_id: &str, now: i64, out: &mut String) -> a
             c.generation
         );
         if c.sandbox {
-            let call = CallRef {
-                tenant: run.tenant.clone(),
-                agent: run.agent.clone(),
-                run_id: run.run_id.clone(),
-                call_id: c.call_id.clone(),
-                attempt: c.attempt,
-            };
-            let mark = svc.sandboxes.mark(&call).await?;
+            let mark = svc.sandboxes.mark(&CallRef::of(&run, c)).await?;
             let _ = write!(
                 out,
                 " mark {:?}",

@@ -179,13 +179,7 @@ impl Dispatcher {
                 .collect();
             for c in dispatched {
                 let generation = c.generation.unwrap_or(0);
-                let call = CallRef {
-                    tenant: run.tenant.clone(),
-                    agent: run.agent.clone(),
-                    run_id: run.run_id.clone(),
-                    call_id: c.call_id.clone(),
-                    attempt: c.attempt,
-                };
+                let call = CallRef::of(&run, &c);
                 let watch =
                     sandboxing::watch_call(&self.svc, rec.as_ref(), &call, generation).await?;
                 let (outcome, why_destroy) = match watch {

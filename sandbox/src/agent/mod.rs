@@ -56,6 +56,7 @@ mod credentials;
 pub mod disk;
 mod faults;
 mod hibernate;
+mod mcp;
 mod ports;
 mod probe;
 mod serve;
@@ -285,6 +286,8 @@ pub struct Agent {
     /// Ports this sandbox holds: container port → grant.
     ports: BTreeMap<u16, PortGrant>,
     services: Vec<crate::runner::Detached>,
+    /// Skills' MCP servers, kept across calls.
+    mcp: mcp::McpChildren,
     /// What holds the workspace's size (set up when the agent runs).
     disk: Option<disk::Disk>,
     /// The task's own credentials, which every client signs with.
@@ -361,6 +364,7 @@ impl Agent {
             store,
             ports: BTreeMap::new(),
             services: Vec::new(),
+            mcp: mcp::McpChildren::new(),
             disk: None,
             held,
             next_renewal_ms: None,

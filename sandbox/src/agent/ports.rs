@@ -156,6 +156,7 @@ impl Agent {
     }
 
     pub(super) fn shutdown_services(&mut self) {
+        self.stop_all_mcp();
         for s in self.services.drain(..) {
             if let Some(cg) = s.cgroup {
                 let _ = cg.destroy();

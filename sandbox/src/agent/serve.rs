@@ -18,7 +18,7 @@ use armada_core::Sandboxes;
 use armada_domain::machine::Machine;
 use armada_domain::messages::HarnessMessage;
 use armada_domain::messages::ResultBody;
-use armada_domain::program::{env_binding, open_env, EnvVar};
+use armada_domain::program::{env_binding, open_env, EnvVar, ProgramCall, ProgramProtocol};
 use armada_domain::sandbox::controls::Required;
 use armada_domain::sandbox::hand::codes;
 use armada_domain::sandbox::hand::error_json;
@@ -410,18 +410,25 @@ impl Agent {
                 Err(refused) => skills::SkillAnswer::refused(refused),
                 Ok(program) => match self.staged(&inv).await {
                     Err(failed) => skills::SkillAnswer::refused(failed),
-                    Ok(()) => {
-                        skills::invoke_judged(
-                            &self.runner,
-                            &inv.skill,
-                            &inv.args,
-                            &inv.run_id,
-                            inv.timeout_s,
-                            judged,
-                            program.as_ref(),
-                        )
-                        .await
-                    }
+                    Ok(()) => match (served_by(&inv), program.as_ref()) {
+                        (Some(p), Some(opened)) => {
+                            let timeout = std::time::Duration::from_secs(u64::from(inv.timeout_s));
+                            self.mcp_call(p, opened, &inv.args, &inv.call_id, timeout)
+                                .await
+                        }
+                        _ => {
+                            skills::invoke_judged(
+                                &self.runner,
+                                &inv.skill,
+                                &inv.args,
+                                &inv.run_id,
+                                inv.timeout_s,
+                                judged,
+                                program.as_ref(),
+                            )
+                            .await
+                        }
+                    },
                 },
             }
         };
@@ -525,6 +532,13 @@ impl Agent {
             None => Ok(()),
         }
     }
+}
+
+/// The program of a call whose skill's program is an MCP server.
+fn served_by(inv: &Invocation) -> Option<&ProgramCall> {
+    inv.program
+        .as_deref()
+        .filter(|p| p.protocol == ProgramProtocol::Mcp)
 }
 
 /// Asks `r` to be destroyed for `why`: whether it changed (a sandbox

@@ -255,7 +255,9 @@ pub struct ProgramBody {
     /// The executable and its arguments (no shell): 1 to 32 strings.
     pub command: Vec<String>,
     /// `json`: one process per call, the arguments as JSON on stdin, the
-    /// result as JSON on stdout, exit code 0 its success.
+    /// result as JSON on stdout, exit code 0 its success. `mcp`: an MCP
+    /// server over stdio, kept running in the sandbox across calls, each
+    /// of its `tools` offered to the model as `<skill>__<tool>`.
     pub protocol: armada_domain::program::ProgramProtocol,
     /// Its environment: a value, or a tenant's secret named
     /// (`{"secret": "crm-token"}`, the Run's tenant's).
@@ -273,6 +275,13 @@ pub struct ProgramBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(read_only)]
     pub files: Option<armada_domain::skill_files::SkillFiles>,
+    /// `mcp` only, and required there: the tools the server offers, as its
+    /// `tools/list` answers them (`{name, description?, inputSchema,
+    /// annotations?}`; `armada skills list-tools -- <command>` prints
+    /// them). Annotations decide risk and retries as a remote server's do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tools: Option<Vec<Value>>,
 }
 
 /// `PUT /v1/teams/{name}`: a team's definition.

@@ -10,6 +10,7 @@ use crate::names::valid_name;
 use crate::sandbox::{
     check_mount, CapabilitySet, Limits, ProfileDef, ProfileError, Profiles, CAPS,
 };
+use crate::served;
 use crate::skills::{self, MountDecl, SkillManifest};
 
 /// The fields of an agent's definition (`version`, `manifests` and
@@ -447,6 +448,24 @@ impl AgentDefinition {
                     FieldError::new(&field, &format!("skill '{s}' mounts {}: {e}", mount.path))
                 })?;
             }
+            for tool in served::served_tools(s, &m) {
+                let taken = self.skills.contains(&tool.name)
+                    || manifests.values().any(|o: &SkillManifest| {
+                        served::served_tools(&o.name, o)
+                            .iter()
+                            .any(|t| t.name == tool.name)
+                    });
+                if taken || tool.name.len() > 64 {
+                    return Err(FieldError::new(
+                        &field,
+                        &format!(
+                            "skill '{s}' offers a tool the model would call '{}', which is \
+                             too long or another tool's name",
+                            tool.name
+                        ),
+                    ));
+                }
+            }
             manifests.insert(s.clone(), m);
         }
         self.manifests = manifests;
@@ -461,7 +480,7 @@ impl AgentDefinition {
     ) -> Result<(), FieldError> {
         // A listing again replaces what the last one froze.
         self.manifests.retain(|_, m| m.mcp.is_none());
-        let mut taken = self.skills.clone();
+        let mut taken = self.tool_names();
         for (i, (server, tools)) in self.mcp_servers.iter().zip(listed).enumerate() {
             let frozen = server.freeze(&format!("mcp_servers[{i}]"), tools, &taken)?;
             taken.extend(frozen.keys().cloned());
@@ -470,10 +489,17 @@ impl AgentDefinition {
         Ok(())
     }
 
-    /// Every tool the model is offered: its skills, then its MCP servers'
-    /// frozen tools.
+    /// Every tool the model is offered: its skills (a skill whose program
+    /// is an MCP server as its tools), then its MCP servers' frozen tools.
     pub fn tool_names(&self) -> Vec<String> {
-        let mut names = self.skills.clone();
+        let mut names = Vec::new();
+        for s in &self.skills {
+            match self.manifests.get(s).filter(|m| served::is_server(m)) {
+                // A skill whose program is an MCP server is its tools.
+                Some(m) => names.extend(served::served_tools(s, m).into_iter().map(|t| t.name)),
+                None => names.push(s.clone()),
+            }
+        }
         names.extend(
             self.manifests
                 .iter()
@@ -487,11 +513,14 @@ impl AgentDefinition {
     /// were frozen fall back to the built-ins), or an MCP server's tool.
     pub fn manifest(&self, skill: &str) -> Option<SkillManifest> {
         if !self.skills.iter().any(|s| s == skill) {
-            return self
-                .manifests
-                .get(skill)
-                .filter(|m| m.mcp.is_some())
-                .cloned();
+            let remote = self.manifests.get(skill).filter(|m| m.mcp.is_some());
+            return remote.cloned().or_else(|| {
+                self.manifests
+                    .iter()
+                    .filter(|(s, m)| self.skills.contains(s) && served::is_server(m))
+                    .flat_map(|(s, m)| served::served_tools(s, m))
+                    .find(|t| t.name == skill)
+            });
         }
         self.manifests
             .get(skill)

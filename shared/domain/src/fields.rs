@@ -179,6 +179,17 @@ pub fn too_deep(v: &Value) -> Option<String> {
         .then(|| format!("nested {depth} levels deep, over the limit of {MAX_JSON_DEPTH}"))
 }
 
+/// The largest input schema a tool may have.
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+
+/// Whether `schema` can be a tool's input schema: a JSON object, not
+/// nested too deeply, of at most [`MAX_SCHEMA_BYTES`].
+pub fn schema_ok(schema: &Value) -> bool {
+    schema.is_object()
+        && too_deep(schema).is_none()
+        && serde_json::to_vec(schema).map_or(0, |b| b.len()) <= MAX_SCHEMA_BYTES
+}
+
 #[cfg(test)]
 mod depth_tests {
     use super::*;

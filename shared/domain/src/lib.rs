@@ -42,6 +42,7 @@ pub mod sandbox;
 pub mod schedule;
 pub mod scripted;
 pub mod secret;
+pub mod served;
 pub mod session;
 pub mod skill_files;
 pub mod skills;

@@ -31,7 +31,7 @@ pub const SEPARATOR: &str = "__";
 /// A call's timeout when the definition gives none.
 pub const DEFAULT_MCP_TIMEOUT_S: u32 = 60;
 /// The largest tool schema frozen into a definition (serialized).
-pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+pub use crate::fields::MAX_SCHEMA_BYTES;
 /// The longest description offered to the model (longer ones are cut).
 pub const MAX_DESCRIPTION: usize = 2048;
 
@@ -373,11 +373,7 @@ impl McpServer {
                     ),
                 ));
             }
-            let schema_ok = tool.input_schema.is_object()
-                && crate::fields::too_deep(&tool.input_schema).is_none()
-                && serde_json::to_vec(&tool.input_schema).map_or(0, |b| b.len())
-                    <= MAX_SCHEMA_BYTES;
-            if !schema_ok {
+            if !crate::fields::schema_ok(&tool.input_schema) {
                 return Err(FieldError::new(
                     &format!("{at}.tools"),
                     &format!(
@@ -423,7 +419,7 @@ impl McpServer {
 
 /// A tool's name as a model may be offered it: what is not a letter,
 /// digit, '-' or '_' becomes '_'.
-fn model_safe(name: &str) -> String {
+pub(crate) fn model_safe(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
@@ -435,7 +431,7 @@ fn model_safe(name: &str) -> String {
         .collect()
 }
 
-fn cut(s: &str, max: usize) -> String {
+pub(crate) fn cut(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
         Some((i, _)) => s[..i].to_string(),
         None => s.to_string(),

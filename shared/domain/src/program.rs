@@ -11,13 +11,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::crypto::{aead_open, aead_seal, hmac_sha256};
+use crate::fields::{schema_ok, MAX_SCHEMA_BYTES};
 use crate::fields::{FieldError, Fields};
 use crate::secret::Configured;
 use crate::skill_files::SkillFiles;
 
 /// The fields of a manifest's `program` (`files` is read-only: the
 /// uploaded version is kept whatever a body says).
-pub const PROGRAM_FIELDS: [&str; 5] = ["command", "protocol", "env", "install", "files"];
+pub const PROGRAM_FIELDS: [&str; 6] = ["command", "protocol", "env", "install", "files", "tools"];
 
 /// Bounds on a command and its environment.
 pub const MAX_ARGS: usize = 32;
@@ -25,6 +26,8 @@ pub const MAX_ARG_BYTES: usize = 4096;
 pub const MAX_ENV: usize = 32;
 /// Bounds on the install steps.
 pub const MAX_INSTALL_STEPS: usize = 8;
+/// The most tools an `mcp` program offers.
+pub const MAX_PROGRAM_TOOLS: usize = 64;
 
 /// Variables the sandbox sets itself, which no program's may replace.
 const RESERVED_ENV: [&str; 6] = [
@@ -43,6 +46,9 @@ const RESERVED_ENV: [&str; 6] = [
 pub enum ProgramProtocol {
     /// One process per call: arguments on stdin, the result on stdout.
     Json,
+    /// An MCP server over stdio, kept running in the sandbox across
+    /// calls (started again if it dies); each of its tools a tool.
+    Mcp,
 }
 
 /// A program a skill brings.
@@ -63,6 +69,25 @@ pub struct Program {
     /// version; never written through the manifest's own body.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files: Option<SkillFiles>,
+    /// `mcp`: the tools it offers, as its `tools/list` answers them (name,
+    /// description, `inputSchema`, `annotations`), frozen with the skill:
+    /// the model is offered each as `<skill>__<tool>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Value>,
+    /// The one tool of an `mcp` program a manifest offers (set when an
+    /// agent's skill is expanded into its tools, never written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serves: Option<Served>,
+}
+
+/// A tool of a skill's `mcp` program, as one of an agent's tools.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Served {
+    /// The skill whose program it is.
+    pub skill: String,
+    /// The tool's name as the server lists it.
+    pub tool: String,
 }
 
 impl Program {
@@ -86,8 +111,20 @@ impl Program {
         }
         let protocol = match f.req_str("protocol")? {
             "json" => ProgramProtocol::Json,
-            _ => return Err(FieldError::new("program.protocol", "must be json")),
+            "mcp" => ProgramProtocol::Mcp,
+            _ => return Err(FieldError::new("program.protocol", "must be json or mcp")),
         };
+        let tools = f.opt_array("tools")?.cloned().unwrap_or_default();
+        match protocol {
+            ProgramProtocol::Mcp => judge_tools(&tools)?,
+            ProgramProtocol::Json if !tools.is_empty() => {
+                return Err(FieldError::new(
+                    "program.tools",
+                    "only an mcp program offers tools",
+                ))
+            }
+            ProgramProtocol::Json => {}
+        }
         let mut env = BTreeMap::new();
         if let Some(given) = f.opt_obj("env")? {
             if given.len() > MAX_ENV {
@@ -137,8 +174,49 @@ impl Program {
             env,
             install,
             files: None,
+            tools,
+            serves: None,
         })
     }
+}
+
+/// An `mcp` program's tools: 1 to [`MAX_PROGRAM_TOOLS`], each as MCP's
+/// `tools/list` puts it, named once, its input schema an object.
+fn judge_tools(tools: &[Value]) -> Result<(), FieldError> {
+    if tools.is_empty() || tools.len() > MAX_PROGRAM_TOOLS {
+        return Err(FieldError::new(
+            "program.tools",
+            &format!(
+                "an mcp program offers 1 to {MAX_PROGRAM_TOOLS} tools, as its tools/list \
+                 answers them ({{name, description?, inputSchema, annotations?}}; \
+                 `armada skills list-tools` prints them)"
+            ),
+        ));
+    }
+    let mut seen = Vec::new();
+    for (i, v) in tools.iter().enumerate() {
+        let at = format!("program.tools[{i}]");
+        let name = v.get("name").and_then(Value::as_str).unwrap_or_default();
+        let name_ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+        if !v.is_object() || !name_ok || seen.contains(&name) {
+            return Err(FieldError::new(
+                &format!("{at}.name"),
+                "must be a tool name of its own (letters, digits, '_', '-', '.'; at most 64)",
+            ));
+        }
+        if !v.get("inputSchema").is_some_and(schema_ok) {
+            return Err(FieldError::new(
+                &format!("{at}.inputSchema"),
+                &format!("must be a JSON object of at most {MAX_SCHEMA_BYTES} bytes"),
+            ));
+        }
+        seen.push(name);
+    }
+    Ok(())
 }
 
 /// A program as one call sends it to the sandbox.
@@ -162,6 +240,9 @@ pub struct ProgramCall {
     pub files: Option<StagedFiles>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub install: Vec<String>,
+    /// `mcp`: the server's tool the call calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
 }
 
 /// A version of a program's files as a call names it: the object the

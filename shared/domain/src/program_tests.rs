@@ -102,3 +102,30 @@ fn a_json_programs_run_is_its_output_or_its_failure() {
     let (_, message) = json_answer(1, "", &long).unwrap_err();
     assert!(message.len() < 2100);
 }
+
+#[test]
+fn an_mcp_program_offers_the_tools_its_listing_names() {
+    let tool = |name: &str| json!({"name": name, "inputSchema": {"type": "object"}});
+    let mcp = |tools: Value| json!({"command": ["srv"], "protocol": "mcp", "tools": tools});
+    let p = Program::parse(&mcp(json!([tool("read"), tool("write")]))).unwrap();
+    assert_eq!((p.protocol, p.tools.len()), (ProgramProtocol::Mcp, 2));
+    let field = |v: Value| Program::parse(&v).unwrap_err().field;
+    assert_eq!(field(mcp(json!([]))), "program.tools");
+    assert_eq!(
+        field(json!({"command": ["srv"], "protocol": "mcp"})),
+        "program.tools"
+    );
+    assert_eq!(
+        field(mcp(json!([tool("a"), tool("a")]))),
+        "program.tools[1].name"
+    );
+    assert_eq!(field(mcp(json!([tool("a b")]))), "program.tools[0].name");
+    assert_eq!(
+        field(mcp(json!([{"name": "a", "inputSchema": "object"}]))),
+        "program.tools[0].inputSchema"
+    );
+    assert_eq!(
+        field(json!({"command": ["x"], "protocol": "json", "tools": [tool("a")]})),
+        "program.tools"
+    );
+}

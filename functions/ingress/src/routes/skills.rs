@@ -110,8 +110,8 @@ pub(crate) async fn put_skill(
 /// registered afterwards freeze this version; those registered before
 /// keep theirs.
 #[utoipa::path(put, path = "/v1/skills/{name}/files", tag = "registry",
-    request_body(content = Vec<u8>, content_type = "application/x-tar",
-        description = "A tar (or a gzip of one) of at most 4 MiB, unpacking to at most 32 MiB."),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream",
+        description = "A tar (or a gzip of one) of at most 4 MiB, unpacking to at most 32 MiB, sent as it is (`application/octet-stream`; the bytes decide, not the type)."),
     params(("name" = String, Path, description = "The skill's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")),
     responses(
         (status = 200, description = "Stored; the manifest now names this version.", body = SkillView),

@@ -32,6 +32,22 @@ pub struct CallRef {
     pub attempt: u32,
 }
 
+impl CallRef {
+    /// The attempt of `call` the ledger of `run` holds now.
+    pub fn of(
+        run: &armada_domain::run::Run,
+        call: &armada_domain::ledger::ToolCallRecord,
+    ) -> CallRef {
+        CallRef {
+            tenant: run.tenant.clone(),
+            agent: run.agent.clone(),
+            run_id: run.run_id.clone(),
+            call_id: call.call_id.clone(),
+            attempt: call.attempt,
+        }
+    }
+}
+
 /// The mark of a call, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredMark {

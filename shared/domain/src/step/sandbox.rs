@@ -223,12 +223,18 @@ pub fn invocation(
                 protocol: p.protocol,
                 env: None,
                 refused: None,
-                skill: rec.skill.clone(),
+                // A served tool's program is its skill's (`<skill>__<tool>`
+                // is only what the model calls it).
+                skill: p
+                    .serves
+                    .as_ref()
+                    .map_or_else(|| rec.skill.clone(), |s| s.skill.clone()),
                 files: p.files.map(|f| crate::program::StagedFiles {
                     key: crate::skill_files::staged_key(&run.tenant, &run.agent, &f.sha256),
                     sha256: f.sha256,
                 }),
                 install: p.install,
+                tool: p.serves.map(|s| s.tool),
             })
         }),
     }
