@@ -116,6 +116,7 @@ pub(crate) async fn call_on(
     let token = handle.progress_token.clone();
     let timeout = Duration::from_secs(u64::from(server.timeout_s));
     let answered = tokio::time::timeout(timeout, handle.await_response()).await;
+    settle_notes(notes, &token).await;
     let noted = notes
         .lock()
         .ok()
@@ -143,6 +144,35 @@ pub(crate) async fn call_on(
     let mut wire = serde_json::to_value(&result).unwrap_or_default();
     scrubber.scrub(&mut wire);
     Ok(wire)
+}
+
+/// Lets in the progress notes of `token` still on their way: the SDK
+/// hands each notification to a task of its own, which may run after the
+/// answer that followed it on the wire. Only for a request that reported
+/// progress at all, until none came for two rounds (tens of ms at most).
+async fn settle_notes(notes: &Notes, token: &ProgressToken) {
+    let count = || {
+        notes
+            .lock()
+            .ok()
+            .and_then(|n| n.get(token).map(Vec::len))
+            .unwrap_or(0)
+    };
+    let mut seen = count();
+    if seen == 0 {
+        return;
+    }
+    let mut still = 0;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let now = count();
+        still = if now == seen { still + 1 } else { 0 };
+        if still == 2 {
+            return;
+        }
+        seen = now;
+    }
 }
 
 /// A session as the client holds it.
