@@ -199,18 +199,19 @@ impl Dispatcher {
                             code: code.to_string(),
                             message: why,
                         };
-                        (outcome, "the sandbox stopped answering")
+                        (outcome, Some("the sandbox stopped answering"))
                     }
                     CallWatch::Lost(why) => (
                         CallOutcome::Lost { reason: why },
-                        "the sandbox stopped answering during a call",
+                        Some("the sandbox stopped answering during a call"),
                     ),
                     // Its effect is as unknown as a lost call's; the
                     // sandbox did its part and stays.
-                    CallWatch::Unanswered(why) => (CallOutcome::Lost { reason: why }, ""),
+                    CallWatch::Unanswered(why) => (CallOutcome::Lost { reason: why }, None),
                 };
-                let destroys = !why_destroy.is_empty();
-                if destroys && rec.as_ref().is_some_and(|r| !r.state().is_gone()) {
+                let destroy =
+                    why_destroy.filter(|_| rec.as_ref().is_some_and(|r| !r.state().is_gone()));
+                if let Some(why_destroy) = destroy {
                     // The Run's own identity: nothing the sandbox wrote decides whose
                     // sandbox goes.
                     sandboxing::destroy(&self.svc, &run.tenant, &run.agent, why_destroy).await?;

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use armada_core::adapters::s3::Payloads;
+use armada_core::ports::Blobs;
 use armada_domain::program::ProgramCall;
 use armada_domain::sandbox::hand::error_json;
 use armada_domain::skill_files::{digest, skill_dir, stage_mark, MAX_UNPACKED_BYTES};
@@ -109,23 +111,12 @@ impl Agent {
     /// The version `sha256` of a program's files, from the identity's
     /// own objects, checked against its digest.
     async fn skill_files(&self, key: &str, sha256: &str) -> Result<Vec<u8>, String> {
-        let out = self
-            .aws
-            .s3
-            .get_object()
-            .bucket(&self.cfg.payload_bucket)
-            .key(key)
-            .send()
+        let objects = Payloads::new(self.aws.s3.clone(), &self.cfg.payload_bucket);
+        let buf = objects
+            .get_bytes_bounded(key, MAX_UNPACKED_BYTES)
             .await
-            .map_err(|e| format!("{}", aws_sdk_s3::error::DisplayErrorContext(e)))?;
-        let mut body = out.body;
-        let mut buf = Vec::new();
-        while let Some(chunk) = body.try_next().await.map_err(|e| e.to_string())? {
-            buf.extend_from_slice(&chunk);
-            if buf.len() as u64 > MAX_UNPACKED_BYTES {
-                return Err("the object is larger than any upload".into());
-            }
-        }
+            .map_err(|e| e.to_string())?
+            .map_err(|_| "the object is larger than any upload".to_string())?;
         if digest(&buf) != sha256 {
             return Err("the object is not the version the call names".into());
         }
