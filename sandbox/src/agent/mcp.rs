@@ -18,6 +18,7 @@ use armada_domain::mcp::tool_result;
 use armada_domain::program::ProgramCall;
 use armada_domain::sandbox::hand::{codes, error_json};
 use armada_domain::secret::{Scrubber, SecretValue};
+use armada_domain::skill_files::stage_mark;
 
 use crate::agent::Agent;
 use crate::call::Call;
@@ -105,10 +106,13 @@ fn kill(process: Detached) {
 pub(super) type McpChildren = BTreeMap<String, McpChild>;
 
 /// What a server was started with, as a digest (its environment holds
-/// secrets: never kept in the clear).
-fn fingerprint(p: &Opened) -> String {
-    let env: Vec<_> = p.env.iter().map(|v| (&v.name, &v.value)).collect();
-    let text = serde_json::to_string(&(&p.command, env)).unwrap_or_default();
+/// secrets: never kept in the clear): its command, its environment, and
+/// the version of its files and installs (staged anew, the running server
+/// would go on with what was deleted beneath it).
+fn fingerprint(p: &ProgramCall, opened: &Opened) -> String {
+    let env: Vec<_> = opened.env.iter().map(|v| (&v.name, &v.value)).collect();
+    let staged = stage_mark(p.files.as_ref().map(|f| f.sha256.as_str()), &p.install);
+    let text = serde_json::to_string(&(&opened.command, env, staged)).unwrap_or_default();
     sha256_hex(text.as_bytes())
 }
 
@@ -188,7 +192,7 @@ impl Agent {
         p: &ProgramCall,
         opened: &Opened,
     ) -> Result<(&RunningService<RoleClient, Client>, u32), String> {
-        let wanted = fingerprint(opened);
+        let wanted = fingerprint(p, opened);
         let keep = self
             .mcp
             .get(&p.skill)
@@ -303,4 +307,48 @@ fn without_artifacts(mut v: Value, dropped: usize) -> Value {
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use armada_domain::program::{EnvVar, ProgramProtocol, StagedFiles};
+
+    fn call(sha: &str) -> ProgramCall {
+        ProgramCall {
+            command: vec!["node".into(), "server.js".into()],
+            protocol: ProgramProtocol::Mcp,
+            env: None,
+            refused: None,
+            skill: "fs".into(),
+            files: Some(StagedFiles {
+                key: format!("k/{sha}.tar"),
+                sha256: sha.into(),
+            }),
+            install: vec!["npm ci".into()],
+            tool: Some("read".into()),
+        }
+    }
+
+    #[test]
+    fn a_server_is_started_again_for_new_files_or_a_new_environment() {
+        let opened = |token: &str| Opened {
+            command: vec!["node".into(), "server.js".into()],
+            env: vec![EnvVar {
+                name: "TOKEN".into(),
+                value: token.into(),
+                secret: Some("t".into()),
+            }],
+        };
+        let base = fingerprint(&call("aaa"), &opened("one"));
+        assert_eq!(base, fingerprint(&call("aaa"), &opened("one")));
+        assert_ne!(base, fingerprint(&call("bbb"), &opened("one")));
+        assert_ne!(base, fingerprint(&call("aaa"), &opened("two")));
+        // The digest keeps no secret in the clear.
+        assert!(!base.contains("one"));
+        // Another tool of the same server is the same server.
+        let mut other = call("aaa");
+        other.tool = Some("write".into());
+        assert_eq!(base, fingerprint(&other, &opened("one")));
+    }
 }
